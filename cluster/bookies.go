@@ -1,0 +1,299 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meridian-mq/meridian/proto/metapb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Key layout of the bookie registry, relative to a region's store prefix.
+const (
+	bookiesWritable = "/bookies/writable/"
+	bookiesReadOnly = "/bookies/readonly/"
+	bookieCookies   = "/bookies/cookies/"
+	ledgerIDKey     = "/ledger-id"
+)
+
+// DefaultRegistrationTTL is how long a bookie's registration outlives the
+// bookie: 10 s, BookKeeper's etcd default. Shorter detects a dead bookie
+// sooner for new ensembles; too short and a GC pause or a busy 2-core
+// machine drops live bookies.
+const DefaultRegistrationTTL = 10 * time.Second
+
+// BookieRegistry is a bookie's registration in its region's etcd, and its
+// cookie. It implements bookie.Registry. Safe for concurrent use.
+type BookieRegistry struct {
+	s   *Store
+	ttl time.Duration
+
+	mu    sync.Mutex
+	lease *Lease
+	key   string
+	reg   *metapb.BookieRegistration
+}
+
+// NewBookieRegistry returns a registry on s (a region's store). ttl 0 means
+// DefaultRegistrationTTL.
+func NewBookieRegistry(s *Store, ttl time.Duration) *BookieRegistry {
+	if ttl == 0 {
+		ttl = DefaultRegistrationTTL
+	}
+	return &BookieRegistry{s: s, ttl: ttl}
+}
+
+// GetCookie returns the cookie recorded for bookieID.
+func (r *BookieRegistry) GetCookie(ctx context.Context, bookieID string) (*metapb.Cookie, bool, error) {
+	kv, err := r.s.Get(ctx, bookieCookies+bookieID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	c := &metapb.Cookie{}
+	if err := proto.Unmarshal(kv.Value, c); err != nil {
+		return nil, false, fmt.Errorf("cluster: cookie of %s: %w", bookieID, err)
+	}
+	return c, true, nil
+}
+
+// PutCookie records the cookie.
+func (r *BookieRegistry) PutCookie(ctx context.Context, c *metapb.Cookie) error {
+	b, err := proto.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = r.s.Put(ctx, bookieCookies+c.BookieId, b)
+	return err
+}
+
+// LedgerIDHighWater returns an upper bound of every ledger id allocated so
+// far in this store (ledger ids are etcd revisions, see IDAllocator).
+func (r *BookieRegistry) LedgerIDHighWater(ctx context.Context) (int64, error) {
+	return NewIDAllocator(r.s).HighWater(ctx)
+}
+
+// Register publishes reg under a lease kept alive until Deregister or until
+// the store's connection closes (the process dies). ctx bounds this call
+// only. Calling it again replaces the registration (e.g. to move it to
+// read-only). If another live process holds the same bookie id, Register
+// waits up to twice the TTL for its lease to expire and then fails.
+func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, err := proto.Marshal(reg)
+	if err != nil {
+		return err
+	}
+	if r.lease == nil {
+		l, err := r.s.GrantLease(context.WithoutCancel(ctx), r.ttl)
+		if err != nil {
+			return err
+		}
+		r.lease = l
+	}
+	key := bookiesWritable + reg.Id
+	other := bookiesReadOnly + reg.Id
+	if reg.ReadOnly {
+		key, other = other, key
+	}
+	deadline := time.Now().Add(2 * r.ttl)
+	for {
+		ok, err := r.claim(ctx, key, other, b)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster: another bookie already registered as %q", reg.Id)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	r.key = key
+	r.reg = proto.Clone(reg).(*metapb.BookieRegistration)
+	return nil
+}
+
+// claim writes key under our lease unless a key of this id is held by
+// another lease, and removes our own key of the other state.
+func (r *BookieRegistry) claim(ctx context.Context, key, other string, val []byte) (bool, error) {
+	for _, k := range []string{key, other} {
+		kv, err := r.s.Get(ctx, k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if kv.Lease != int64(r.lease.ID) {
+			return false, nil
+		}
+	}
+	if err := r.s.Delete(ctx, other); err != nil {
+		return false, err
+	}
+	if _, err := r.s.PutWithLease(ctx, key, val, r.lease.ID); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// Deregister revokes the registration at once.
+func (r *BookieRegistry) Deregister(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lease == nil {
+		return nil
+	}
+	err := r.lease.Revoke(ctx)
+	r.lease = nil
+	return err
+}
+
+// BookieState is a registered bookie's state.
+type BookieState string
+
+const (
+	BookieWritable BookieState = "writable"
+	BookieReadOnly BookieState = "read-only"
+)
+
+// RegisteredBookie is one entry of the registry view.
+type RegisteredBookie struct {
+	Reg   *metapb.BookieRegistration
+	State BookieState
+}
+
+// BookieView is a live view of a region's registered bookies, kept current
+// by a watch. Safe for concurrent use.
+type BookieView struct {
+	s      *Store
+	mu     sync.RWMutex
+	byID   map[string]RegisteredBookie
+	cancel context.CancelFunc
+	done   chan struct{}
+	ready  chan struct{}
+}
+
+// WatchBookies starts a view of the region's bookies. Close stops it.
+func WatchBookies(ctx context.Context, s *Store) (*BookieView, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	v := &BookieView{s: s, byID: map[string]RegisteredBookie{}, cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
+	rev, err := v.reload(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go v.run(ctx, rev)
+	return v, nil
+}
+
+func (v *BookieView) reload(ctx context.Context) (int64, error) {
+	kvs, rev, err := v.s.List(ctx, "/bookies/")
+	if err != nil {
+		return 0, err
+	}
+	m := map[string]RegisteredBookie{}
+	for _, kv := range kvs {
+		v.apply(m, kv, false)
+	}
+	v.mu.Lock()
+	v.byID = m
+	v.mu.Unlock()
+	return rev, nil
+}
+
+func (v *BookieView) apply(m map[string]RegisteredBookie, kv KV, deleted bool) {
+	var state BookieState
+	var id string
+	switch {
+	case strings.HasPrefix(kv.Key, bookiesWritable):
+		state, id = BookieWritable, strings.TrimPrefix(kv.Key, bookiesWritable)
+	case strings.HasPrefix(kv.Key, bookiesReadOnly):
+		state, id = BookieReadOnly, strings.TrimPrefix(kv.Key, bookiesReadOnly)
+	default:
+		return
+	}
+	if deleted {
+		if cur, ok := m[id]; ok && cur.State == state {
+			delete(m, id)
+		}
+		return
+	}
+	reg := &metapb.BookieRegistration{}
+	if err := proto.Unmarshal(kv.Value, reg); err != nil {
+		return
+	}
+	m[id] = RegisteredBookie{Reg: reg, State: state}
+}
+
+func (v *BookieView) run(ctx context.Context, rev int64) {
+	defer close(v.done)
+	for ctx.Err() == nil {
+		for evs := range v.s.Watch(ctx, "/bookies/", rev+1) {
+			v.mu.Lock()
+			for _, ev := range evs {
+				v.apply(v.byID, ev.KV, ev.Deleted)
+				if ev.KV.ModRevision > rev {
+					rev = ev.KV.ModRevision
+				}
+			}
+			v.mu.Unlock()
+		}
+		// The watch ended (compaction, leader loss, etcd restart): re-list.
+		for ctx.Err() == nil {
+			r, err := v.reload(ctx)
+			if err == nil {
+				rev = r
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// Bookies returns the registered bookies sorted by id. With writableOnly,
+// read-only bookies are left out.
+func (v *BookieView) Bookies(writableOnly bool) []RegisteredBookie {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]RegisteredBookie, 0, len(v.byID))
+	for _, b := range v.byID {
+		if writableOnly && b.State != BookieWritable {
+			continue
+		}
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Reg.Id < out[j].Reg.Id })
+	return out
+}
+
+// Lookup returns a registered bookie by id.
+func (v *BookieView) Lookup(id string) (RegisteredBookie, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	b, ok := v.byID[id]
+	return b, ok
+}
+
+// Close stops the view.
+func (v *BookieView) Close() {
+	v.cancel()
+	<-v.done
+}

@@ -1,0 +1,341 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Errors returned by Store. Callers match them with errors.Is.
+var (
+	// ErrNotFound: the key does not exist.
+	ErrNotFound = errors.New("cluster: key not found")
+	// ErrExists: Create found the key already present.
+	ErrExists = errors.New("cluster: key already exists")
+	// ErrVersionMismatch: a compare-and-swap lost: the key changed since the
+	// caller read it. The caller re-reads and decides again.
+	ErrVersionMismatch = errors.New("cluster: version mismatch")
+)
+
+// StoreConfig says how to reach etcd.
+type StoreConfig struct {
+	// Endpoints of the etcd cluster, e.g. ["http://127.0.0.1:2379"].
+	Endpoints []string
+	// Prefix under which every key of this store lives, e.g. "/meridian/east".
+	// Keys passed to Store methods are relative to it. Must start with "/" and
+	// not end with "/".
+	Prefix string
+	// DialTimeout bounds the first connection. Default 5s.
+	DialTimeout time.Duration
+	// RequestTimeout bounds each request when the caller's context has no
+	// deadline. Default 5s.
+	RequestTimeout time.Duration
+}
+
+// Store is a thin, typed layer over an etcd client. It is safe for
+// concurrent use.
+type Store struct {
+	cli    *clientv3.Client
+	prefix string
+	reqTO  time.Duration
+	owned  bool
+}
+
+// KV is one key with its value and versions. Key is relative to the store's
+// prefix.
+type KV struct {
+	Key         string
+	Value       []byte
+	ModRevision int64
+	CreateRev   int64
+	Lease       int64
+}
+
+// Connect dials etcd.
+func Connect(ctx context.Context, cfg StoreConfig) (*Store, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("cluster: no etcd endpoints")
+	}
+	if cfg.Prefix == "" || !strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/") {
+		return nil, fmt.Errorf("cluster: prefix %q must start with '/' and not end with '/'", cfg.Prefix)
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: cfg.DialTimeout,
+		Context:     ctx,
+		Logger:      quietZap(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: connect to etcd %v: %w", cfg.Endpoints, err)
+	}
+	s := &Store{cli: cli, prefix: cfg.Prefix, reqTO: cfg.RequestTimeout, owned: true}
+	// Fail fast when etcd is not there rather than on first use.
+	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(cctx, s.abs("/__ping")); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("cluster: etcd %v not reachable: %w", cfg.Endpoints, err)
+	}
+	return s, nil
+}
+
+// Sub returns a Store sharing this one's connection with a longer prefix.
+// Closing the sub-store does not close the connection.
+func (s *Store) Sub(prefix string) *Store {
+	return &Store{cli: s.cli, prefix: s.prefix + prefix, reqTO: s.reqTO}
+}
+
+// Prefix returns the store's key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Client exposes the etcd client for what this type does not wrap (elections).
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Close closes the connection if this Store owns it.
+func (s *Store) Close() error {
+	if s.owned {
+		return s.cli.Close()
+	}
+	return nil
+}
+
+func (s *Store) abs(key string) string { return s.prefix + key }
+
+func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.reqTO)
+}
+
+// Get returns the key's value and mod revision, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) (KV, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.abs(key))
+	if err != nil {
+		return KV{}, fmt.Errorf("cluster: get %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return KV{}, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	return s.kv(resp.Kvs[0].Key, resp.Kvs[0].Value, resp.Kvs[0].ModRevision, resp.Kvs[0].CreateRevision, resp.Kvs[0].Lease), nil
+}
+
+func (s *Store) kv(k, v []byte, mod, create, lease int64) KV {
+	return KV{Key: strings.TrimPrefix(string(k), s.prefix), Value: v, ModRevision: mod, CreateRev: create, Lease: lease}
+}
+
+// Put writes the key unconditionally and returns the new revision.
+func (s *Store) Put(ctx context.Context, key string, val []byte) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Put(ctx, s.abs(key), string(val))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: put %s: %w", key, err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// PutWithLease writes the key bound to a lease: it disappears when the lease
+// expires or is revoked.
+func (s *Store) PutWithLease(ctx context.Context, key string, val []byte, lease clientv3.LeaseID) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Put(ctx, s.abs(key), string(val), clientv3.WithLease(lease))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: put %s: %w", key, err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Create writes the key only if it does not exist; it returns the new
+// revision (the key's mod revision) or ErrExists.
+func (s *Store) Create(ctx context.Context, key string, val []byte) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	k := s.abs(key)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, string(val))).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("cluster: create %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%w: %s", ErrExists, key)
+	}
+	return resp.Header.Revision, nil
+}
+
+// CAS replaces the key's value only if its mod revision is still modRev. It
+// returns the new mod revision, ErrVersionMismatch if the key changed, or
+// ErrNotFound if it is gone.
+func (s *Store) CAS(ctx context.Context, key string, val []byte, modRev int64) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	k := s.abs(key)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
+		Then(clientv3.OpPut(k, string(val))).
+		Else(clientv3.OpGet(k, clientv3.WithKeysOnly())).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("cluster: cas %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		if len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			return 0, fmt.Errorf("%w: %s", ErrNotFound, key)
+		}
+		return 0, fmt.Errorf("%w: %s (expected revision %d)", ErrVersionMismatch, key, modRev)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Delete removes the key unconditionally. Deleting a missing key is not an
+// error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	if _, err := s.cli.Delete(ctx, s.abs(key)); err != nil {
+		return fmt.Errorf("cluster: delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// DeleteCAS removes the key only if its mod revision is still modRev.
+func (s *Store) DeleteCAS(ctx context.Context, key string, modRev int64) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	k := s.abs(key)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
+		Then(clientv3.OpDelete(k)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("cluster: delete %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: %s (expected revision %d)", ErrVersionMismatch, key, modRev)
+	}
+	return nil
+}
+
+// List returns every key under prefix (relative), sorted by key, and the
+// store revision at which the list was read (to start a Watch from).
+func (s *Store) List(ctx context.Context, prefix string) ([]KV, int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.abs(prefix), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, 0, fmt.Errorf("cluster: list %s: %w", prefix, err)
+	}
+	out := make([]KV, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out = append(out, s.kv(kv.Key, kv.Value, kv.ModRevision, kv.CreateRevision, kv.Lease))
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// Event is one change seen by Watch. Deleted events carry no value.
+type Event struct {
+	KV      KV
+	Deleted bool
+}
+
+// Watch streams changes under prefix from revision fromRev (0 = now) until
+// ctx is done. The channel closes when the watch ends; a caller that needs a
+// consistent view re-lists and watches again from the list's revision + 1.
+func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan []Event {
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if fromRev > 0 {
+		opts = append(opts, clientv3.WithRev(fromRev))
+	}
+	wch := s.cli.Watch(clientv3.WithRequireLeader(ctx), s.abs(prefix), opts...)
+	out := make(chan []Event)
+	go func() {
+		defer close(out)
+		for resp := range wch {
+			if resp.Err() != nil {
+				return
+			}
+			evs := make([]Event, 0, len(resp.Events))
+			for _, ev := range resp.Events {
+				evs = append(evs, Event{
+					KV:      s.kv(ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision, ev.Kv.CreateRevision, ev.Kv.Lease),
+					Deleted: ev.Type == clientv3.EventTypeDelete,
+				})
+			}
+			select {
+			case out <- evs:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// Lease is a granted etcd lease kept alive in the background until Revoke or
+// until the context given to GrantLease is done.
+type Lease struct {
+	ID   clientv3.LeaseID
+	TTL  time.Duration
+	lost chan struct{}
+	s    *Store
+	stop context.CancelFunc
+}
+
+// Lost is closed when keep-alive stops (the lease expired or the context
+// ended): keys bound to it are gone or about to be.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Revoke ends the lease at once, deleting its keys.
+func (l *Lease) Revoke(ctx context.Context) error {
+	l.stop()
+	ctx, cancel := l.s.ctx(ctx)
+	defer cancel()
+	_, err := l.s.cli.Revoke(ctx, l.ID)
+	if err != nil {
+		return fmt.Errorf("cluster: revoke lease: %w", err)
+	}
+	return nil
+}
+
+// GrantLease grants a lease of ttl (rounded up to whole seconds, minimum 1 s)
+// and keeps it alive while ctx lives.
+func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (*Lease, error) {
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	gctx, cancel := s.ctx(ctx)
+	resp, err := s.cli.Grant(gctx, secs)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: grant lease: %w", err)
+	}
+	kctx, stop := context.WithCancel(ctx)
+	ka, err := s.cli.KeepAlive(kctx, resp.ID)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("cluster: keep lease alive: %w", err)
+	}
+	l := &Lease{ID: resp.ID, TTL: time.Duration(secs) * time.Second, lost: make(chan struct{}), s: s, stop: stop}
+	go func() {
+		defer close(l.lost)
+		for range ka {
+		}
+	}()
+	return l, nil
+}
