@@ -1,0 +1,240 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/proto/metapb"
+	"github.com/meridian-mq/meridian/rack"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// Errors of the ledger client; match with errors.Is.
+var (
+	// ErrFenced: the ledger was fenced by a recovery; this writer can no
+	// longer get acknowledgements. An add that fails with it has an unknown
+	// outcome: recovery may or may not have kept it.
+	ErrFenced = errors.New("ledger: fenced")
+	// ErrClosed: the ledger is closed (or this writer was closed).
+	ErrClosed = errors.New("ledger: closed")
+	// ErrNoSuchLedger: no metadata for this ledger id.
+	ErrNoSuchLedger = errors.New("ledger: no such ledger")
+	// ErrNoSuchEntry: the entry is beyond the ledger's last entry (or LAC).
+	ErrNoSuchEntry = errors.New("ledger: no such entry")
+	// ErrNotEnoughBookies: no ensemble (or replacement) satisfies the
+	// placement policy with the bookies available.
+	ErrNotEnoughBookies = errors.New("ledger: not enough bookies")
+	// ErrCorrupt: every replica that answered had a bad digest.
+	ErrCorrupt = errors.New("ledger: entry corrupt on every replica read")
+	// ErrTooLarge: the payload exceeds MaxEntryBytes.
+	ErrTooLarge = errors.New("ledger: entry too large")
+	// ErrRecovery: recovery could not establish the ledger's end safely (too
+	// many bookies unreachable or unable to tell); retry later.
+	ErrRecovery = errors.New("ledger: recovery incomplete")
+)
+
+// BookieSource tells the client which bookies exist. Implementations must be
+// safe for concurrent use.
+type BookieSource interface {
+	// Writable returns the bookies new ensembles and replacements may use.
+	Writable() []*metapb.BookieRegistration
+	// Lookup returns a registered bookie (writable or read-only) by id.
+	Lookup(id string) (*metapb.BookieRegistration, bool)
+}
+
+// ViewSource adapts a cluster.BookieView to BookieSource.
+type ViewSource struct{ View *cluster.BookieView }
+
+func (v ViewSource) Writable() []*metapb.BookieRegistration {
+	bs := v.View.Bookies(true)
+	out := make([]*metapb.BookieRegistration, len(bs))
+	for i, b := range bs {
+		out[i] = b.Reg
+	}
+	return out
+}
+
+func (v ViewSource) Lookup(id string) (*metapb.BookieRegistration, bool) {
+	b, ok := v.View.Lookup(id)
+	return b.Reg, ok
+}
+
+// Config configures a Client.
+type Config struct {
+	// Store holds ledger metadata (a region's store; for stretched ledgers
+	// the global store). Required.
+	Store *cluster.Store
+	// IDs allocates ledger ids. Default: an allocator on Store.
+	IDs *cluster.IDAllocator
+	// Bookies is the source of live bookies. Required.
+	Bookies BookieSource
+	// Region and Rack of this client, for read locality and for placing the
+	// first ensemble member near the writer.
+	Region, Rack string
+	// AddTimeout: a bookie that has not answered an add within it is treated
+	// as failed and replaced by an ensemble change. Default 5s
+	// (BookKeeper's addEntryTimeoutSec). Shorter reacts faster to a paused
+	// bookie; too short replaces healthy bookies during fsync stalls.
+	AddTimeout time.Duration
+	// ReadTimeout bounds each read request to one bookie. Default 5s.
+	ReadTimeout time.Duration
+	// EnsembleChangeTimeout: how long an ensemble change keeps looking for a
+	// replacement (and retrying metadata) before pending adds fail. Default
+	// 30s.
+	EnsembleChangeTimeout time.Duration
+	// MaxEntryBytes: the largest payload accepted. Default 5 MiB + 64 KiB (a
+	// 5 MiB message plus its metadata). Must not exceed the bookies' limit.
+	MaxEntryBytes int
+	// DialOptions are added to every bookie connection (TLS, a later issue).
+	DialOptions []grpc.DialOption
+	// Logger receives ensemble changes and recovery decisions. Default: discard.
+	Logger *slog.Logger
+}
+
+// Client creates, writes, recovers and reads ledgers. Safe for concurrent use.
+type Client struct {
+	cfg  Config
+	pool pool
+	rng  *rand.Rand
+	rmu  sync.Mutex
+}
+
+// New returns a client.
+func New(cfg Config) (*Client, error) {
+	if cfg.Store == nil || cfg.Bookies == nil {
+		return nil, errors.New("ledger: Config.Store and Config.Bookies are required")
+	}
+	if cfg.IDs == nil {
+		cfg.IDs = cluster.NewIDAllocator(cfg.Store)
+	}
+	if cfg.AddTimeout == 0 {
+		cfg.AddTimeout = 5 * time.Second
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 5 * time.Second
+	}
+	if cfg.EnsembleChangeTimeout == 0 {
+		cfg.EnsembleChangeTimeout = 30 * time.Second
+	}
+	if cfg.MaxEntryBytes == 0 {
+		cfg.MaxEntryBytes = 5<<20 + 64<<10
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Client{cfg: cfg, pool: pool{opts: cfg.DialOptions, conns: map[string]*bookieConn{}}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6d65726964))}, nil
+}
+
+// Close closes every bookie connection. Writers still open fail.
+func (c *Client) Close() { c.pool.closeAll() }
+
+// CreateOptions are a new ledger's quorums and placement.
+type CreateOptions struct {
+	// EnsembleSize E, WriteQuorum Qw, AckQuorum Qa: E >= Qw >= Qa >= 1.
+	EnsembleSize, WriteQuorum, AckQuorum int
+	// Placement policy; zero value means rack.DefaultPolicy().
+	Placement rack.Policy
+	// Custom metadata stored with the ledger (e.g. the topic it belongs to).
+	Custom map[string]string
+}
+
+func (o *CreateOptions) normalize() error {
+	if o.Placement.Kind == "" {
+		o.Placement = rack.DefaultPolicy()
+	}
+	return o.Placement.Validate(o.EnsembleSize, o.WriteQuorum, o.AckQuorum)
+}
+
+// candidates returns the writable bookies as placement candidates.
+func (c *Client) candidates() ([]rack.Bookie, map[string]*metapb.BookieRegistration) {
+	regs := c.cfg.Bookies.Writable()
+	out := make([]rack.Bookie, 0, len(regs))
+	byID := make(map[string]*metapb.BookieRegistration, len(regs))
+	for _, r := range regs {
+		out = append(out, rack.Bookie{ID: r.Id, Region: r.Region, Rack: r.Rack})
+		byID[r.Id] = r
+	}
+	return out, byID
+}
+
+func (c *Client) rand() *rand.Rand {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64()))
+}
+
+// Create allocates a ledger id, places an ensemble and writes the metadata
+// (state OPEN). The returned Writer is the ledger's only writer.
+func (c *Client) Create(ctx context.Context, o CreateOptions) (*Writer, error) {
+	if err := o.normalize(); err != nil {
+		return nil, err
+	}
+	cands, byID := c.candidates()
+	ens, _, err := rack.Place(cands, o.Placement, rack.Request{E: o.EnsembleSize, Qw: o.WriteQuorum, Qa: o.AckQuorum, LocalRegion: c.cfg.Region, LocalRack: c.cfg.Rack}, c.rand())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotEnoughBookies, err)
+	}
+	id, err := c.cfg.IDs.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]*metapb.BookieRef, len(ens))
+	for i, b := range ens {
+		r := byID[b.ID]
+		refs[i] = &metapb.BookieRef{Id: r.Id, Addr: r.Addr, Region: r.Region, Rack: r.Rack}
+	}
+	m := &metapb.LedgerMetadata{
+		FormatVersion: MetadataFormatVersion,
+		LedgerId:      id,
+		EnsembleSize:  int32(o.EnsembleSize),
+		WriteQuorum:   int32(o.WriteQuorum),
+		AckQuorum:     int32(o.AckQuorum),
+		State:         metapb.LedgerState_OPEN,
+		LastEntryId:   -1,
+		Fragments:     []*metapb.Fragment{{FirstEntryId: 0, Ensemble: refs}},
+		CtimeMs:       nowMillis(),
+		Placement:     policyToProto(o.Placement),
+		Custom:        o.Custom,
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := c.cfg.Store.Create(ctx, ledgerKey(id), b)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: create metadata of %d: %w", id, err)
+	}
+	c.cfg.Logger.Info("ledger created", "ledger", id, "ensemble", ensembleString(refs), "e", o.EnsembleSize, "qw", o.WriteQuorum, "qa", o.AckQuorum)
+	return newWriter(c, Metadata{Meta: m, Rev: rev}), nil
+}
+
+// addrOf resolves a bookie's current address: the registry's if it is
+// registered, else the one recorded in the ledger metadata.
+func (c *Client) addrOf(b *metapb.BookieRef) string {
+	if r, ok := c.cfg.Bookies.Lookup(b.Id); ok && r != nil && r.Addr != "" {
+		return r.Addr
+	}
+	return b.Addr
+}
+
+func (c *Client) conn(b *metapb.BookieRef) (*bookieConn, error) {
+	return c.pool.get(c.addrOf(b))
+}
+
+func ensembleString(refs []*metapb.BookieRef) string {
+	s := "["
+	for i, r := range refs {
+		if i > 0 {
+			s += " "
+		}
+		s += r.Id
+	}
+	return s + "]"
+}

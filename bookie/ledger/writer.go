@@ -1,0 +1,535 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/meridian-mq/meridian/bookie"
+	"github.com/meridian-mq/meridian/proto/bookiepb"
+	"github.com/meridian-mq/meridian/proto/metapb"
+	"github.com/meridian-mq/meridian/rack"
+)
+
+// Writer appends entries to one ledger. It is the ledger's only writer.
+// Safe for concurrent use.
+//
+// Ordering contract: an add completes (its callback runs with a nil error)
+// only after AckQuorum bookies of its write set acknowledged it as durable
+// AND every earlier entry completed; callbacks run in entry order. While an
+// ensemble change is in flight no add completes, so an entry is never
+// reported through an ensemble that is not yet in metadata (BookKeeper
+// #1591, #3005).
+type Writer struct {
+	c          *Client
+	id         int64
+	e, qw, qa  int
+	policy     rack.Policy
+	addTimeout time.Duration
+
+	mu         sync.Mutex
+	cond       *sync.Cond
+	meta       Metadata
+	lastPushed int64
+	lac        int64
+	length     int64
+	pending    []*pendingAdd // entries lac+1 .. lastPushed, in order
+	failed     map[int]bool  // ensemble positions waiting to be replaced
+	bad        map[string]time.Time
+	changing   bool
+	sendSeq    uint64
+	err        error // terminal: every later add fails with it
+	closing    bool
+
+	compQ      []completion
+	delivering bool
+	stopScan   chan struct{}
+}
+
+type pendingAdd struct {
+	entry   int64
+	lac     int64
+	payload []byte
+	digest  uint32
+	acked   []bool      // by write-set slot
+	seq     []uint64    // send sequence per slot; 0 = nothing outstanding
+	sentAt  []time.Time // when the outstanding send went out
+	nacked  int
+	cb      func(int64, error)
+}
+
+type completion struct {
+	cb    func(int64, error)
+	entry int64
+	err   error
+}
+
+type send struct {
+	entry int64
+	slot  int
+	seq   uint64
+	ref   *metapb.BookieRef
+	req   *bookiepb.AddRequest
+}
+
+func newWriter(c *Client, m Metadata) *Writer {
+	w := &Writer{
+		c:          c,
+		id:         m.Meta.LedgerId,
+		e:          int(m.Meta.EnsembleSize),
+		qw:         int(m.Meta.WriteQuorum),
+		qa:         int(m.Meta.AckQuorum),
+		policy:     policyFromProto(m.Meta.Placement),
+		addTimeout: c.cfg.AddTimeout,
+		meta:       m,
+		lastPushed: -1,
+		lac:        -1,
+		failed:     map[int]bool{},
+		bad:        map[string]time.Time{},
+		stopScan:   make(chan struct{}),
+	}
+	w.cond = sync.NewCond(&w.mu)
+	go w.scanTimeouts()
+	return w
+}
+
+// ID returns the ledger id.
+func (w *Writer) ID() int64 { return w.id }
+
+// LAC returns the last add confirmed: the highest entry completed in order.
+func (w *Writer) LAC() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lac
+}
+
+// Length returns the bytes of completed entries.
+func (w *Writer) Length() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.length
+}
+
+// Metadata returns the writer's current view of the ledger metadata.
+func (w *Writer) Metadata() Metadata {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.meta
+}
+
+// Err returns the writer's terminal error, if any.
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// AppendAsync appends payload as the next entry; cb runs exactly once, with
+// the entry id or an error. The writer keeps payload until cb: the caller
+// must not modify it. cb must not block for long: completions of later
+// entries wait behind it.
+func (w *Writer) AppendAsync(payload []byte, cb func(entryID int64, err error)) {
+	if len(payload) > w.c.cfg.MaxEntryBytes {
+		cb(-1, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(payload), w.c.cfg.MaxEntryBytes))
+		return
+	}
+	w.mu.Lock()
+	if err := w.err; err != nil || w.closing {
+		w.mu.Unlock()
+		if err == nil {
+			err = ErrClosed
+		}
+		cb(-1, err)
+		return
+	}
+	w.lastPushed++
+	pa := &pendingAdd{
+		entry:   w.lastPushed,
+		lac:     w.lac,
+		payload: payload,
+		acked:   make([]bool, w.qw),
+		seq:     make([]uint64, w.qw),
+		sentAt:  make([]time.Time, w.qw),
+		cb:      cb,
+	}
+	pa.digest = bookie.Digest(w.id, pa.entry, pa.lac, payload)
+	w.pending = append(w.pending, pa)
+	sends := w.prepareSendsLocked(pa, nil)
+	w.mu.Unlock()
+	w.doSends(sends)
+}
+
+// Append appends payload and waits for its completion. If ctx ends first
+// the outcome is unknown.
+func (w *Writer) Append(ctx context.Context, payload []byte) (int64, error) {
+	type res struct {
+		id  int64
+		err error
+	}
+	ch := make(chan res, 1)
+	w.AppendAsync(payload, func(id int64, err error) { ch <- res{id, err} })
+	select {
+	case r := <-ch:
+		return r.id, r.err
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+func (w *Writer) position(entry int64, slot int) int {
+	return int((entry + int64(slot)) % int64(w.e))
+}
+
+// prepareSendsLocked builds the sends of pa to the slots whose position is
+// healthy; with only != nil, to those positions alone (after a replacement).
+func (w *Writer) prepareSendsLocked(pa *pendingAdd, only map[int]bool) []send {
+	ens := w.meta.LastFragment().Ensemble
+	var out []send
+	for slot := range w.qw {
+		p := w.position(pa.entry, slot)
+		if w.failed[p] && (only == nil || !only[p]) {
+			continue
+		}
+		if only != nil && !only[p] {
+			continue
+		}
+		w.sendSeq++
+		pa.seq[slot] = w.sendSeq
+		pa.sentAt[slot] = time.Now()
+		out = append(out, send{
+			entry: pa.entry, slot: slot, seq: w.sendSeq, ref: ens[p],
+			req: &bookiepb.AddRequest{LedgerId: w.id, EntryId: pa.entry, Lac: pa.lac, Payload: pa.payload, Digest: pa.digest},
+		})
+	}
+	return out
+}
+
+// doSends runs outside w.mu: a send that fails at once calls onResult
+// synchronously.
+func (w *Writer) doSends(sends []send) {
+	for _, s := range sends {
+		conn, err := w.c.conn(s.ref)
+		if err != nil {
+			w.onResult(s.entry, s.slot, s.seq, nil, err)
+			continue
+		}
+		conn.add(s.req, func(resp *bookiepb.AddResponse, err error) {
+			w.onResult(s.entry, s.slot, s.seq, resp, err)
+		})
+	}
+}
+
+func (w *Writer) findLocked(entry int64) *pendingAdd {
+	i := entry - (w.lac + 1)
+	if i < 0 || i >= int64(len(w.pending)) {
+		return nil
+	}
+	return w.pending[i]
+}
+
+// onResult handles a bookie's answer to one add (or the error instead).
+func (w *Writer) onResult(entry int64, slot int, seq uint64, resp *bookiepb.AddResponse, err error) {
+	w.mu.Lock()
+	pa := w.findLocked(entry)
+	if pa == nil || pa.seq[slot] != seq || w.err != nil {
+		w.mu.Unlock() // stale: completed, failed, or re-sent elsewhere since
+		return
+	}
+	pa.seq[slot] = 0
+	p := w.position(entry, slot)
+	switch {
+	case err == nil && resp.Status == bookiepb.Status_OK:
+		if !pa.acked[slot] {
+			pa.acked[slot] = true
+			pa.nacked++
+		}
+		w.completeLocked()
+	case err == nil && resp.Status == bookiepb.Status_FENCED:
+		w.failLocked(fmt.Errorf("%w: ledger %d fenced on bookie %s", ErrFenced, w.id, w.meta.LastFragment().Ensemble[p].Id))
+	default:
+		reason := err
+		if reason == nil {
+			reason = fmt.Errorf("%s: %s", resp.Status, resp.Message)
+		}
+		w.markFailedLocked(p, reason)
+	}
+	w.mu.Unlock()
+	w.deliver()
+}
+
+// completeLocked completes, in order, every head entry that has its ack
+// quorum, unless an ensemble change is in flight.
+func (w *Writer) completeLocked() {
+	if w.changing {
+		return
+	}
+	n := 0
+	for n < len(w.pending) && w.pending[n].nacked >= w.qa {
+		pa := w.pending[n]
+		w.lac = pa.entry
+		w.length += int64(len(pa.payload))
+		w.compQ = append(w.compQ, completion{cb: pa.cb, entry: pa.entry})
+		n++
+	}
+	if n > 0 {
+		clear(w.pending[:n])
+		w.pending = w.pending[n:]
+		w.cond.Broadcast()
+	}
+}
+
+func (w *Writer) failLocked(err error) {
+	if w.err != nil {
+		return
+	}
+	w.err = err
+	for _, pa := range w.pending {
+		w.compQ = append(w.compQ, completion{cb: pa.cb, entry: -1, err: err})
+	}
+	w.pending = nil
+	w.cond.Broadcast()
+	w.c.cfg.Logger.Warn("ledger writer failed", "ledger", w.id, "err", err)
+}
+
+func (w *Writer) markFailedLocked(p int, reason error) {
+	if w.failed[p] {
+		return
+	}
+	ref := w.meta.LastFragment().Ensemble[p]
+	w.failed[p] = true
+	w.bad[ref.Id] = time.Now()
+	w.c.cfg.Logger.Warn("bookie failed for ledger", "ledger", w.id, "bookie", ref.Id, "position", p, "err", reason)
+	if !w.changing {
+		w.changing = true
+		go w.ensembleChange()
+	}
+}
+
+// deliver runs queued completions in order. Whoever finds the queue
+// non-empty and nobody delivering delivers; callbacks may re-enter the
+// writer.
+func (w *Writer) deliver() {
+	w.mu.Lock()
+	if w.delivering {
+		w.mu.Unlock()
+		return
+	}
+	w.delivering = true
+	for {
+		q := w.compQ
+		w.compQ = nil
+		if len(q) == 0 {
+			w.delivering = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		for _, c := range q {
+			c.cb(c.entry, c.err)
+		}
+		w.mu.Lock()
+	}
+}
+
+// ensembleChange replaces every failed position: a new fragment starting at
+// the first unconfirmed entry (LAC+1), committed to metadata by
+// compare-and-swap BEFORE any pending entry is re-sent to a replacement or
+// completed.
+func (w *Writer) ensembleChange() {
+	deadline := time.Now().Add(w.c.cfg.EnsembleChangeTimeout)
+	backoff := 50 * time.Millisecond
+	for {
+		w.mu.Lock()
+		if w.err != nil {
+			w.changing = false
+			w.mu.Unlock()
+			w.deliver()
+			return
+		}
+		toReplace := make(map[int]bool, len(w.failed))
+		for p := range w.failed {
+			toReplace[p] = true
+		}
+		cur := w.meta
+		start := w.lac + 1
+		exclude := map[string]bool{}
+		for id, at := range w.bad {
+			if time.Since(at) < time.Minute {
+				exclude[id] = true
+			}
+		}
+		w.mu.Unlock()
+
+		newEns, err := w.chooseReplacements(cur.LastFragment().Ensemble, toReplace, exclude)
+		var next Metadata
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			next, err = updateMeta(ctx, w.c.cfg.Store, cur, func(m *metapb.LedgerMetadata) (*metapb.LedgerMetadata, error) {
+				switch m.State {
+				case metapb.LedgerState_OPEN:
+				case metapb.LedgerState_CLOSED:
+					return nil, fmt.Errorf("%w: ledger %d closed by another process", ErrClosed, w.id)
+				default:
+					return nil, fmt.Errorf("%w: ledger %d is being recovered", ErrFenced, w.id)
+				}
+				last := m.Fragments[len(m.Fragments)-1]
+				if last.FirstEntryId == start {
+					last.Ensemble = newEns
+				} else {
+					m.Fragments = append(m.Fragments, &metapb.Fragment{FirstEntryId: start, Ensemble: newEns})
+				}
+				return m, nil
+			})
+			cancel()
+		}
+		if err != nil {
+			if errors.Is(err, ErrFenced) || errors.Is(err, ErrClosed) || errors.Is(err, ErrNoSuchLedger) || time.Now().After(deadline) {
+				w.mu.Lock()
+				w.failLocked(fmt.Errorf("ledger %d: ensemble change: %w", w.id, err))
+				w.changing = false
+				w.mu.Unlock()
+				w.deliver()
+				return
+			}
+			w.c.cfg.Logger.Warn("ensemble change retry", "ledger", w.id, "err", err)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+
+		w.mu.Lock()
+		w.meta = next
+		w.c.cfg.Logger.Info("ensemble changed", "ledger", w.id, "first_entry", start, "ensemble", ensembleString(newEns))
+		var sends []send
+		for _, pa := range w.pending {
+			for slot := range w.qw {
+				if toReplace[w.position(pa.entry, slot)] {
+					if pa.acked[slot] {
+						pa.acked[slot] = false
+						pa.nacked--
+					}
+				}
+			}
+			sends = append(sends, w.prepareSendsLocked(pa, toReplace)...)
+		}
+		for p := range toReplace {
+			delete(w.failed, p)
+		}
+		done := len(w.failed) == 0 || w.err != nil
+		if done {
+			w.changing = false
+			w.completeLocked()
+		}
+		w.mu.Unlock()
+		w.doSends(sends)
+		w.deliver()
+		if done {
+			return
+		}
+	}
+}
+
+// chooseReplacements returns a copy of ens with each position in toReplace
+// filled by rack.Replace under the ledger's placement policy.
+func (w *Writer) chooseReplacements(ens []*metapb.BookieRef, toReplace map[int]bool, exclude map[string]bool) ([]*metapb.BookieRef, error) {
+	cands, byID := w.c.candidates()
+	out := make([]*metapb.BookieRef, len(ens))
+	copy(out, ens)
+	positions := make([]int, 0, len(toReplace))
+	for p := range toReplace {
+		positions = append(positions, p)
+		exclude[ens[p].Id] = true
+	}
+	sort.Ints(positions)
+	rng := w.c.rand()
+	for _, p := range positions {
+		cur := make([]rack.Bookie, len(out))
+		for i, r := range out {
+			cur[i] = toRack(r)
+		}
+		b, _, err := rack.Replace(cands, w.policy, rack.Request{E: w.e, Qw: w.qw, Qa: w.qa, Exclude: exclude, LocalRegion: w.c.cfg.Region, LocalRack: w.c.cfg.Rack}, cur, p, rng)
+		if err != nil {
+			return nil, fmt.Errorf("%w: replace %s: %v", ErrNotEnoughBookies, ens[p].Id, err)
+		}
+		r := byID[b.ID]
+		out[p] = &metapb.BookieRef{Id: r.Id, Addr: r.Addr, Region: r.Region, Rack: r.Rack}
+		exclude[b.ID] = true
+	}
+	return out, nil
+}
+
+// scanTimeouts treats a bookie that has not answered an add within
+// AddTimeout as failed (a paused or partitioned bookie sends no reset).
+func (w *Writer) scanTimeouts() {
+	tick := time.NewTicker(max(w.addTimeout/5, 20*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.stopScan:
+			return
+		case now := <-tick.C:
+			w.mu.Lock()
+			for _, pa := range w.pending {
+				for slot := range w.qw {
+					if pa.seq[slot] != 0 && now.Sub(pa.sentAt[slot]) > w.addTimeout {
+						pa.seq[slot] = 0
+						w.markFailedLocked(w.position(pa.entry, slot), fmt.Errorf("no answer within %s", w.addTimeout))
+					}
+				}
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+// Close waits for pending adds, then closes the ledger in metadata at its
+// LAC. After Close no add is accepted. If the ledger was fenced meanwhile,
+// Close returns ErrFenced and the recovery's result stands.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closing {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closing = true
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	defer stop()
+	for len(w.pending) > 0 && w.err == nil && ctx.Err() == nil {
+		w.cond.Wait()
+	}
+	if ctx.Err() != nil && len(w.pending) > 0 {
+		w.failLocked(fmt.Errorf("%w: close interrupted", ErrClosed))
+	}
+	err := w.err
+	cur, lac, length := w.meta, w.lac, w.length
+	w.mu.Unlock()
+	w.deliver()
+	close(w.stopScan)
+	if err != nil && !errors.Is(err, ErrClosed) {
+		return err
+	}
+	_, err = updateMeta(ctx, w.c.cfg.Store, cur, func(m *metapb.LedgerMetadata) (*metapb.LedgerMetadata, error) {
+		switch m.State {
+		case metapb.LedgerState_OPEN:
+			m.State = metapb.LedgerState_CLOSED
+			m.LastEntryId = lac
+			m.Length = length
+			return m, nil
+		case metapb.LedgerState_CLOSED:
+			if m.LastEntryId == lac {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("%w: ledger %d was closed by recovery at %d (writer LAC %d)", ErrFenced, w.id, m.LastEntryId, lac)
+		default:
+			return nil, fmt.Errorf("%w: ledger %d is being recovered", ErrFenced, w.id)
+		}
+	})
+	return err
+}

@@ -1,0 +1,579 @@
+package bookie
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/meridian-mq/meridian/proto/bookiepb"
+	"github.com/meridian-mq/meridian/proto/metapb"
+)
+
+// identityTimeout bounds the metadata calls of the startup identity check.
+const identityTimeout = 30 * time.Second
+
+// Server is a bookie: the Bookie gRPC service over a Store, its registration
+// in cluster metadata, a disk-usage watchdog and Prometheus metrics.
+//
+// Lifecycle: New (opens the store, checks identity) → Start (listens,
+// registers) → Close. A Server is not restartable after Close.
+type Server struct {
+	bookiepb.UnimplementedBookieServer
+
+	cfg    Config
+	reg    Registry
+	log    *slog.Logger
+	store  *Store
+	cookie *metapb.Cookie
+	m      *metrics
+
+	ctx    context.Context // lives until Close; the registration lease follows it
+	cancel context.CancelFunc
+
+	diskTrigger  chan struct{}
+	diskMu       sync.Mutex // serializes checkDisk
+	diskFull     atomic.Bool
+	diskErrShown bool // guarded by diskMu
+	diskUsed     atomic.Uint64
+	diskTotal    atomic.Uint64
+
+	regMu        sync.Mutex // serializes Register calls
+	registered   bool       // Start registered; guarded by regMu
+	registeredRO bool       // read_only of the last successful Register; guarded by regMu
+	regDirty     bool       // a Register update is due; guarded by regMu
+
+	mu         sync.Mutex
+	started    bool
+	closed     bool
+	advertise  string
+	lis        net.Listener
+	grpcSrv    *grpc.Server
+	httpSrv    *http.Server
+	metricsLis net.Listener
+	wg         sync.WaitGroup
+}
+
+// New opens the bookie's store in cfg.DataDir and runs the identity check
+// against reg (nil: no cluster metadata; the cookie lives on disk only):
+//   - empty data dir, no cookie in metadata: a new bookie, formatted with a
+//     new instance id;
+//   - empty data dir, a cookie in metadata: the disk was wiped; formatted
+//     with a new instance id and every ledger allocated so far in limbo;
+//   - data dir and metadata cookies with different instance ids: refused
+//     (ErrIdentity).
+//
+// New does not listen; see Start.
+func New(cfg Config, reg Registry) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger.With("bookie", cfg.ID)
+	s := &Server{
+		cfg:         cfg,
+		reg:         reg,
+		log:         log,
+		m:           newMetrics(cfg.Region, cfg.Rack, cfg.ID),
+		diskTrigger: make(chan struct{}, 1),
+	}
+	st, err := OpenStore(cfg.DataDir, StoreOptions{
+		FS:                  cfg.fs,
+		MemTableSizeBytes:   cfg.MemTableSizeBytes,
+		GroupCommitMaxDelay: cfg.GroupCommitMaxDelay,
+		GroupCommitMaxBytes: cfg.GroupCommitMaxBytes,
+		Logger:              log,
+		OnCommit:            s.onCommit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.store = st
+	ctx, cancel := context.WithTimeout(context.Background(), identityTimeout)
+	cookie, err := ensureIdentity(ctx, st, cfg.ID, reg, log, time.Now())
+	cancel()
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	s.cookie = cookie
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.checkDisk()
+	return s, nil
+}
+
+// Store returns the server's store (for in-process tools and tests).
+func (s *Server) Store() *Store { return s.store }
+
+// Gatherer returns the server's private metrics registry.
+func (s *Server) Gatherer() prometheus.Gatherer { return s.m.reg }
+
+// Cookie returns the identity the bookie runs with.
+func (s *Server) Cookie() *metapb.Cookie { return s.cookie }
+
+// Addr returns the address the gRPC service listens on ("" before Start).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lis == nil {
+		return ""
+	}
+	return s.lis.Addr().String()
+}
+
+// MetricsAddr returns the address of the metrics HTTP listener ("" if none).
+func (s *Server) MetricsAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.metricsLis == nil {
+		return ""
+	}
+	return s.metricsLis.Addr().String()
+}
+
+// Start listens on cfg.ListenAddr (and cfg.MetricsAddr), serves, and
+// registers the bookie (writable or read-only) in the Registry.
+//
+// Start and Close must not be called concurrently. After a failed Start,
+// call Close.
+func (s *Server) Start() error {
+	if err := s.listen(); err != nil {
+		return err
+	}
+	s.checkDisk()
+	if s.reg != nil {
+		s.regMu.Lock()
+		s.registered = true
+		s.regDirty = true
+		s.regMu.Unlock()
+		if err := s.syncRegistration(); err != nil {
+			return fmt.Errorf("bookie: register: %w", err)
+		}
+	}
+	s.log.Info("bookie: serving", "addr", s.Addr(), "advertise", s.registration().GetAddr(),
+		"instance", s.cookie.GetInstanceId(), "limbo_below_or_at", s.cookie.GetLimboBelowOrAt(), "read_only", s.store.ReadOnly())
+	return nil
+}
+
+// listen starts the listeners, the gRPC and metrics servers and the disk
+// watchdog.
+func (s *Server) listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.started {
+		return errors.New("bookie: server already started")
+	}
+	lis, err := net.Listen("tcp", s.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("bookie: listen on %s: %w", s.cfg.ListenAddr, err)
+	}
+	var mlis net.Listener
+	if s.cfg.MetricsAddr != "" {
+		if mlis, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
+			lis.Close()
+			return fmt.Errorf("bookie: metrics listen on %s: %w", s.cfg.MetricsAddr, err)
+		}
+	}
+	s.advertise = s.cfg.AdvertiseAddr
+	if _, port, _ := net.SplitHostPort(s.advertise); port == "0" {
+		s.advertise = lis.Addr().String()
+	}
+	msgMax := s.cfg.MaxEntryBytes + 1<<20 // payload plus request fields
+	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(msgMax), grpc.MaxSendMsgSize(msgMax))
+	bookiepb.RegisterBookieServer(s.grpcSrv, s)
+	s.lis = lis
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpcSrv.Serve(lis); err != nil {
+			s.log.Error("bookie: grpc serve", "err", err)
+		}
+	}()
+	if mlis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.metricsLis = mlis
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.httpSrv.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("bookie: metrics serve", "err", err)
+			}
+		}()
+	}
+	s.started = true
+	s.wg.Add(1)
+	go s.diskLoop()
+	return nil
+}
+
+func (s *Server) registration() *metapb.BookieRegistration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := &metapb.BookieRegistration{
+		Id:         s.cfg.ID,
+		Addr:       s.advertise,
+		Region:     s.cfg.Region,
+		Rack:       s.cfg.Rack,
+		InstanceId: s.cookie.GetInstanceId(),
+		ReadOnly:   s.store.ReadOnly(),
+	}
+	if s.metricsLis != nil {
+		r.MetricsAddr = s.metricsLis.Addr().String()
+	}
+	return r
+}
+
+// syncRegistration publishes the registration if the read-only state changed
+// since the last successful Register (or one is due).
+func (s *Server) syncRegistration() error {
+	if s.reg == nil {
+		return nil
+	}
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	if !s.registered {
+		return nil
+	}
+	r := s.registration()
+	if !s.regDirty && r.ReadOnly == s.registeredRO {
+		return nil
+	}
+	// The lease lives as long as the context given to Register: the server's.
+	if err := s.reg.Register(s.ctx, r); err != nil {
+		s.regDirty = true
+		s.log.Warn("bookie: registration update failed; will retry", "read_only", r.ReadOnly, "err", err)
+		return err
+	}
+	s.regDirty = false
+	s.registeredRO = r.ReadOnly
+	return nil
+}
+
+// diskLoop checks disk usage every DiskCheckInterval and after commits.
+func (s *Server) diskLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.DiskCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.diskTrigger:
+		}
+		s.refresh()
+	}
+}
+
+// refresh re-checks disk usage and publishes a changed read-only state.
+func (s *Server) refresh() {
+	s.checkDisk()
+	_ = s.syncRegistration()
+}
+
+// onCommit runs on the committer goroutine after each group commit.
+func (s *Server) onCommit(ci CommitInfo) {
+	s.m.onCommit(ci)
+	select {
+	case s.diskTrigger <- struct{}{}:
+	default:
+	}
+}
+
+// checkDisk samples the data directory's filesystem usage and turns the
+// store read-only at or above the threshold (writable again below it).
+func (s *Server) checkDisk() {
+	s.diskMu.Lock()
+	defer s.diskMu.Unlock()
+	usageFn := s.cfg.diskUsage
+	if usageFn == nil {
+		usageFn = func() (vfs.DiskUsage, error) { return s.cfg.fs.GetDiskUsage(s.cfg.DataDir) }
+	}
+	u, err := usageFn()
+	if err != nil || u.TotalBytes == 0 {
+		if !s.diskErrShown {
+			s.diskErrShown = true
+			s.log.Warn("bookie: cannot read disk usage; the read-only watchdog is off until it can", "dir", s.cfg.DataDir, "err", err)
+		}
+		s.m.readOnly.Set(boolGauge(s.store.ReadOnly()))
+		return
+	}
+	s.diskErrShown = false
+	// Space reserved for root counts as used: a non-root bookie cannot use it.
+	used := u.TotalBytes - min(u.AvailBytes, u.TotalBytes)
+	ratio := float64(used) / float64(u.TotalBytes)
+	s.diskUsed.Store(used)
+	s.diskTotal.Store(u.TotalBytes)
+	s.m.diskUsage.Set(ratio)
+	full := ratio >= s.cfg.DiskUsageThreshold
+	if full != s.diskFull.Load() {
+		s.diskFull.Store(full)
+		s.store.SetReadOnly(full)
+		if full {
+			s.log.Warn("bookie: disk usage at or above threshold; turning read-only", "usage", ratio, "threshold", s.cfg.DiskUsageThreshold)
+		} else {
+			s.log.Info("bookie: disk usage below threshold; writable again", "usage", ratio, "threshold", s.cfg.DiskUsageThreshold)
+		}
+	}
+	s.m.readOnly.Set(boolGauge(s.store.ReadOnly()))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Close deregisters the bookie, stops serving (gracefully up to
+// ShutdownTimeout, then cutting the remaining calls) and closes the store
+// after completing its queued operations.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	started := s.started
+	s.mu.Unlock()
+
+	var errs []error
+	if started && s.reg != nil {
+		// Stop registration updates first, so none re-publishes after
+		// Deregister.
+		s.regMu.Lock()
+		s.registered = false
+		s.regMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		if err := s.reg.Deregister(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("bookie: deregister: %w", err))
+		}
+		cancel()
+	}
+	s.cancel()
+	if started {
+		done := make(chan struct{})
+		go func() {
+			s.grpcSrv.GracefulStop()
+			close(done)
+		}()
+		t := time.NewTimer(s.cfg.ShutdownTimeout)
+		select {
+		case <-done:
+		case <-t.C:
+			s.log.Warn("bookie: graceful stop timed out; closing open calls", "timeout", s.cfg.ShutdownTimeout)
+			s.grpcSrv.Stop()
+			<-done
+		}
+		t.Stop()
+		if s.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+			if err := s.httpSrv.Shutdown(ctx); err != nil {
+				_ = s.httpSrv.Close()
+			}
+			cancel()
+		}
+	}
+	s.wg.Wait()
+	if err := s.store.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// statusOf maps a Store error to the wire status. Corruption and "unknown"
+// are checked first: they must never be reported as anything milder.
+func statusOf(err error) bookiepb.Status {
+	switch {
+	case err == nil:
+		return bookiepb.Status_OK
+	case errors.Is(err, ErrCorrupt):
+		return bookiepb.Status_CORRUPT
+	case errors.Is(err, ErrUnknown), errors.Is(err, ErrLimbo):
+		return bookiepb.Status_UNKNOWN
+	case errors.Is(err, ErrFenced):
+		return bookiepb.Status_FENCED
+	case errors.Is(err, ErrReadOnly):
+		return bookiepb.Status_READ_ONLY
+	case errors.Is(err, ErrInvalid):
+		return bookiepb.Status_INVALID
+	case errors.Is(err, ErrNoSuchEntry):
+		return bookiepb.Status_NO_SUCH_ENTRY
+	case errors.Is(err, ErrNoSuchLedger):
+		return bookiepb.Status_NO_SUCH_LEDGER
+	default:
+		return bookiepb.Status_INTERNAL_ERROR
+	}
+}
+
+func errMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// AddEntries serves a stream of adds. The receive loop validates each add and
+// queues it to the committer without waiting; responses are sent by a second
+// goroutine as adds complete, so one stream pipelines many adds (responses
+// may be out of order; the client matches them by request_id). At most
+// MaxInflightPerStream adds of the stream are unanswered at any time.
+func (s *Server) AddEntries(stream grpc.BidiStreamingServer[bookiepb.AddRequest, bookiepb.AddResponse]) error {
+	ctx := stream.Context()
+	n := s.cfg.MaxInflightPerStream
+	sem := make(chan struct{}, n)
+	// Capacity n and the semaphore guarantee a send on resps never blocks,
+	// so the committer's callbacks never wait on a slow client.
+	resps := make(chan *bookiepb.AddResponse, n)
+	sendDone := make(chan error, 1)
+	go func() {
+		var err error
+		for r := range resps {
+			if err == nil {
+				err = stream.Send(r)
+			}
+			<-sem
+		}
+		sendDone <- err
+	}()
+
+	var inflight sync.WaitGroup
+	var recvErr error
+recv:
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				recvErr = err
+			}
+			break
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			recvErr = ctx.Err()
+			break recv
+		}
+		start := time.Now()
+		resp := &bookiepb.AddResponse{RequestId: req.GetRequestId(), LedgerId: req.GetLedgerId(), EntryId: req.GetEntryId()}
+		complete := func(err error) {
+			st := statusOf(err)
+			resp.Status, resp.Message = st, errMessage(err)
+			s.m.adds.WithLabelValues(st.String()).Inc()
+			s.m.addLatency.Observe(time.Since(start).Seconds())
+			resps <- resp
+		}
+		if len(req.GetPayload()) > s.cfg.MaxEntryBytes {
+			complete(fmt.Errorf("%w: payload of %d bytes exceeds max_entry_bytes %d", ErrInvalid, len(req.GetPayload()), s.cfg.MaxEntryBytes))
+			continue
+		}
+		inflight.Add(1)
+		s.store.AddAsync(Entry{
+			LedgerID: req.GetLedgerId(),
+			EntryID:  req.GetEntryId(),
+			LAC:      req.GetLac(),
+			Payload:  req.GetPayload(),
+			Digest:   req.GetDigest(),
+			Recovery: req.GetRecovery(),
+		}, func(err error) {
+			complete(err)
+			inflight.Done()
+		})
+	}
+	inflight.Wait()
+	close(resps)
+	sendErr := <-sendDone
+	if recvErr != nil {
+		return recvErr
+	}
+	return sendErr
+}
+
+// ReadEntry reads one entry; with fence set it first fences the ledger
+// durably (a fence failure is answered, the read is not attempted).
+func (s *Server) ReadEntry(_ context.Context, req *bookiepb.ReadEntryRequest) (*bookiepb.ReadEntryResponse, error) {
+	resp := &bookiepb.ReadEntryResponse{LedgerId: req.GetLedgerId(), EntryId: req.GetEntryId()}
+	if req.GetFence() {
+		if _, err := s.fence(req.GetLedgerId()); err != nil {
+			resp.Status, resp.Message = statusOf(err), err.Error()
+			s.m.reads.WithLabelValues(resp.Status.String()).Inc()
+			return resp, nil
+		}
+	}
+	lac, payload, digest, err := s.store.Read(req.GetLedgerId(), req.GetEntryId())
+	resp.Status, resp.Message = statusOf(err), errMessage(err)
+	if err == nil {
+		resp.Lac, resp.Payload, resp.Digest = lac, payload, digest
+	} else if resp.Status == bookiepb.Status_CORRUPT || resp.Status == bookiepb.Status_INTERNAL_ERROR {
+		s.log.Error("bookie: read failed", "ledger", req.GetLedgerId(), "entry", req.GetEntryId(), "status", resp.Status, "err", err)
+	}
+	s.m.reads.WithLabelValues(resp.Status.String()).Inc()
+	return resp, nil
+}
+
+// ReadLac returns the ledger's LAC and last entry; with fence set it fences
+// the ledger durably first and answers with the state at the fence.
+func (s *Server) ReadLac(_ context.Context, req *bookiepb.ReadLacRequest) (*bookiepb.ReadLacResponse, error) {
+	resp := &bookiepb.ReadLacResponse{Lac: -1, LastEntryId: -1}
+	if req.GetFence() {
+		r, err := s.fence(req.GetLedgerId())
+		switch {
+		case err != nil:
+			resp.Status, resp.Message = statusOf(err), err.Error()
+		case r.Limbo:
+			// Fenced durably, but what this bookie has is not authoritative.
+			resp.Status = bookiepb.Status_UNKNOWN
+			resp.Message = fmt.Sprintf("ledger %d is in limbo here (data may have been lost); fenced", req.GetLedgerId())
+			resp.Lac, resp.LastEntryId, resp.Fenced = r.LAC, r.LastEntryID, true
+		default:
+			resp.Lac, resp.LastEntryId, resp.Fenced = r.LAC, r.LastEntryID, true
+		}
+		s.m.reads.WithLabelValues(resp.Status.String()).Inc()
+		return resp, nil
+	}
+	lac, last, fenced, err := s.store.ReadLac(req.GetLedgerId())
+	resp.Status, resp.Message = statusOf(err), errMessage(err)
+	resp.Lac, resp.LastEntryId, resp.Fenced = lac, last, fenced
+	s.m.reads.WithLabelValues(resp.Status.String()).Inc()
+	return resp, nil
+}
+
+func (s *Server) fence(ledgerID int64) (FenceResult, error) {
+	r, err := s.store.Fence(ledgerID)
+	// Failures are counted, not logged one by one: a broken store fails every
+	// fence, and the store logged the cause once.
+	s.m.fences.WithLabelValues(statusOf(err).String()).Inc()
+	return r, err
+}
+
+// Info describes the bookie.
+func (s *Server) Info(context.Context, *bookiepb.InfoRequest) (*bookiepb.InfoResponse, error) {
+	return &bookiepb.InfoResponse{
+		BookieId:       s.cfg.ID,
+		InstanceId:     s.cookie.GetInstanceId(),
+		Region:         s.cfg.Region,
+		Rack:           s.cfg.Rack,
+		ReadOnly:       s.store.ReadOnly(),
+		DiskUsedBytes:  s.diskUsed.Load(),
+		DiskTotalBytes: s.diskTotal.Load(),
+		FormatVersion:  FormatVersion,
+		Limbo:          s.cookie.GetLimboBelowOrAt() > 0,
+	}, nil
+}

@@ -1,0 +1,937 @@
+package bookie
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meridian-mq/meridian/proto/metapb"
+)
+
+// Errors returned by the Store (and mapped to bookiepb.Status by the
+// Server). Each is wrapped with details; test with errors.Is.
+var (
+	// ErrNoSuchEntry: the store is authoritative that it never stored the
+	// entry (the ledger is known here, the entry is not).
+	ErrNoSuchEntry = errors.New("bookie: no such entry")
+	// ErrNoSuchLedger: the store is authoritative that it holds nothing of
+	// the ledger (no entry, no fence record), and the ledger is not in limbo.
+	ErrNoSuchLedger = errors.New("bookie: no such ledger")
+	// ErrFenced: a normal add to a fenced ledger. For the writer the outcome
+	// of its add is unknown: the ledger is being recovered by someone else.
+	ErrFenced = errors.New("bookie: ledger fenced")
+	// ErrReadOnly: the store accepts no adds (disk usage over the threshold,
+	// or a commit failed). Reads keep working.
+	ErrReadOnly = errors.New("bookie: read-only")
+	// ErrCorrupt: a stored entry failed its digest (or Pebble reported
+	// corruption), or an add's payload did not match its digest. Never
+	// reported as "no such entry" (BookKeeper #2908).
+	ErrCorrupt = errors.New("bookie: entry corrupt")
+	// ErrUnknown: the store cannot tell whether it held the entry: the
+	// ledger is in limbo (this data directory was formatted after the ledger
+	// was created, so data may have been lost), or the entry's add failed to
+	// commit. Never treat as "absent".
+	ErrUnknown = errors.New("bookie: entry state unknown")
+	// ErrLimbo: a normal add to a ledger in limbo. The writer must treat this
+	// bookie as failed and replace it; recovery adds are accepted.
+	ErrLimbo = errors.New("bookie: ledger in limbo, normal adds refused")
+	// ErrInvalid: a malformed request (negative ids, oversized payload) or an
+	// add that would replace an entry with different content.
+	ErrInvalid = errors.New("bookie: invalid request")
+	// ErrClosed: the store is closed.
+	ErrClosed = errors.New("bookie: store closed")
+)
+
+// Entry is one add: what the writer sent.
+type Entry struct {
+	LedgerID int64
+	EntryID  int64
+	// LAC is the writer's last-add-confirmed piggybacked on this entry; -1
+	// when nothing is confirmed yet.
+	LAC     int64
+	Payload []byte
+	// Digest is Digest(LedgerID, EntryID, LAC, Payload) as computed by the
+	// writer; the store verifies it before accepting the add.
+	Digest uint32
+	// Recovery marks a recovery add: accepted on fenced and limbo ledgers.
+	Recovery bool
+}
+
+// FenceResult is a ledger's state at the fence's position in the commit
+// order: every add queued before the fence is included, none queued after.
+type FenceResult struct {
+	// LAC is the maximum LAC piggybacked on the ledger's stored adds, -1 if
+	// none.
+	LAC int64
+	// LastEntryID is the highest entry id stored, -1 if none.
+	LastEntryID int64
+	// Limbo is set when the ledger is in limbo: LAC and LastEntryID are then
+	// not authoritative (entries may have been lost with a wiped disk).
+	Limbo bool
+}
+
+// Stats are cumulative counters of the committer.
+type Stats struct {
+	// GroupCommits is the number of synced Pebble batches committed.
+	GroupCommits uint64
+	// EntriesCommitted is the number of adds written by those commits.
+	EntriesCommitted uint64
+	// BytesCommitted is the size of those batches (keys, values, headers).
+	BytesCommitted uint64
+}
+
+// CommitInfo describes one group commit, for metrics.
+type CommitInfo struct {
+	Entries  int
+	Bytes    int
+	Duration time.Duration
+	// Err is non-nil when the commit failed (the store turned read-only).
+	Err error
+}
+
+// StoreOptions configures OpenStore. Zero values take the defaults of the
+// matching Config fields.
+type StoreOptions struct {
+	// FS is the filesystem; nil means vfs.Default.
+	FS vfs.FS
+	// MemTableSizeBytes: see Config.MemTableSizeBytes.
+	MemTableSizeBytes int
+	// GroupCommitMaxDelay: see Config.GroupCommitMaxDelay.
+	GroupCommitMaxDelay time.Duration
+	// GroupCommitMaxBytes: see Config.GroupCommitMaxBytes.
+	GroupCommitMaxBytes int
+	// Logger receives Pebble's logs and the store's warnings.
+	Logger *slog.Logger
+	// OnCommit, if set, is called by the committer goroutine after every
+	// group commit attempt, before the batch's adds are completed. It must be
+	// quick and must not call into the Store.
+	OnCommit func(CommitInfo)
+}
+
+// ledgerState is the in-memory view of one ledger. The committer is its only
+// writer; it is loaded from Pebble on first access.
+type ledgerState struct {
+	hasRecord bool // a ledger record is on disk (or in the batch being built)
+	fenced    bool
+	limbo     bool // the limbo flag is on disk; see Store.inLimbo
+	lac       int64
+	lastEntry int64
+}
+
+// Store is a bookie's durable storage of ledger entries on Pebble.
+//
+// All writes (adds, recovery adds, fences) go through one committer goroutine
+// that applies them in queue order to the in-memory ledger state and to one
+// Pebble batch, commits the batch with an fsync, and only then completes
+// them: concurrent adds share an fsync (group commit), and a fence is totally
+// ordered with adds (an add queued before a fence is in the fence's result and
+// durable before the fence is answered; an add queued after it is refused).
+// Reads go straight to Pebble. A Store is safe for concurrent use.
+type Store struct {
+	db   *pebble.DB
+	fs   vfs.FS
+	dir  string
+	opts StoreOptions
+	log  *slog.Logger
+
+	// closeMu guards closed, sending on queue, and every use of db outside
+	// the committer (readers hold it shared while they use db).
+	closeMu       sync.RWMutex
+	closed        bool
+	queue         chan *op
+	committerDone chan struct{}
+
+	limboBelowOrAt atomic.Int64
+	readOnly       atomic.Bool
+
+	mu        sync.Mutex
+	ledgers   map[int64]*ledgerState // only the committer replaces values
+	cookie    *metapb.Cookie
+	failErr   error                 // set once when a commit failed
+	uncertain map[entryKey]struct{} // entries whose add failed to commit
+
+	groupCommits     atomic.Uint64
+	entriesCommitted atomic.Uint64
+	bytesCommitted   atomic.Uint64
+}
+
+type opKind uint8
+
+const (
+	opAdd opKind = iota
+	opFence
+)
+
+type op struct {
+	kind   opKind
+	ledger int64
+	e      Entry  // opAdd
+	value  []byte // opAdd: encoded value
+	done   func(FenceResult, error)
+
+	// Set by the committer while building the batch.
+	res     FenceResult
+	err     error
+	written bool // opAdd: the batch holds this op's write
+}
+
+// OpenStore opens (or, for an absent or empty directory, creates) the store
+// in dir. It refuses a directory that holds anything else than a bookie
+// store, and a bookie store of a format version it does not know.
+func OpenStore(dir string, opts StoreOptions) (*Store, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.MemTableSizeBytes == 0 {
+		opts.MemTableSizeBytes = DefaultMemTableSizeBytes
+	}
+	if opts.GroupCommitMaxBytes == 0 {
+		opts.GroupCommitMaxBytes = DefaultGroupCommitMaxBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	fs := opts.FS
+
+	names, err := fs.List(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		names = nil
+	case err != nil:
+		return nil, fmt.Errorf("bookie: data dir %s: %w", dir, err)
+	}
+	fresh := len(names) == 0
+	if !fresh && !looksLikePebble(names) {
+		return nil, fmt.Errorf("bookie: data dir %s is not empty and does not hold a bookie store (found %s); refusing to use it",
+			dir, strings.Join(firstN(names, 5), ", "))
+	}
+	if fresh {
+		if err := fs.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("bookie: create data dir %s: %w", dir, err)
+		}
+	}
+	db, err := pebble.Open(dir, pebbleOptions(fs, opts.MemTableSizeBytes, !fresh, opts.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("bookie: open pebble store in %s: %w", dir, err)
+	}
+	s := &Store{
+		db:            db,
+		fs:            fs,
+		dir:           dir,
+		opts:          opts,
+		log:           opts.Logger,
+		queue:         make(chan *op, queueLen),
+		committerDone: make(chan struct{}),
+		ledgers:       make(map[int64]*ledgerState),
+		uncertain:     make(map[entryKey]struct{}),
+	}
+	if err := s.checkFormat(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.loadCookie(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	go s.run()
+	return s, nil
+}
+
+func looksLikePebble(names []string) bool {
+	for _, n := range names {
+		if strings.HasPrefix(n, "MANIFEST-") || strings.HasPrefix(n, "marker.manifest.") {
+			return true
+		}
+	}
+	return false
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], "...")
+	}
+	return s
+}
+
+// checkFormat verifies the format version key, writing it into a store that
+// has no key at all (new, or a crash happened before the key was written).
+func (s *Store) checkFormat() error {
+	v, closer, err := s.db.Get(keyFormatVersion)
+	switch {
+	case err == nil:
+		defer closer.Close()
+		if len(v) != 4 {
+			return fmt.Errorf("bookie: data dir %s: format version record is %d bytes, want 4; this bookie supports format version %d", s.dir, len(v), FormatVersion)
+		}
+		if got := binary.BigEndian.Uint32(v); got != FormatVersion {
+			return fmt.Errorf("bookie: data dir %s has format version %d; this bookie supports format version %d only", s.dir, got, FormatVersion)
+		}
+		return nil
+	case errors.Is(err, pebble.ErrNotFound):
+		empty, err := s.isEmpty()
+		if err != nil {
+			return err
+		}
+		if !empty {
+			return fmt.Errorf("bookie: data dir %s holds a Pebble store without a bookie format version (found none; this bookie supports format version %d): not a bookie store", s.dir, FormatVersion)
+		}
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], FormatVersion)
+		if err := s.db.Set(keyFormatVersion, b[:], pebble.Sync); err != nil {
+			return fmt.Errorf("bookie: write format version in %s: %w", s.dir, err)
+		}
+		return nil
+	default:
+		return fmt.Errorf("bookie: read format version in %s: %w", s.dir, markCorruption(err))
+	}
+}
+
+func (s *Store) isEmpty() (bool, error) {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return false, err
+	}
+	has := it.First()
+	if err := it.Close(); err != nil {
+		return false, markCorruption(err)
+	}
+	return !has, nil
+}
+
+func (s *Store) loadCookie() error {
+	v, closer, err := s.db.Get(keyCookie)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bookie: read cookie in %s: %w", s.dir, markCorruption(err))
+	}
+	defer closer.Close()
+	c := &metapb.Cookie{}
+	if err := proto.Unmarshal(v, c); err != nil {
+		return fmt.Errorf("bookie: data dir %s: cookie does not decode: %w", s.dir, errors.Join(ErrCorrupt, err))
+	}
+	s.cookie = c
+	s.limboBelowOrAt.Store(c.GetLimboBelowOrAt())
+	return nil
+}
+
+// Cookie returns a copy of the cookie stored in the data directory.
+func (s *Store) Cookie() (*metapb.Cookie, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cookie == nil {
+		return nil, false
+	}
+	return proto.Clone(s.cookie).(*metapb.Cookie), true
+}
+
+// SetCookie durably stores the cookie. Its limbo_below_or_at takes effect at
+// once. It is meant for startup, before the store serves requests.
+func (s *Store) SetCookie(c *metapb.Cookie) error {
+	b, err := proto.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("bookie: encode cookie: %w", err)
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.db.Set(keyCookie, b, pebble.Sync); err != nil {
+		return fmt.Errorf("bookie: write cookie in %s: %w", s.dir, err)
+	}
+	s.mu.Lock()
+	s.cookie = proto.Clone(c).(*metapb.Cookie)
+	s.mu.Unlock()
+	s.limboBelowOrAt.Store(c.GetLimboBelowOrAt())
+	return nil
+}
+
+// LimboBelowOrAt is the limbo bound of the cookie: ledgers with an id at or
+// below it may have lost data here.
+func (s *Store) LimboBelowOrAt() int64 { return s.limboBelowOrAt.Load() }
+
+// hasLedgerData reports whether any ledger record or entry is stored.
+func (s *Store) hasLedgerData() (bool, error) {
+	for _, p := range []byte{prefixEntry, prefixLedger} {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{p}, UpperBound: []byte{p + 1}})
+		if err != nil {
+			return false, err
+		}
+		has := it.First()
+		if err := it.Close(); err != nil {
+			return false, markCorruption(err)
+		}
+		if has {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// SetReadOnly turns the store read-only (adds fail with ErrReadOnly) or
+// writable again. A store whose commit failed stays read-only.
+func (s *Store) SetReadOnly(ro bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failErr != nil {
+		return
+	}
+	s.readOnly.Store(ro)
+}
+
+// ReadOnly reports whether adds are refused.
+func (s *Store) ReadOnly() bool { return s.readOnly.Load() }
+
+// Failed returns the commit error that turned the store read-only for good,
+// or nil.
+func (s *Store) Failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failErr
+}
+
+// Stats returns the committer's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		GroupCommits:     s.groupCommits.Load(),
+		EntriesCommitted: s.entriesCommitted.Load(),
+		BytesCommitted:   s.bytesCommitted.Load(),
+	}
+}
+
+// validateEntry checks an add before it is queued.
+func validateEntry(e *Entry) error {
+	if e.LedgerID < 0 || e.LedgerID == math.MaxInt64 {
+		return fmt.Errorf("%w: ledger id %d out of range", ErrInvalid, e.LedgerID)
+	}
+	if e.EntryID < 0 || e.EntryID == math.MaxInt64 {
+		return fmt.Errorf("%w: entry id %d out of range", ErrInvalid, e.EntryID)
+	}
+	if e.LAC < -1 || e.LAC >= e.EntryID {
+		return fmt.Errorf("%w: lac %d of entry %d must be in [-1, %d)", ErrInvalid, e.LAC, e.EntryID, e.EntryID)
+	}
+	if d := Digest(e.LedgerID, e.EntryID, e.LAC, e.Payload); d != e.Digest {
+		return fmt.Errorf("%w: add of ledger %d entry %d: digest %08x does not match payload (computed %08x)", ErrCorrupt, e.LedgerID, e.EntryID, e.Digest, d)
+	}
+	return nil
+}
+
+// AddAsync queues an add and calls done exactly once with its outcome: nil
+// only after the entry is durable. done is called from the committer
+// goroutine (or from AddAsync itself when the add is refused before being
+// queued); it must not block. The store keeps no reference to e.Payload after
+// AddAsync returns.
+func (s *Store) AddAsync(e Entry, done func(error)) {
+	if err := validateEntry(&e); err != nil {
+		done(err)
+		return
+	}
+	if s.readOnly.Load() {
+		done(s.readOnlyErr())
+		return
+	}
+	o := &op{
+		kind:   opAdd,
+		ledger: e.LedgerID,
+		e:      e,
+		value:  encodeEntryValue(e.LAC, e.Digest, e.Payload),
+		done:   func(_ FenceResult, err error) { done(err) },
+	}
+	o.e.Payload = nil // the value holds the bytes
+	s.submit(o)
+}
+
+// Add adds an entry and returns once it is durable (nil) or refused.
+func (s *Store) Add(e Entry) error {
+	ch := make(chan error, 1)
+	s.AddAsync(e, func(err error) { ch <- err })
+	return <-ch
+}
+
+// Fence durably marks the ledger fenced: once Fence returns nil, no normal
+// add to the ledger succeeds here, now or after a restart. Fencing is
+// idempotent and never undone. The result is the ledger's state at the
+// fence's position in the commit order.
+func (s *Store) Fence(ledgerID int64) (FenceResult, error) {
+	if ledgerID < 0 || ledgerID == math.MaxInt64 {
+		return FenceResult{}, fmt.Errorf("%w: ledger id %d out of range", ErrInvalid, ledgerID)
+	}
+	type result struct {
+		r   FenceResult
+		err error
+	}
+	ch := make(chan result, 1)
+	s.submit(&op{kind: opFence, ledger: ledgerID, done: func(r FenceResult, err error) { ch <- result{r, err} }})
+	r := <-ch
+	return r.r, r.err
+}
+
+func (s *Store) submit(o *op) {
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		o.done(FenceResult{}, ErrClosed)
+		return
+	}
+	s.queue <- o
+	s.closeMu.RUnlock()
+}
+
+func (s *Store) readOnlyErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failErr != nil {
+		return fmt.Errorf("%w: a commit failed, restart required: %v", ErrReadOnly, s.failErr)
+	}
+	return ErrReadOnly
+}
+
+// Close completes the queued operations, stops the committer and closes
+// Pebble. Later calls fail with ErrClosed.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.queue)
+	s.closeMu.Unlock()
+	<-s.committerDone
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("bookie: close pebble store in %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// run is the committer goroutine.
+func (s *Store) run() {
+	defer close(s.committerDone)
+	var timer *time.Timer
+	batch := make([]*op, 0, 256)
+	for {
+		first, ok := <-s.queue
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], first)
+		size := len(first.value)
+		open := true
+		var deadline <-chan time.Time
+		if s.opts.GroupCommitMaxDelay > 0 {
+			if timer == nil {
+				timer = time.NewTimer(s.opts.GroupCommitMaxDelay)
+			} else {
+				timer.Reset(s.opts.GroupCommitMaxDelay)
+			}
+			deadline = timer.C
+		}
+	gather:
+		for size < s.opts.GroupCommitMaxBytes && len(batch) < maxOpsPerBatch {
+			var o *op
+			select {
+			case o, ok = <-s.queue:
+			default:
+				if deadline == nil {
+					break gather
+				}
+				select {
+				case o, ok = <-s.queue:
+				case <-deadline:
+					deadline = nil
+					break gather
+				}
+			}
+			if !ok {
+				open = false
+				break gather
+			}
+			batch = append(batch, o)
+			size += len(o.value)
+		}
+		if timer != nil && deadline != nil {
+			timer.Stop()
+		}
+		s.commit(batch)
+		clear(batch)
+		if !open {
+			return
+		}
+	}
+}
+
+// commit applies ops in order to the ledger states and one Pebble batch,
+// commits it with fsync, then completes the ops.
+func (s *Store) commit(ops []*op) {
+	b := s.db.NewBatch()
+	defer b.Close()
+	work := make(map[int64]*ledgerState)
+	dirty := make(map[int64]bool)
+	pending := make(map[entryKey][]byte)
+	limbo := s.limboBelowOrAt.Load()
+
+	s.mu.Lock()
+	failErr := s.failErr
+	s.mu.Unlock()
+
+	entries := 0
+	for _, o := range ops {
+		if failErr != nil {
+			o.err = fmt.Errorf("%w: a commit failed, restart required: %v", ErrReadOnly, failErr)
+			continue
+		}
+		st, ok := work[o.ledger]
+		if !ok {
+			base, err := s.ledger(o.ledger)
+			if err != nil {
+				o.err = err
+				continue
+			}
+			st = &base
+			work[o.ledger] = st
+		}
+		inLimbo := st.limbo || o.ledger <= limbo
+		switch o.kind {
+		case opFence:
+			if !st.fenced || !st.hasRecord || inLimbo && !st.limbo {
+				st.fenced, st.hasRecord, st.limbo = true, true, inLimbo
+				dirty[o.ledger] = true
+			}
+			o.res = FenceResult{LAC: st.lac, LastEntryID: st.lastEntry, Limbo: inLimbo}
+		case opAdd:
+			e := &o.e
+			switch {
+			case s.readOnly.Load():
+				o.err = ErrReadOnly
+				continue
+			case inLimbo && !e.Recovery:
+				o.err = fmt.Errorf("%w: ledger %d (limbo covers ledgers <= %d)", ErrLimbo, o.ledger, limbo)
+				continue
+			case st.fenced && !e.Recovery:
+				o.err = fmt.Errorf("%w: ledger %d, add of entry %d refused", ErrFenced, o.ledger, e.EntryID)
+				continue
+			}
+			k := makeEntryKey(o.ledger, e.EntryID)
+			write := true
+			if e.EntryID <= st.lastEntry {
+				existing, found, err := s.existing(pending, k)
+				switch {
+				case err != nil:
+					o.err = err
+					continue
+				case found:
+					write, o.err = s.compareExisting(o, existing)
+					if o.err != nil {
+						continue
+					}
+				}
+			}
+			if write {
+				if err := b.Set(k[:], o.value, nil); err != nil {
+					o.err = fmt.Errorf("bookie: batch set: %w", err)
+					continue
+				}
+				pending[k] = o.value
+				o.written = true
+				entries++
+			}
+			if !st.hasRecord || inLimbo && !st.limbo {
+				st.hasRecord, st.limbo = true, inLimbo
+				dirty[o.ledger] = true
+			}
+			if e.LAC > st.lac {
+				st.lac = e.LAC
+				dirty[o.ledger] = true
+			}
+			if e.EntryID > st.lastEntry {
+				st.lastEntry = e.EntryID
+			}
+		}
+	}
+	for id := range dirty {
+		st := work[id]
+		v := make([]byte, ledgerRecordLen)
+		if st.fenced {
+			v[0] |= flagFenced
+		}
+		if st.limbo {
+			v[0] |= flagLimbo
+		}
+		binary.BigEndian.PutUint64(v[1:], uint64(st.lac))
+		if err := b.Set(ledgerKey(id), v, nil); err != nil {
+			// Cannot happen for an in-memory batch; fail everything to be safe.
+			s.fail(ops, fmt.Errorf("bookie: batch set: %w", err))
+			return
+		}
+	}
+
+	if !b.Empty() {
+		start := time.Now()
+		n := b.Len()
+		err := commitSync(b)
+		info := CommitInfo{Entries: entries, Bytes: n, Duration: time.Since(start), Err: err}
+		if err != nil {
+			if s.opts.OnCommit != nil {
+				s.opts.OnCommit(info)
+			}
+			s.fail(ops, err)
+			return
+		}
+		s.groupCommits.Add(1)
+		s.entriesCommitted.Add(uint64(entries))
+		s.bytesCommitted.Add(uint64(n))
+		if s.opts.OnCommit != nil {
+			s.opts.OnCommit(info)
+		}
+	}
+
+	s.mu.Lock()
+	for id, st := range work {
+		*s.ledgers[id] = *st
+	}
+	s.mu.Unlock()
+	for _, o := range ops {
+		o.done(o.res, o.err)
+	}
+}
+
+// fail handles a failed commit: the store turns read-only for good, the
+// batch's entries become "unknown" (Pebble may or may not have made them
+// durable), and every op that was to succeed fails.
+func (s *Store) fail(ops []*op, cause error) {
+	s.mu.Lock()
+	if s.failErr == nil {
+		s.failErr = cause
+	}
+	for _, o := range ops {
+		if o.written {
+			s.uncertain[makeEntryKey(o.ledger, o.e.EntryID)] = struct{}{}
+		}
+	}
+	s.readOnly.Store(true)
+	s.mu.Unlock()
+	s.log.Error("bookie: group commit failed; the store is read-only until restart", "dir", s.dir, "ops", len(ops), "err", cause)
+	for _, o := range ops {
+		if o.err == nil {
+			o.err = fmt.Errorf("%w: commit failed, the write may or may not be durable: %v", ErrReadOnly, cause)
+		}
+		o.done(FenceResult{}, o.err)
+	}
+}
+
+// existing returns the value stored (or pending in this batch) under k.
+func (s *Store) existing(pending map[entryKey][]byte, k entryKey) ([]byte, bool, error) {
+	if v, ok := pending[k]; ok {
+		return v, true, nil
+	}
+	v, closer, err := s.db.Get(k[:])
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("bookie: read existing entry: %w", markCorruption(err))
+	}
+	defer closer.Close()
+	return bytes.Clone(v), true, nil
+}
+
+// compareExisting decides an add of an entry id already stored: identical
+// content is an idempotent retry (no write), different content is refused,
+// except that a recovery add may replace a stored copy that fails its digest.
+func (s *Store) compareExisting(o *op, existing []byte) (write bool, err error) {
+	lac, digest, payload, derr := decodeEntryValue(existing)
+	e := &o.e
+	newPayload := o.value[entryHeaderLen:]
+	intact := derr == nil && Digest(o.ledger, e.EntryID, lac, payload) == digest
+	switch {
+	case intact && bytes.Equal(payload, newPayload):
+		return false, nil
+	case !intact && e.Recovery:
+		s.log.Warn("bookie: recovery add replaces a corrupt stored entry", "ledger", o.ledger, "entry", e.EntryID)
+		return true, nil
+	case !intact:
+		return false, fmt.Errorf("%w: ledger %d entry %d is stored corrupt; only a recovery add may replace it", ErrCorrupt, o.ledger, e.EntryID)
+	default:
+		return false, fmt.Errorf("%w: ledger %d entry %d is already stored with different content (%d bytes, digest %08x; this add: %d bytes, digest %08x); acknowledged data is never replaced",
+			ErrInvalid, o.ledger, e.EntryID, len(payload), digest, len(newPayload), e.Digest)
+	}
+}
+
+// ledger returns the cached state of a ledger, loading it from Pebble on
+// first access. Callers other than the committer must hold closeMu shared.
+func (s *Store) ledger(id int64) (ledgerState, error) {
+	s.mu.Lock()
+	if st, ok := s.ledgers[id]; ok {
+		s.mu.Unlock()
+		return *st, nil
+	}
+	s.mu.Unlock()
+	loaded, err := s.loadLedger(id)
+	if err != nil {
+		return ledgerState{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Another goroutine (maybe the committer) may have installed it
+	// meanwhile; its copy is at least as new as ours.
+	if st, ok := s.ledgers[id]; ok {
+		return *st, nil
+	}
+	s.ledgers[id] = &loaded
+	return loaded, nil
+}
+
+func (s *Store) loadLedger(id int64) (ledgerState, error) {
+	st := ledgerState{lac: -1, lastEntry: -1}
+	v, closer, err := s.db.Get(ledgerKey(id))
+	switch {
+	case err == nil:
+		if len(v) != ledgerRecordLen {
+			closer.Close()
+			return st, fmt.Errorf("%w: ledger %d record is %d bytes, want %d", ErrCorrupt, id, len(v), ledgerRecordLen)
+		}
+		st.hasRecord = true
+		st.fenced = v[0]&flagFenced != 0
+		st.limbo = v[0]&flagLimbo != 0
+		st.lac = int64(binary.BigEndian.Uint64(v[1:]))
+		closer.Close()
+	case !errors.Is(err, pebble.ErrNotFound):
+		return st, fmt.Errorf("bookie: read ledger %d record: %w", id, markCorruption(err))
+	}
+	lo, hi := makeEntryKey(id, 0), makeEntryKey(id+1, 0)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo[:], UpperBound: hi[:]})
+	if err != nil {
+		return st, fmt.Errorf("bookie: load ledger %d: %w", id, markCorruption(err))
+	}
+	if it.Last() {
+		k := it.Key()
+		st.lastEntry = int64(binary.BigEndian.Uint64(k[9:17]))
+		val, verr := it.ValueAndErr()
+		if verr == nil {
+			var lac int64
+			lac, _, _, verr = decodeEntryValue(val)
+			if verr == nil && lac > st.lac {
+				st.lac = lac
+			}
+		}
+		if verr != nil {
+			_ = it.Close()
+			return st, fmt.Errorf("bookie: load ledger %d last entry %d: %w", id, st.lastEntry, markCorruption(verr))
+		}
+		if !st.hasRecord {
+			// Every ledger with entries has a record (written with its first
+			// entry); its absence means the store was damaged.
+			_ = it.Close()
+			return st, fmt.Errorf("%w: ledger %d has entries but no ledger record", ErrCorrupt, id)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return st, fmt.Errorf("bookie: load ledger %d: %w", id, markCorruption(err))
+	}
+	return st, nil
+}
+
+// inLimbo reports whether the ledger's entries may have been lost here.
+func (s *Store) inLimbo(id int64, st ledgerState) bool {
+	return st.limbo || id <= s.limboBelowOrAt.Load()
+}
+
+// Read returns a stored entry after verifying its digest. It returns
+// ErrCorrupt when the stored bytes are damaged, ErrUnknown when the ledger is
+// in limbo and the entry is not here (or the entry's add failed to commit),
+// ErrNoSuchLedger / ErrNoSuchEntry only when the store is authoritative.
+// The returned payload is owned by the caller.
+//
+// Read may observe an add whose group commit is still syncing (Pebble makes
+// a batch visible before its fsync returns); that add is not acknowledged
+// yet. Readers that need durable data read up to the LAC, or fence first: a
+// fence completes only after every add queued before it is durable.
+func (s *Store) Read(ledgerID, entryID int64) (lac int64, payload []byte, digest uint32, err error) {
+	if ledgerID < 0 || entryID < 0 {
+		return 0, nil, 0, fmt.Errorf("%w: ledger %d entry %d: negative id", ErrInvalid, ledgerID, entryID)
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return 0, nil, 0, ErrClosed
+	}
+	k := makeEntryKey(ledgerID, entryID)
+	s.mu.Lock()
+	_, uncertain := s.uncertain[k]
+	s.mu.Unlock()
+	if uncertain {
+		return 0, nil, 0, fmt.Errorf("%w: ledger %d entry %d: its add failed to commit", ErrUnknown, ledgerID, entryID)
+	}
+	v, closer, err := s.db.Get(k[:])
+	if err == nil {
+		defer closer.Close()
+		lac, digest, p, derr := decodeEntryValue(v)
+		if derr != nil {
+			return 0, nil, 0, fmt.Errorf("ledger %d entry %d: %w", ledgerID, entryID, derr)
+		}
+		if d := Digest(ledgerID, entryID, lac, p); d != digest {
+			return 0, nil, 0, fmt.Errorf("%w: ledger %d entry %d: stored digest %08x, computed %08x", ErrCorrupt, ledgerID, entryID, digest, d)
+		}
+		return lac, bytes.Clone(p), digest, nil
+	}
+	if !errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil, 0, fmt.Errorf("bookie: read ledger %d entry %d: %w", ledgerID, entryID, markCorruption(err))
+	}
+	st, err := s.ledger(ledgerID)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	switch {
+	case s.inLimbo(ledgerID, st):
+		return 0, nil, 0, fmt.Errorf("%w: ledger %d is in limbo and entry %d is not here", ErrUnknown, ledgerID, entryID)
+	case !st.hasRecord:
+		return 0, nil, 0, fmt.Errorf("%w: ledger %d", ErrNoSuchLedger, ledgerID)
+	default:
+		return 0, nil, 0, fmt.Errorf("%w: ledger %d entry %d", ErrNoSuchEntry, ledgerID, entryID)
+	}
+}
+
+// ReadLac returns the maximum LAC piggybacked on the ledger's stored adds and
+// its highest stored entry id (-1 when none), and whether it is fenced. For a
+// ledger in limbo it returns ErrUnknown (with the values it has, which are
+// only lower bounds).
+func (s *Store) ReadLac(ledgerID int64) (lac, lastEntryID int64, fenced bool, err error) {
+	if ledgerID < 0 {
+		return -1, -1, false, fmt.Errorf("%w: ledger %d: negative id", ErrInvalid, ledgerID)
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return -1, -1, false, ErrClosed
+	}
+	st, err := s.ledger(ledgerID)
+	if err != nil {
+		return -1, -1, false, err
+	}
+	switch {
+	case s.inLimbo(ledgerID, st):
+		return st.lac, st.lastEntry, st.fenced, fmt.Errorf("%w: ledger %d is in limbo", ErrUnknown, ledgerID)
+	case !st.hasRecord:
+		return -1, -1, false, fmt.Errorf("%w: ledger %d", ErrNoSuchLedger, ledgerID)
+	}
+	return st.lac, st.lastEntry, st.fenced, nil
+}
+
+var _ io.Closer = (*Store)(nil)
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

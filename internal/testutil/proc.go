@@ -1,0 +1,193 @@
+package testutil
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// MeridianBinary builds cmd/meridian once per test binary and returns its
+// path. Multi-process tests run the real binary, as an operator would.
+func MeridianBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "meridian-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "meridian")
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/meridian")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// Proc is a real OS process started by a test. It is killed (SIGKILL) when
+// the test ends if still running.
+type Proc struct {
+	Name string
+	Args []string
+	t    testing.TB
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+// StartProc starts bin with args; stdout and stderr go to a log file in the
+// test's temp dir (printed when the test fails).
+func StartProc(t testing.TB, name, bin string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, Args: args, t: t}
+	p.start()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			p.dumpLog()
+		}
+	})
+	return p
+}
+
+func (p *Proc) start() {
+	p.t.Helper()
+	bin := MeridianBinary(p.t)
+	logPath := filepath.Join(os.TempDir(), fmt.Sprintf("meridian-%s-%d.log", p.Name, time.Now().UnixNano()))
+	f, err := os.Create(logPath)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	cmd := exec.Command(bin, p.Args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start %s: %v", p.Name, err)
+	}
+	p.mu.Lock()
+	p.cmd, p.log, p.done = cmd, f, make(chan struct{})
+	done := p.done
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+}
+
+// Restart starts the process again with the same arguments (after Kill).
+func (p *Proc) Restart() {
+	p.t.Helper()
+	p.Kill()
+	p.start()
+}
+
+// Kill sends SIGKILL and waits for the process to be gone.
+func (p *Proc) Kill() { p.Signal(syscall.SIGKILL); p.Wait(30 * time.Second) }
+
+// Signal sends sig (SIGKILL, SIGSTOP, SIGCONT, SIGTERM).
+func (p *Proc) Signal(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
+// Wait waits up to d for the process to exit; it reports whether it did.
+func (p *Proc) Wait(d time.Duration) bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// Exited reports whether the process has exited, and its error.
+func (p *Proc) Exited() (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Pid returns the process id.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// LogPath returns the path of the process's output.
+func (p *Proc) LogPath() string { return p.log.Name() }
+
+func (p *Proc) dumpLog() {
+	f, err := os.Open(p.log.Name())
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > 60 {
+		lines = lines[len(lines)-60:]
+	}
+	p.t.Logf("---- last lines of %s (%s) ----", p.Name, p.log.Name())
+	for _, l := range lines {
+		p.t.Log(l)
+	}
+}
+
+// WaitListening waits until addr accepts TCP connections.
+func WaitListening(t testing.TB, addr string, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, addr+" listening", func() bool {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	})
+}
