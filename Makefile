@@ -6,12 +6,12 @@ BIN     := bin/meridian
 PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
-PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto
+PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pulsar.proto proto/mlpb/ml.proto
 
 # Pure packages run with the race detector; multi-process integration tests
 # without it (on 2 cores it slows processes enough to trip timeouts).
-RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/...
-PROC_PKGS := ./bookie/ledger/... ./cmd/...
+RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/... ./broker/codec/
+PROC_PKGS := ./bookie/ledger/... ./broker/ ./broker/mledger/... ./cmd/...
 
 .PHONY: build run test test-race test-integration bench proto proto-tools lint drill fuzz clean
 
@@ -33,6 +33,7 @@ test-integration:
 FUZZTIME ?= 15s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlace$$' -fuzztime $(FUZZTIME) ./rack/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./broker/codec/
 
 bench: build
 	$(GO) run ./cmd/meridian bench storage --out BENCHMARKS.md

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
@@ -193,7 +194,11 @@ func (s *Server) listen() error {
 		s.advertise = lis.Addr().String()
 	}
 	msgMax := s.cfg.MaxEntryBytes + 1<<20 // payload plus request fields
-	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(msgMax), grpc.MaxSendMsgSize(msgMax))
+	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(msgMax), grpc.MaxSendMsgSize(msgMax),
+		// Ledger clients ping idle connections every 10 s to notice a dead
+		// bookie; gRPC's default policy (5 min) would answer that with
+		// GOAWAY "too_many_pings" and break every add stream.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 	bookiepb.RegisterBookieServer(s.grpcSrv, s)
 	s.lis = lis
 	s.wg.Add(1)
