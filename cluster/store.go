@@ -178,6 +178,25 @@ func (s *Store) Create(ctx context.Context, key string, val []byte) (int64, erro
 	return resp.Header.Revision, nil
 }
 
+// CreateWithLease writes the key bound to a lease only if it does not
+// exist; it returns ErrExists otherwise.
+func (s *Store) CreateWithLease(ctx context.Context, key string, val []byte, lease clientv3.LeaseID) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	k := s.abs(key)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, string(val), clientv3.WithLease(lease))).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("cluster: create %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%w: %s", ErrExists, key)
+	}
+	return resp.Header.Revision, nil
+}
+
 // CAS replaces the key's value only if its mod revision is still modRev. It
 // returns the new mod revision, ErrVersionMismatch if the key changed, or
 // ErrNotFound if it is gone.

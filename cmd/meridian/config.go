@@ -20,6 +20,8 @@ type FileConfig struct {
 	Metadata MetadataConfig `yaml:"metadata"`
 	// Bookie: the storage node role.
 	Bookie bookie.Config `yaml:"bookie"`
+	// Broker: the broker role (`meridian broker`).
+	Broker BrokerFileConfig `yaml:"broker"`
 	// Etcd: the embedded etcd role (`meridian etcd`).
 	Etcd cluster.EtcdConfig `yaml:"etcd"`
 }

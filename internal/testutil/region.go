@@ -3,6 +3,7 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -89,5 +90,43 @@ func (r *Region) WaitRegistered(id string) {
 	Eventually(r.t, 60*time.Second, id+" registered", func() bool {
 		_, err := r.Store.Get(context.Background(), "/bookies/writable/"+id)
 		return err == nil
+	})
+}
+
+// BrokerProc is a broker running as its own OS process (`meridian broker`).
+type BrokerProc struct {
+	*Proc
+	ID, Addr, AdminAddr string
+}
+
+// URL returns the broker's pulsar:// URL.
+func (b *BrokerProc) URL() string { return "pulsar://" + b.Addr }
+
+// AdminURL returns the broker's admin URL.
+func (b *BrokerProc) AdminURL() string { return "http://" + b.AdminAddr }
+
+// AddBroker starts a broker process in the region and waits until its
+// admin API answers.
+func (r *Region) AddBroker(id string, extra ...string) *BrokerProc {
+	r.t.Helper()
+	addr, admin := FreeAddr(r.t), FreeAddr(r.t)
+	args := append([]string{"broker", "--region", r.Name, "--etcd", r.EtcdURL, "--id", id,
+		"--listen", addr, "--admin", admin, "--log-level", "warn"}, extra...)
+	p := StartProc(r.t, id, MeridianBinary(r.t), args...)
+	b := &BrokerProc{Proc: p, ID: id, Addr: addr, AdminAddr: admin}
+	WaitHTTP(r.t, b.AdminURL()+"/admin/v2/tenants", 60*time.Second)
+	return b
+}
+
+// WaitHTTP waits until GET url answers 200.
+func WaitHTTP(t testing.TB, url string, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, url, func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
 	})
 }

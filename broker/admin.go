@@ -1,0 +1,513 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// The admin HTTP API: Pulsar's /admin/v2 paths for what users do first
+// (tenants, namespaces and their policies, topics, partitions, stats,
+// subscriptions, schemas), and /metrics. Errors are JSON {"reason": ...}
+// with Pulsar's status codes (404 not found, 409 exists, 412 not empty or
+// precondition, 400 bad name).
+
+const maxAdminBody = 1 << 20
+
+func (b *Broker) startAdmin() error {
+	lis, err := net.Listen("tcp", b.cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("broker: admin listen %s: %w", b.cfg.AdminAddr, err)
+	}
+	b.adminLis = lis
+	b.adminSrv = &http.Server{Handler: b.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go b.adminSrv.Serve(lis)
+	return nil
+}
+
+// AdminURL returns http://admin-address, or "" when the API is off.
+func (b *Broker) AdminURL() string {
+	if b.adminLis == nil {
+		return ""
+	}
+	return "http://" + b.adminLis.Addr().String()
+}
+
+// AdminHandler returns the admin API's handler.
+func (b *Broker) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(b.metrics.reg, promhttp.HandlerOpts{}))
+	h := func(pattern string, f func(r *http.Request) (any, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)
+			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+			defer cancel()
+			v, err := f(r.WithContext(ctx))
+			writeAdmin(w, v, err)
+		})
+	}
+	// Tenants.
+	h("GET /admin/v2/tenants", func(r *http.Request) (any, error) { return b.meta.ListTenants(r.Context()) })
+	h("GET /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) { return b.meta.GetTenant(r.Context(), r.PathValue("tenant")) })
+	h("PUT /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) {
+		var ti TenantInfo
+		if err := readJSON(r, &ti, true); err != nil {
+			return nil, err
+		}
+		return nil, b.meta.CreateTenant(r.Context(), r.PathValue("tenant"), ti)
+	})
+	h("POST /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) {
+		var ti TenantInfo
+		if err := readJSON(r, &ti, false); err != nil {
+			return nil, err
+		}
+		return nil, b.meta.UpdateTenant(r.Context(), r.PathValue("tenant"), ti)
+	})
+	h("DELETE /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) {
+		return nil, b.meta.DeleteTenant(r.Context(), r.PathValue("tenant"))
+	})
+
+	// Namespaces.
+	ns := func(r *http.Request) string { return r.PathValue("tenant") + "/" + r.PathValue("ns") }
+	h("GET /admin/v2/namespaces/{tenant}", func(r *http.Request) (any, error) {
+		if _, err := b.meta.GetTenant(r.Context(), r.PathValue("tenant")); err != nil {
+			return nil, err
+		}
+		return b.meta.ListNamespaces(r.Context(), r.PathValue("tenant"))
+	})
+	h("PUT /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) {
+		var p Policies
+		if err := readJSON(r, &p, true); err != nil {
+			return nil, err
+		}
+		if len(p.ReplicationClusters) == 0 {
+			p.ReplicationClusters = []string{b.cfg.Cluster}
+		}
+		return nil, b.meta.CreateNamespace(r.Context(), ns(r), p)
+	})
+	h("GET /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return b.meta.GetPolicies(r.Context(), ns(r)) })
+	h("DELETE /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return nil, b.meta.DeleteNamespace(r.Context(), ns(r)) })
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/topics", func(r *http.Request) (any, error) {
+		if _, err := b.meta.GetPolicies(r.Context(), ns(r)); err != nil {
+			return nil, err
+		}
+		return b.meta.ListTopics(r.Context(), ns(r))
+	})
+	policy := func(path string, apply func(*Policies, []byte) error, clear func(*Policies)) {
+		h("POST /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return nil, err
+			}
+			var aerr error
+			err = b.meta.UpdatePolicies(r.Context(), ns(r), func(p *Policies) { aerr = apply(p, body) })
+			if aerr != nil {
+				return nil, aerr
+			}
+			return nil, err
+		})
+		h("DELETE /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
+			return nil, b.meta.UpdatePolicies(r.Context(), ns(r), clear)
+		})
+	}
+	policy("retention", func(p *Policies, body []byte) error {
+		var rt Retention
+		p.Retention = &rt
+		return badRequest(json.Unmarshal(body, &rt))
+	}, func(p *Policies) { p.Retention = nil })
+	policy("messageTTL", func(p *Policies, body []byte) error {
+		return badRequest(json.Unmarshal(body, &p.MessageTTLInSeconds))
+	}, func(p *Policies) { p.MessageTTLInSeconds = 0 })
+	policy("backlogQuota", func(p *Policies, body []byte) error {
+		var q BacklogQuota
+		if err := json.Unmarshal(body, &q); err != nil {
+			return badRequest(err)
+		}
+		switch q.Policy {
+		case "producer_request_hold", "producer_exception", "consumer_backlog_eviction":
+		default:
+			return badRequest(fmt.Errorf("backlog quota policy %q: want producer_request_hold, producer_exception or consumer_backlog_eviction", q.Policy))
+		}
+		if p.BacklogQuotas == nil {
+			p.BacklogQuotas = map[string]BacklogQuota{}
+		}
+		p.BacklogQuotas["destination_storage"] = q
+		return nil
+	}, func(p *Policies) { delete(p.BacklogQuotas, "destination_storage") })
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/backlogQuotaMap", func(r *http.Request) (any, error) {
+		p, err := b.meta.GetPolicies(r.Context(), ns(r))
+		return p.BacklogQuotas, err
+	})
+	policy("deduplication", func(p *Policies, body []byte) error {
+		var v bool
+		p.Deduplication = &v
+		return badRequest(json.Unmarshal(body, &v))
+	}, func(p *Policies) { p.Deduplication = nil })
+	policy("persistence", func(p *Policies, body []byte) error {
+		var v Persistence
+		if err := json.Unmarshal(body, &v); err != nil {
+			return badRequest(err)
+		}
+		if !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1) {
+			return badRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
+		}
+		p.Persistence = &v
+		return nil
+	}, func(p *Policies) { p.Persistence = nil })
+
+	// Topics.
+	topic := func(r *http.Request) (TopicName, error) {
+		return ParseTopic("persistent://" + r.PathValue("tenant") + "/" + r.PathValue("ns") + "/" + r.PathValue("topic"))
+	}
+	h("GET /admin/v2/persistent/{tenant}/{ns}", func(r *http.Request) (any, error) {
+		if _, err := b.meta.GetPolicies(r.Context(), ns(r)); err != nil {
+			return nil, err
+		}
+		return b.meta.ListTopics(r.Context(), ns(r))
+	})
+	h("GET /admin/v2/persistent/{tenant}/{ns}/partitioned", func(r *http.Request) (any, error) {
+		return b.meta.ListPartitioned(r.Context(), ns(r))
+	})
+	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		if ok, err := b.meta.TopicExists(r.Context(), tn); err != nil {
+			return nil, err
+		} else if ok {
+			return nil, fmt.Errorf("%w: topic %s", ErrAlreadyExists, tn)
+		}
+		_, err = b.getTopic(r.Context(), tn.String(), true)
+		return nil, err
+	})
+	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		return nil, b.deleteTopic(r.Context(), tn, r.URL.Query().Get("force") == "true")
+	})
+	partitions := func(create bool) func(r *http.Request) (any, error) {
+		return func(r *http.Request) (any, error) {
+			tn, err := topic(r)
+			if err != nil {
+				return nil, err
+			}
+			var n int
+			if err := readJSON(r, &n, true); err != nil {
+				return nil, err
+			}
+			if _, err := b.meta.GetPolicies(r.Context(), tn.NamespaceName()); err != nil {
+				return nil, err
+			}
+			if create {
+				if ok, _ := b.meta.TopicExists(r.Context(), tn); ok {
+					return nil, fmt.Errorf("%w: a non-partitioned topic %s exists", ErrAlreadyExists, tn)
+				}
+			}
+			if err := b.meta.SetPartitions(r.Context(), tn, n, create); err != nil {
+				return nil, err
+			}
+			for i := 0; i < n; i++ {
+				if err := b.meta.RegisterTopic(r.Context(), tn.PartitionName(i)); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		}
+	}
+	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", partitions(true))
+	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", partitions(false))
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		n, err := b.meta.Partitions(r.Context(), tn)
+		return map[string]int{"partitions": n}, err
+	})
+	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		n, err := b.meta.Partitions(r.Context(), tn)
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; i < n; i++ {
+			if err := b.deleteTopic(r.Context(), tn.PartitionName(i), true); err != nil && !errors.Is(err, ErrNotFound) {
+				return nil, err
+			}
+		}
+		return nil, b.meta.DeletePartitioned(r.Context(), tn)
+	})
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/stats", func(r *http.Request) (any, error) {
+		t, err := b.adminTopic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		return t.stats(), nil
+	})
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", func(r *http.Request) (any, error) {
+		t, err := b.adminTopic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		names := []string{}
+		for _, s := range t.subscriptions() {
+			names = append(names, s.name)
+		}
+		return names, nil
+	})
+	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(r *http.Request) (any, error) {
+		t, err := b.adminTopic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		return nil, t.createSubscription(r.Context(), r.PathValue("sub"))
+	})
+	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(r *http.Request) (any, error) {
+		t, err := b.adminTopic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		if s := t.subscription(r.PathValue("sub")); s != nil && s.consumerCount() > 0 && r.URL.Query().Get("force") != "true" {
+			return nil, fmt.Errorf("%w: subscription %s has consumers", ErrNotEmpty, s.name)
+		} else if s != nil {
+			s.closeConsumers("")
+		}
+		return nil, t.deleteSubscription(r.Context(), r.PathValue("sub"))
+	})
+	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor/{ts}", func(r *http.Request) (any, error) {
+		t, err := b.adminTopic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		ms, err := strconv.ParseInt(r.PathValue("ts"), 10, 64)
+		if err != nil {
+			return nil, badRequest(err)
+		}
+		s := t.subscription(r.PathValue("sub"))
+		if s == nil {
+			return nil, fmt.Errorf("%w: subscription %s", ErrNotFound, r.PathValue("sub"))
+		}
+		if err := s.seekTime(r.Context(), ms); err != nil {
+			return nil, err
+		}
+		s.closeConsumers("")
+		return nil, nil
+	})
+	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		all, err := b.Schemas(r.Context(), tn)
+		if err != nil {
+			return nil, err
+		}
+		if len(all) == 0 || all[len(all)-1].Deleted {
+			return nil, fmt.Errorf("%w: schema of %s", ErrNotFound, tn)
+		}
+		s := all[len(all)-1]
+		return map[string]any{"version": len(all) - 1, "type": strings.ToUpper(s.Type), "data": string(s.Data), "properties": s.Properties}, nil
+	})
+	return mux
+}
+
+// adminTopic loads an existing topic for an admin call.
+func (b *Broker) adminTopic(r *http.Request, topic func(*http.Request) (TopicName, error)) (*Topic, error) {
+	tn, err := topic(r)
+	if err != nil {
+		return nil, err
+	}
+	return b.getTopic(r.Context(), tn.String(), false)
+}
+
+// deleteTopic deletes a topic and its data. Without force it refuses a
+// topic with connected producers or consumers.
+func (b *Broker) deleteTopic(ctx context.Context, tn TopicName, force bool) error {
+	t, err := b.getTopic(ctx, tn.String(), false)
+	if err != nil {
+		return err
+	}
+	if !force {
+		t.mu.Lock()
+		busy := len(t.producers) > 0
+		for _, s := range t.subs {
+			busy = busy || len(s.consumers) > 0
+		}
+		t.mu.Unlock()
+		if busy {
+			return fmt.Errorf("%w: topic %s has connected producers or consumers", ErrNotEmpty, tn)
+		}
+	}
+	if err := t.close(ctx); err != nil {
+		return err
+	}
+	ml, err := mledger.Open(ctx, tn.ManagedLedgerName(), b.cfg.ManagedLedger)
+	if err != nil {
+		return err
+	}
+	if err := ml.Delete(ctx); err != nil {
+		return err
+	}
+	_ = b.cfg.Store.Delete(ctx, t.dedupKey())
+	return b.meta.UnregisterTopic(ctx, tn)
+}
+
+func (t *Topic) subscription(name string) *Subscription {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.subs[name]
+}
+
+// createSubscription creates a durable subscription at the end of the topic.
+func (t *Topic) createSubscription(ctx context.Context, name string) error {
+	if t.subscription(name) != nil {
+		return fmt.Errorf("%w: subscription %s", ErrAlreadyExists, name)
+	}
+	cur, err := t.ml.OpenCursor(ctx, name, mledger.Latest)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.subs[name] == nil {
+		t.subs[name] = newSubscription(t, name, 0, cur, true)
+		t.b.metrics.subscriptions.Inc()
+	}
+	return nil
+}
+
+// TopicStats is the admin stats answer (Pulsar's field names).
+type TopicStats struct {
+	MsgInCounter  int64                        `json:"msgInCounter"`
+	StorageSize   int64                        `json:"storageSize"`
+	Entries       int64                        `json:"entries"`
+	Publishers    []PublisherStats             `json:"publishers"`
+	Subscriptions map[string]SubscriptionStats `json:"subscriptions"`
+}
+
+type PublisherStats struct {
+	ProducerName  string `json:"producerName"`
+	ProducerID    uint64 `json:"producerId"`
+	Address       string `json:"address"`
+	ClientVersion string `json:"clientVersion"`
+}
+
+type SubscriptionStats struct {
+	Type            string          `json:"type"`
+	MsgBacklog      int64           `json:"msgBacklog"`
+	UnackedMessages int             `json:"unackedMessages"`
+	MarkDelete      string          `json:"markDeletePosition"`
+	ReadPosition    string          `json:"readPosition"`
+	Consumers       []ConsumerStats `json:"consumers"`
+}
+
+type ConsumerStats struct {
+	ConsumerName    string `json:"consumerName"`
+	AvailablePermit int    `json:"availablePermits"`
+	Address         string `json:"address"`
+}
+
+func (t *Topic) stats() TopicStats {
+	st := TopicStats{StorageSize: t.ml.TotalSizeBytes(), Entries: t.ml.NumberOfEntries(), Publishers: []PublisherStats{}, Subscriptions: map[string]SubscriptionStats{}}
+	t.mu.Lock()
+	for p := range t.producers {
+		st.Publishers = append(st.Publishers, PublisherStats{ProducerName: p.name, ProducerID: p.id, Address: p.conn.nc.RemoteAddr().String(), ClientVersion: p.conn.clientVersion})
+	}
+	subs := make([]*Subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	st.MsgInCounter = st.Entries
+	for _, s := range subs {
+		s.mu.Lock()
+		ss := SubscriptionStats{Type: s.typ.String(), UnackedMessages: len(s.pending), Consumers: []ConsumerStats{}}
+		for _, c := range s.consumers {
+			ss.Consumers = append(ss.Consumers, ConsumerStats{ConsumerName: c.name, AvailablePermit: c.permits, Address: c.conn.nc.RemoteAddr().String()})
+		}
+		s.mu.Unlock()
+		ss.MsgBacklog = s.cursor.Backlog()
+		ss.MarkDelete = s.cursor.MarkDeleted().String()
+		ss.ReadPosition = s.cursor.ReadPosition().String()
+		st.Subscriptions[s.name] = ss
+	}
+	return st
+}
+
+type httpError struct {
+	code int
+	err  error
+}
+
+func (e httpError) Error() string { return e.err.Error() }
+func (e httpError) Unwrap() error { return e.err }
+
+func badRequest(err error) error {
+	if err == nil {
+		return nil
+	}
+	return httpError{http.StatusBadRequest, err}
+}
+
+func readJSON(r *http.Request, v any, optional bool) error {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return badRequest(err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		if optional {
+			return nil
+		}
+		return badRequest(errors.New("empty body"))
+	}
+	return badRequest(json.Unmarshal(body, v))
+}
+
+func writeAdmin(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		code := http.StatusInternalServerError
+		var he httpError
+		switch {
+		case errors.As(err, &he):
+			code = he.code
+		case errors.Is(err, ErrInvalidName):
+			code = http.StatusBadRequest
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrTopicNotFound):
+			code = http.StatusNotFound
+		case errors.Is(err, ErrAlreadyExists):
+			code = http.StatusConflict
+		case errors.Is(err, ErrNotEmpty), errors.Is(err, ErrConsumerBusy), errors.Is(err, ErrProducerBusy):
+			code = http.StatusPreconditionFailed
+		case errors.Is(err, ErrNotAllowed):
+			code = http.StatusMethodNotAllowed
+		case errors.Is(err, ErrServiceNotReady), errors.Is(err, ErrTopicFenced):
+			code = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(map[string]string{"reason": err.Error()})
+		return
+	}
+	if v == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}

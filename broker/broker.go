@@ -1,0 +1,399 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meridian-mq/meridian/broker/mledger"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+)
+
+// Broker serves the Pulsar protocol for the topics of its region.
+type Broker struct {
+	cfg     Config
+	log     *slog.Logger
+	meta    *Metadata
+	metrics *metrics
+	ctx     context.Context
+	cancel  context.CancelFunc
+	id      string // random per start: generated producer names stay unique
+
+	own       *ownership
+	lis       net.Listener
+	adminSrv  *http.Server
+	adminLis  net.Listener
+	serverURL string
+
+	mu     sync.Mutex
+	topics map[string]*topicSlot
+	conns  map[*conn]struct{}
+	closed bool
+
+	producerSeq atomic.Int64
+	wg          sync.WaitGroup
+}
+
+// topicSlot holds a topic being loaded or loaded.
+type topicSlot struct {
+	ready chan struct{}
+	t     *Topic
+	err   error
+}
+
+// New returns a broker; Start listens.
+func New(cfg Config) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	b := &Broker{
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "broker"),
+		meta:   NewMetadata(cfg.Store),
+		topics: map[string]*topicSlot{},
+		conns:  map[*conn]struct{}{},
+		id:     hex.EncodeToString(rb[:]),
+	}
+	b.metrics = newMetrics(cfg.Cluster, b)
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// Metadata returns the broker's tenants/namespaces store.
+func (b *Broker) Metadata() *Metadata { return b.meta }
+
+// Start creates the default tenant and namespace if missing and listens.
+func (b *Broker) Start() error {
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if err := b.meta.EnsureDefaults(ctx, b.cfg.Cluster); err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", b.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("broker: listen %s: %w", b.cfg.ListenAddr, err)
+	}
+	b.lis = lis
+	adv := b.cfg.AdvertisedAddr
+	if adv == "" {
+		adv = lis.Addr().String()
+	}
+	b.serverURL = "pulsar://" + adv
+	if b.cfg.BrokerID == "" {
+		b.cfg.BrokerID = adv
+	}
+	if b.cfg.AdminAddr != "" {
+		if err := b.startAdmin(); err != nil {
+			lis.Close()
+			return err
+		}
+	}
+	if err := b.startOwnership(ctx); err != nil {
+		lis.Close()
+		if b.adminSrv != nil {
+			b.adminSrv.Close()
+		}
+		return err
+	}
+	b.wg.Add(1)
+	go b.acceptLoop()
+	b.log.Info("broker serving", "pulsar", b.serverURL, "admin", b.AdminURL())
+	return nil
+}
+
+// Addr returns the Pulsar listener's address.
+func (b *Broker) Addr() string { return b.lis.Addr().String() }
+
+// ServiceURL returns pulsar://advertised-address.
+func (b *Broker) ServiceURL() string { return b.serverURL }
+
+func (b *Broker) acceptLoop() {
+	defer b.wg.Done()
+	for {
+		nc, err := b.lis.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			b.log.Warn("accept", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		c := newConn(b, nc)
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			nc.Close()
+			return
+		}
+		b.conns[c] = struct{}{}
+		b.mu.Unlock()
+		b.metrics.connections.Inc()
+		go c.serve()
+	}
+}
+
+func (b *Broker) removeConn(c *conn) {
+	b.mu.Lock()
+	if _, ok := b.conns[c]; ok {
+		delete(b.conns, c)
+		b.metrics.connections.Dec()
+	}
+	b.mu.Unlock()
+}
+
+// Close stops serving: closes client connections, then every topic (its
+// pending appends complete, its cursors are flushed, its ledger closed).
+func (b *Broker) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	conns := make([]*conn, 0, len(b.conns))
+	for c := range b.conns {
+		conns = append(conns, c)
+	}
+	b.mu.Unlock()
+	if b.lis != nil {
+		b.lis.Close()
+	}
+	// Hand every bundle to another broker while client connections are
+	// still open, so clients get CLOSE_PRODUCER/CLOSE_CONSUMER with the new
+	// owner's address and reconnect there without a lookup.
+	b.handOff(ctx)
+	var errs []error
+	for _, t := range b.loadedTopics() {
+		if err := t.close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Let the CLOSE_* frames reach the clients before the sockets close.
+	time.Sleep(100 * time.Millisecond)
+	for _, c := range conns {
+		c.close("broker closing")
+	}
+	if b.adminSrv != nil {
+		b.adminSrv.Close()
+	}
+	if b.own != nil {
+		_ = b.own.lease.Revoke(ctx)
+	}
+	b.cancel()
+	b.wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (b *Broker) loadedTopics() []*Topic {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*Topic
+	for _, s := range b.topics {
+		select {
+		case <-s.ready:
+			if s.t != nil {
+				out = append(out, s.t)
+			}
+		default:
+		}
+	}
+	return out
+}
+
+// partitions answers PARTITIONED_METADATA: 0 for a non-partitioned topic.
+// The namespace must exist.
+func (b *Broker) partitions(ctx context.Context, topic string) (int, error) {
+	tn, err := ParseTopic(topic)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := b.meta.GetPolicies(ctx, tn.NamespaceName()); err != nil {
+		return 0, fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
+	}
+	return b.meta.Partitions(ctx, tn)
+}
+
+// lookup answers LOOKUP with the broker that owns the topic's bundle, or
+// for an unowned bundle the live broker owning the fewest bundles (it
+// acquires the bundle when the client arrives).
+func (b *Broker) lookup(ctx context.Context, topic string) (string, error) {
+	tn, err := ParseTopic(topic)
+	if err != nil {
+		return "", err
+	}
+	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
+	if err != nil {
+		return "", fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
+	}
+	bd := b.bundleFor(pol, tn)
+	if bi, ok, err := b.own.owner(ctx, bd); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+	} else if ok {
+		return bi.ServiceURL, nil
+	}
+	bi, err := b.own.candidate(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+	}
+	return bi.ServiceURL, nil
+}
+
+// getTopic returns the loaded topic, loading (and, with create, creating)
+// it on first use.
+func (b *Broker) getTopic(ctx context.Context, name string, create bool) (*Topic, error) {
+	tn, err := ParseTopic(name)
+	if err != nil {
+		return nil, err
+	}
+	key := tn.String()
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%w: broker closing", ErrServiceNotReady)
+	}
+	s, ok := b.topics[key]
+	if !ok {
+		s = &topicSlot{ready: make(chan struct{})}
+		b.topics[key] = s
+		b.mu.Unlock()
+		s.t, s.err = b.loadTopic(ctx, tn, create)
+		if s.err != nil {
+			b.mu.Lock()
+			delete(b.topics, key)
+			b.mu.Unlock()
+		}
+		close(s.ready)
+	} else {
+		b.mu.Unlock()
+	}
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: loading %s: %v", ErrServiceNotReady, key, ctx.Err())
+	}
+	return s.t, s.err
+}
+
+func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Topic, error) {
+	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
+	if err != nil {
+		return nil, fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
+	}
+	bd := b.bundleFor(pol, tn)
+	if mine, owner, err := b.own.acquire(ctx, bd); err != nil {
+		return nil, fmt.Errorf("%w: bundle %s: %v", ErrServiceNotReady, bd, err)
+	} else if !mine {
+		return nil, fmt.Errorf("%w: bundle %s is owned by %s", ErrTopicFenced, bd, owner.ID)
+	}
+	if tn.Partition < 0 {
+		if n, err := b.meta.Partitions(ctx, tn); err != nil {
+			return nil, err
+		} else if n > 0 {
+			return nil, fmt.Errorf("%w: %s is partitioned (%d partitions): use its partitions", ErrNotAllowed, tn, n)
+		}
+	}
+	exists, err := b.meta.TopicExists(ctx, tn)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		if !create {
+			return nil, fmt.Errorf("%w: %s", ErrTopicNotFound, tn)
+		}
+		if err := b.meta.RegisterTopic(ctx, tn); err != nil {
+			return nil, err
+		}
+	}
+	mlc := b.cfg.ManagedLedger
+	if p := pol.Persistence; p != nil && p.EnsembleSize > 0 {
+		mlc.EnsembleSize, mlc.WriteQuorum, mlc.AckQuorum = p.EnsembleSize, p.WriteQuorum, p.AckQuorum
+	}
+	if r := pol.Retention; r != nil {
+		mlc.RetentionTime = time.Duration(r.RetentionTimeInMinutes) * time.Minute
+		if r.RetentionTimeInMinutes < 0 {
+			mlc.RetentionTime = -1
+		}
+		mlc.RetentionSizeBytes = r.RetentionSizeInMB << 20
+		if r.RetentionSizeInMB < 0 {
+			mlc.RetentionSizeBytes = -1
+		}
+	}
+	ml, err := mledger.Open(ctx, tn.ManagedLedgerName(), mlc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %v", ErrServiceNotReady, tn, err)
+	}
+	t := newTopic(b, tn, ml, pol)
+	if err := t.load(ctx); err != nil {
+		ml.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: load %s: %v", ErrServiceNotReady, tn, err)
+	}
+	b.metrics.topics.Inc()
+	b.log.Info("topic loaded", "topic", tn.String(), "entries", ml.NumberOfEntries())
+	return t, nil
+}
+
+// forgetTopic drops a closed topic from the registry.
+func (b *Broker) forgetTopic(t *Topic) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.topics[t.name.String()]; ok && s.t == t {
+		delete(b.topics, t.name.String())
+		b.metrics.topics.Dec()
+	}
+}
+
+func (b *Broker) newProducerName() string {
+	return fmt.Sprintf("%s-%s-%d", b.cfg.Cluster, b.id, b.producerSeq.Add(1))
+}
+
+func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProducer) (*Producer, int64, error) {
+	t, err := b.getTopic(ctx, m.GetTopic(), true)
+	if err != nil {
+		return nil, 0, err
+	}
+	name := m.GetProducerName()
+	if name == "" {
+		name = b.newProducerName()
+	}
+	p := &Producer{
+		id: m.GetProducerId(), name: name, conn: c, topic: t,
+		exclusive: m.GetProducerAccessMode() != pb.ProducerAccessMode_Shared,
+		pending:   make(chan struct{}, b.cfg.MaxPendingSendsPerProducer),
+	}
+	if m.Schema != nil {
+		v, err := t.schemaFor(ctx, m.Schema)
+		if err != nil {
+			return nil, 0, err
+		}
+		p.schemaVersion = v
+	}
+	last, err := t.addProducer(p)
+	if err != nil {
+		return nil, 0, err
+	}
+	return p, last, nil
+}
+
+func (b *Broker) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe) (*Consumer, error) {
+	create := m.ForceTopicCreation == nil || m.GetForceTopicCreation()
+	t, err := b.getTopic(ctx, m.GetTopic(), create)
+	if err != nil {
+		return nil, err
+	}
+	return t.subscribe(ctx, c, m)
+}

@@ -1,0 +1,106 @@
+package broker
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/meridian-mq/meridian/bookie/ledger"
+	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/cluster"
+)
+
+// Config configures a Broker. Read once by New.
+type Config struct {
+	// Cluster is the region's name, reported as the cluster in admin
+	// answers and used as the default replication cluster. Default
+	// "standalone".
+	Cluster string
+	// ListenAddr is the Pulsar protocol listener. Default "127.0.0.1:6650".
+	ListenAddr string
+	// AdvertisedAddr is the host:port clients are told to connect to (in
+	// lookups). Default: the actual listen address.
+	AdvertisedAddr string
+	// AdminAddr is the admin HTTP API listener ("" = off). Default
+	// "127.0.0.1:8080".
+	AdminAddr string
+	// MaxMessageSize is the largest message accepted, announced to clients
+	// in CONNECTED so they refuse larger ones themselves. Default 5 MiB.
+	MaxMessageSize int
+	// KeepAliveInterval: the broker pings a connection idle for this long
+	// and closes it after twice this long without any frame. The Go client
+	// closes connections silent for 60 s. Default 30s.
+	KeepAliveInterval time.Duration
+	// MaxPendingSendsPerProducer bounds SENDs received but not yet persisted
+	// per producer; past it the broker stops reading the connection (TCP
+	// back-pressure). Default 1000 (the Go client's MaxPendingMessages).
+	MaxPendingSendsPerProducer int
+	// DedupSnapshotInterval: every this many entries a topic writes its
+	// producers' last sequence ids to etcd, bounding the replay on load.
+	// Default 1000.
+	DedupSnapshotInterval int
+
+	// BrokerID identifies this broker in the region (its registration and
+	// the bundles it owns). Default: the advertised address.
+	BrokerID string
+	// OwnershipTTL is the lease behind the broker's registration and bundle
+	// ownership: when the broker dies, its bundles move after at most this
+	// long. Shorter moves topics sooner after a crash; too short and a GC
+	// pause or a busy machine moves them needlessly. Default 10s.
+	OwnershipTTL time.Duration
+
+	// Store is the region's metadata store. Required.
+	Store *cluster.Store
+	// Ledgers is the ledger client. Required.
+	Ledgers *ledger.Client
+	// ManagedLedger is the template of every topic's managed-ledger
+	// config (quorums, rollover, cache); Store and Ledgers are filled in.
+	ManagedLedger mledger.Config
+
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Cluster == "" {
+		c.Cluster = "standalone"
+	}
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:6650"
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = 5 << 20
+	}
+	if c.KeepAliveInterval == 0 {
+		c.KeepAliveInterval = 30 * time.Second
+	}
+	if c.MaxPendingSendsPerProducer == 0 {
+		c.MaxPendingSendsPerProducer = 1000
+	}
+	if c.DedupSnapshotInterval == 0 {
+		c.DedupSnapshotInterval = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.OwnershipTTL == 0 {
+		c.OwnershipTTL = 10 * time.Second
+	}
+	c.ManagedLedger.Store = c.Store
+	c.ManagedLedger.Ledgers = c.Ledgers
+	if c.ManagedLedger.Logger == nil {
+		c.ManagedLedger.Logger = c.Logger
+	}
+	return c
+}
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	if c.Store == nil || c.Ledgers == nil {
+		return errors.New("broker: Config.Store and Config.Ledgers are required")
+	}
+	if c.MaxMessageSize < 0 || c.MaxMessageSize > 100<<20 {
+		return errors.New("broker: MaxMessageSize must be in (0, 100 MiB]")
+	}
+	return nil
+}

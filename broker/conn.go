@@ -1,0 +1,334 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meridian-mq/meridian/broker/codec"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// protocolVersion is the highest Pulsar protocol version this broker speaks.
+const protocolVersion = 20
+
+// conn is one client connection. The reader goroutine decodes frames and
+// handles them in order; the writer goroutine drains the output queue. Its
+// codec is separate (broker/codec) from the state it drives.
+type conn struct {
+	b   *Broker
+	nc  net.Conn
+	log *slog.Logger
+
+	outMu   sync.Mutex
+	outQ    [][]byte
+	outWake chan struct{}
+	closed  chan struct{}
+	once    sync.Once
+
+	lastRecv atomic.Int64 // unix nanos
+
+	mu             sync.Mutex
+	connected      bool
+	clientVersion  string
+	brokerMetaOK   bool
+	producers      map[uint64]*Producer
+	consumers      map[uint64]*Consumer
+	pendingProduce map[uint64]chan struct{} // producer creations in progress, by producer id
+}
+
+func newConn(b *Broker, nc net.Conn) *conn {
+	c := &conn{
+		b: b, nc: nc,
+		log:            b.log.With("remote", nc.RemoteAddr().String()),
+		outWake:        make(chan struct{}, 1),
+		closed:         make(chan struct{}),
+		producers:      map[uint64]*Producer{},
+		consumers:      map[uint64]*Consumer{},
+		pendingProduce: map[uint64]chan struct{}{},
+	}
+	c.lastRecv.Store(time.Now().UnixNano())
+	return c
+}
+
+// serve runs the connection until it closes.
+func (c *conn) serve() {
+	go c.writeLoop()
+	go c.keepAlive()
+	defer c.close("connection ended")
+	dec := codec.NewDecoder(c.nc, c.b.cfg.MaxMessageSize+codec.FramePadding)
+	for {
+		f, err := dec.Next()
+		c.lastRecv.Store(time.Now().UnixNano())
+		switch {
+		case err == nil:
+		case errors.Is(err, codec.ErrFrameTooLarge):
+			// The decoder skipped it; the connection's other producers
+			// keep working. We cannot know which producer sent it, so no
+			// SEND_ERROR (that would make the client resend in a loop).
+			c.b.metrics.rejectedFrames.Inc()
+			c.log.Warn("frame over the size limit skipped", "err", err)
+			continue
+		case errors.Is(err, codec.ErrUnknownCommand):
+			c.b.metrics.rejectedFrames.Inc()
+			c.log.Warn("unknown command skipped", "err", err)
+			continue
+		case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+			return
+		default:
+			c.b.metrics.rejectedFrames.Inc()
+			c.log.Warn("closing connection on a malformed frame", "err", err)
+			return
+		}
+		if !c.handle(f) {
+			return
+		}
+	}
+}
+
+// keepAlive pings an idle client and closes a silent one.
+func (c *conn) keepAlive() {
+	iv := c.b.cfg.KeepAliveInterval
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.closed:
+			return
+		case <-t.C:
+			idle := time.Since(time.Unix(0, c.lastRecv.Load()))
+			if idle > 2*iv {
+				c.log.Info("closing silent connection", "idle", idle)
+				c.close("keepalive timeout")
+				return
+			}
+			if idle > iv {
+				c.send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+			}
+		}
+	}
+}
+
+func (c *conn) writeLoop() {
+	w := bufio.NewWriterSize(c.nc, 64<<10)
+	for {
+		c.outMu.Lock()
+		q := c.outQ
+		c.outQ = nil
+		c.outMu.Unlock()
+		if len(q) == 0 {
+			if err := w.Flush(); err != nil {
+				c.close("write: " + err.Error())
+				return
+			}
+			select {
+			case <-c.outWake:
+				continue
+			case <-c.closed:
+				return
+			}
+		}
+		for _, f := range q {
+			if _, err := w.Write(f); err != nil {
+				c.close("write: " + err.Error())
+				return
+			}
+		}
+	}
+}
+
+func (c *conn) enqueue(frame []byte) {
+	c.outMu.Lock()
+	c.outQ = append(c.outQ, frame)
+	c.outMu.Unlock()
+	select {
+	case c.outWake <- struct{}{}:
+	default:
+	}
+}
+
+// send queues a simple command. Safe from any goroutine.
+func (c *conn) send(cmd *pb.BaseCommand) {
+	f, err := codec.AppendCommand(nil, cmd)
+	if err != nil {
+		c.log.Error("encode command", "type", cmd.GetType(), "err", err)
+		return
+	}
+	c.enqueue(f)
+}
+
+// sendMessage queues a MESSAGE frame with a stored entry's message part.
+func (c *conn) sendMessage(cmd *pb.BaseCommand, publishMs int64, msg []byte) error {
+	var bm *pb.BrokerEntryMetadata
+	if c.brokerMetaOK {
+		bm = &pb.BrokerEntryMetadata{BrokerTimestamp: proto.Uint64(uint64(publishMs))}
+	}
+	f, err := codec.AppendPayloadCommand(nil, cmd, bm, msg)
+	if err != nil {
+		return err
+	}
+	c.enqueue(f)
+	return nil
+}
+
+func (c *conn) close(reason string) {
+	c.once.Do(func() {
+		close(c.closed)
+		c.nc.Close()
+		c.mu.Lock()
+		producers, consumers := c.producers, c.consumers
+		c.producers, c.consumers = map[uint64]*Producer{}, map[uint64]*Consumer{}
+		c.mu.Unlock()
+		for _, p := range producers {
+			p.topic.removeProducer(p)
+		}
+		for _, cs := range consumers {
+			cs.sub.removeConsumer(cs)
+		}
+		c.b.removeConn(c)
+		c.log.Debug("connection closed", "reason", reason)
+	})
+}
+
+func (c *conn) sendError(reqID uint64, err error) {
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+		RequestId: proto.Uint64(reqID), Error: serverError(err).Enum(), Message: proto.String(err.Error()),
+	}})
+}
+
+func (c *conn) sendSuccess(reqID uint64) {
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(reqID)}})
+}
+
+// handle processes one frame; false closes the connection.
+func (c *conn) handle(f codec.Frame) bool {
+	cmd := f.Cmd
+	t := cmd.GetType()
+	c.mu.Lock()
+	connected := c.connected
+	c.mu.Unlock()
+	if !connected && t != pb.BaseCommand_CONNECT {
+		c.log.Warn("command before CONNECT", "type", t)
+		return false
+	}
+	switch t {
+	case pb.BaseCommand_CONNECT:
+		return c.handleConnect(cmd.GetConnect())
+	case pb.BaseCommand_PING:
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
+	case pb.BaseCommand_PONG:
+	case pb.BaseCommand_PARTITIONED_METADATA:
+		go c.handlePartitionedMetadata(cmd.GetPartitionMetadata())
+	case pb.BaseCommand_LOOKUP:
+		go c.handleLookup(cmd.GetLookupTopic())
+	case pb.BaseCommand_PRODUCER:
+		c.handleProducer(cmd.GetProducer())
+	case pb.BaseCommand_SEND:
+		return c.handleSend(cmd.GetSend(), f.Payload)
+	case pb.BaseCommand_CLOSE_PRODUCER:
+		c.handleCloseProducer(cmd.GetCloseProducer())
+	case pb.BaseCommand_SUBSCRIBE:
+		c.handleSubscribe(cmd.GetSubscribe())
+	case pb.BaseCommand_FLOW:
+		if cs := c.consumer(cmd.GetFlow().GetConsumerId()); cs != nil {
+			cs.sub.flow(cs, int(cmd.GetFlow().GetMessagePermits()))
+		}
+	case pb.BaseCommand_ACK:
+		c.handleAck(cmd.GetAck())
+	case pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES:
+		r := cmd.GetRedeliverUnacknowledgedMessages()
+		if cs := c.consumer(r.GetConsumerId()); cs != nil {
+			cs.sub.redeliver(cs, r.GetMessageIds())
+		}
+	case pb.BaseCommand_CLOSE_CONSUMER:
+		c.handleCloseConsumer(cmd.GetCloseConsumer())
+	case pb.BaseCommand_UNSUBSCRIBE:
+		go c.handleUnsubscribe(cmd.GetUnsubscribe())
+	case pb.BaseCommand_SEEK:
+		go c.handleSeek(cmd.GetSeek())
+	case pb.BaseCommand_GET_LAST_MESSAGE_ID:
+		c.handleGetLastMessageID(cmd.GetGetLastMessageId())
+	case pb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
+		go c.handleGetTopics(cmd.GetGetTopicsOfNamespace())
+	case pb.BaseCommand_GET_SCHEMA:
+		go c.handleGetSchema(cmd.GetGetSchema())
+	case pb.BaseCommand_GET_OR_CREATE_SCHEMA:
+		go c.handleGetOrCreateSchema(cmd.GetGetOrCreateSchema())
+	case pb.BaseCommand_CONSUMER_STATS:
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+			RequestId: proto.Uint64(cmd.GetConsumerStats().GetRequestId()), Error: pb.ServerError_NotAllowedError.Enum(),
+			Message: proto.String("consumer stats over the protocol are not supported; use the admin API")}})
+	default:
+		// Answer what carries a request id with an error; never crash or hang.
+		c.log.Info("unsupported command", "type", t)
+		if id, ok := requestIDOf(cmd); ok {
+			c.send(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+				RequestId: proto.Uint64(id), Error: pb.ServerError_NotAllowedError.Enum(),
+				Message: proto.String(fmt.Sprintf("command %s is not supported by this broker", t))}})
+		}
+	}
+	return true
+}
+
+// requestIDOf finds a request_id in an unsupported command's body.
+func requestIDOf(cmd *pb.BaseCommand) (uint64, bool) {
+	var id uint64
+	found := false
+	cmd.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() == nil {
+			return true
+		}
+		m := v.Message()
+		if f := m.Descriptor().Fields().ByName("request_id"); f != nil && m.Has(f) {
+			id, found = m.Get(f).Uint(), true
+			return false
+		}
+		return true
+	})
+	return id, found
+}
+
+func (c *conn) handleConnect(m *pb.CommandConnect) bool {
+	c.mu.Lock()
+	if c.connected {
+		c.mu.Unlock()
+		c.log.Warn("second CONNECT")
+		return false
+	}
+	c.connected = true
+	c.clientVersion = m.GetClientVersion()
+	c.brokerMetaOK = m.GetFeatureFlags().GetSupportsBrokerEntryMetadata()
+	c.mu.Unlock()
+	pv := min(m.GetProtocolVersion(), protocolVersion)
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
+		ServerVersion:   proto.String("Meridian"),
+		ProtocolVersion: proto.Int32(pv),
+		MaxMessageSize:  proto.Int32(int32(c.b.cfg.MaxMessageSize)),
+	}})
+	return true
+}
+
+func (c *conn) consumer(id uint64) *Consumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.consumers[id]
+}
+
+func (c *conn) producer(id uint64) *Producer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.producers[id]
+}
+
+func (c *conn) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.b.ctx, 30*time.Second)
+}

@@ -1,0 +1,54 @@
+package broker
+
+import (
+	"errors"
+
+	"github.com/meridian-mq/meridian/bookie/ledger"
+	"github.com/meridian-mq/meridian/broker/mledger"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+)
+
+// Errors the protocol answers with. Each maps to one ServerError in
+// serverError; the comment says how the Go client reacts.
+var (
+	// ErrTopicNotFound → TopicNotFound: the client gives up for good. Only
+	// for names that are wrong (namespace does not exist, bad name), never
+	// for a standby or moving topic.
+	ErrTopicNotFound = errors.New("topic not found")
+	// ErrProducerBusy → ProducerBusy: an exclusive producer exists; retried.
+	ErrProducerBusy = errors.New("producer busy")
+	// ErrConsumerBusy → ConsumerBusy: an exclusive subscription has a
+	// consumer; retried.
+	ErrConsumerBusy = errors.New("consumer busy")
+	// ErrServiceNotReady → ServiceNotReady: retried (in a lookup it also
+	// closes the connection).
+	ErrServiceNotReady = errors.New("service not ready")
+	// ErrTopicFenced → ServiceNotReady: the topic moved to another broker
+	// or is reloading; the client retries and looks it up again.
+	ErrTopicFenced = errors.New("topic fenced")
+	// ErrNotAllowed → NotAllowed: the client unregisters the producer.
+	ErrNotAllowed = errors.New("not allowed")
+	// ErrPersistence → PersistenceError: the client resends.
+	ErrPersistence = errors.New("persistence error")
+)
+
+// serverError maps an error to the code sent to the client.
+func serverError(err error) pb.ServerError {
+	switch {
+	case errors.Is(err, ErrTopicNotFound), errors.Is(err, ErrInvalidName), errors.Is(err, ErrNotFound):
+		return pb.ServerError_TopicNotFound
+	case errors.Is(err, ErrProducerBusy):
+		return pb.ServerError_ProducerBusy
+	case errors.Is(err, ErrConsumerBusy):
+		return pb.ServerError_ConsumerBusy
+	case errors.Is(err, ErrNotAllowed):
+		return pb.ServerError_NotAllowedError
+	case errors.Is(err, ErrTopicFenced), errors.Is(err, ErrServiceNotReady),
+		errors.Is(err, ledger.ErrFenced), errors.Is(err, mledger.ErrFenced):
+		return pb.ServerError_ServiceNotReady
+	case errors.Is(err, ErrPersistence), errors.Is(err, ledger.ErrNotEnoughBookies):
+		return pb.ServerError_PersistenceError
+	default:
+		return pb.ServerError_UnknownError
+	}
+}

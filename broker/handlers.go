@@ -1,0 +1,273 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/mledger"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"google.golang.org/protobuf/proto"
+)
+
+func (c *conn) handlePartitionedMetadata(m *pb.CommandPartitionedTopicMetadata) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	resp := &pb.CommandPartitionedTopicMetadataResponse{RequestId: proto.Uint64(m.GetRequestId())}
+	n, err := c.b.partitions(ctx, m.GetTopic())
+	if err != nil {
+		resp.Response = pb.CommandPartitionedTopicMetadataResponse_Failed.Enum()
+		resp.Error = serverError(err).Enum()
+		resp.Message = proto.String(err.Error())
+	} else {
+		resp.Partitions = proto.Uint32(uint32(n))
+		resp.Response = pb.CommandPartitionedTopicMetadataResponse_Success.Enum()
+	}
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(), PartitionMetadataResponse: resp})
+}
+
+func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(m.GetRequestId())}
+	url, err := c.b.lookup(ctx, m.GetTopic())
+	if err != nil {
+		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
+		resp.Error = serverError(err).Enum()
+		resp.Message = proto.String(err.Error())
+	} else {
+		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
+		resp.BrokerServiceUrl = proto.String(url)
+		resp.Authoritative = proto.Bool(true)
+	}
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
+}
+
+func (c *conn) handleProducer(m *pb.CommandProducer) {
+	// Creation loads the topic (etcd, bookies): off the reader goroutine,
+	// but SENDs of this producer must wait for it.
+	id := m.GetProducerId()
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.pendingProduce[id] = done
+	c.mu.Unlock()
+	go func() {
+		defer func() {
+			c.mu.Lock()
+			delete(c.pendingProduce, id)
+			c.mu.Unlock()
+			close(done)
+		}()
+		ctx, cancel := c.ctx()
+		defer cancel()
+		p, lastSeq, err := c.b.createProducer(ctx, c, m)
+		if err != nil {
+			c.sendError(m.GetRequestId(), err)
+			return
+		}
+		c.mu.Lock()
+		if old := c.producers[id]; old != nil {
+			c.mu.Unlock()
+			p.topic.removeProducer(p)
+			c.sendError(m.GetRequestId(), fmt.Errorf("%w: producer id %d already in use on this connection", ErrProducerBusy, id))
+			return
+		}
+		c.producers[id] = p
+		c.mu.Unlock()
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
+			RequestId:      proto.Uint64(m.GetRequestId()),
+			ProducerName:   proto.String(p.name),
+			LastSequenceId: proto.Int64(lastSeq),
+			SchemaVersion:  p.schemaVersion,
+			ProducerReady:  proto.Bool(true),
+		}})
+	}()
+}
+
+func (c *conn) handleSend(m *pb.CommandSend, payload []byte) bool {
+	id := m.GetProducerId()
+	c.mu.Lock()
+	p := c.producers[id]
+	wait := c.pendingProduce[id]
+	c.mu.Unlock()
+	if p == nil && wait != nil {
+		<-wait
+		p = c.producer(id)
+	}
+	sendErr := func(code pb.ServerError, msg string) {
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+			ProducerId: proto.Uint64(id), SequenceId: proto.Uint64(m.GetSequenceId()), Error: code.Enum(), Message: proto.String(msg)}})
+	}
+	if p == nil {
+		// The Go client closes the connection on most SEND_ERRORs and
+		// resends; for an unknown producer that is what we want.
+		sendErr(pb.ServerError_NotAllowedError, fmt.Sprintf("no producer %d on this connection", id))
+		return true
+	}
+	if err := codec.VerifyChecksum(payload); err != nil {
+		// Corrupted in flight: close so the client resends intact bytes.
+		c.b.metrics.rejectedFrames.Inc()
+		c.log.Warn("closing connection: message checksum mismatch", "producer", p.name, "err", err)
+		return false
+	}
+	if len(payload) > c.b.cfg.MaxMessageSize+codec.FramePadding {
+		sendErr(pb.ServerError_NotAllowedError, "message too large")
+		return true
+	}
+	p.publish(m, payload)
+	return true
+}
+
+func (c *conn) handleCloseProducer(m *pb.CommandCloseProducer) {
+	c.mu.Lock()
+	p := c.producers[m.GetProducerId()]
+	delete(c.producers, m.GetProducerId())
+	c.mu.Unlock()
+	if p != nil {
+		p.topic.removeProducer(p)
+	}
+	c.sendSuccess(m.GetRequestId())
+}
+
+func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
+	id := m.GetConsumerId()
+	go func() {
+		ctx, cancel := c.ctx()
+		defer cancel()
+		cs, err := c.b.subscribe(ctx, c, m)
+		if err != nil {
+			c.sendError(m.GetRequestId(), err)
+			return
+		}
+		c.mu.Lock()
+		if c.consumers[id] != nil {
+			c.mu.Unlock()
+			cs.sub.removeConsumer(cs)
+			c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer id %d already in use", ErrConsumerBusy, id))
+			return
+		}
+		c.consumers[id] = cs
+		c.mu.Unlock()
+		c.sendSuccess(m.GetRequestId())
+		cs.sub.consumerReady(cs)
+	}()
+}
+
+func positionOf(id *pb.MessageIdData) mledger.Position {
+	return mledger.Position{Ledger: int64(id.GetLedgerId()), Entry: int64(id.GetEntryId())}
+}
+
+func (c *conn) handleAck(m *pb.CommandAck) {
+	cs := c.consumer(m.GetConsumerId())
+	if cs != nil {
+		cs.sub.ack(cs, m)
+	}
+	if m.RequestId != nil {
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_ACK_RESPONSE.Enum(), AckResponse: &pb.CommandAckResponse{
+			ConsumerId: proto.Uint64(m.GetConsumerId()), RequestId: m.RequestId}})
+	}
+}
+
+func (c *conn) handleCloseConsumer(m *pb.CommandCloseConsumer) {
+	c.mu.Lock()
+	cs := c.consumers[m.GetConsumerId()]
+	delete(c.consumers, m.GetConsumerId())
+	c.mu.Unlock()
+	if cs != nil {
+		cs.sub.removeConsumer(cs)
+	}
+	c.sendSuccess(m.GetRequestId())
+}
+
+func (c *conn) handleUnsubscribe(m *pb.CommandUnsubscribe) {
+	cs := c.consumer(m.GetConsumerId())
+	if cs == nil {
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", ErrNotAllowed, m.GetConsumerId()))
+		return
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if err := cs.sub.topic.unsubscribe(ctx, cs); err != nil {
+		c.sendError(m.GetRequestId(), err)
+		return
+	}
+	c.mu.Lock()
+	delete(c.consumers, m.GetConsumerId())
+	c.mu.Unlock()
+	c.sendSuccess(m.GetRequestId())
+}
+
+// handleSeek resets the subscription, answers SUCCESS and then closes the
+// consumer: the Go client pauses dispatch after a seek until it
+// reconnects, as the Java broker disconnects consumers on a cursor reset.
+func (c *conn) handleSeek(m *pb.CommandSeek) {
+	cs := c.consumer(m.GetConsumerId())
+	if cs == nil {
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", ErrNotAllowed, m.GetConsumerId()))
+		return
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var err error
+	if m.MessageId != nil {
+		err = cs.sub.seekTo(ctx, positionOf(m.MessageId), false)
+	} else {
+		err = cs.sub.seekTime(ctx, int64(m.GetMessagePublishTime()))
+	}
+	if err != nil {
+		c.sendError(m.GetRequestId(), err)
+		return
+	}
+	c.sendSuccess(m.GetRequestId())
+	cs.sub.closeConsumers("")
+}
+
+func (c *conn) handleGetLastMessageID(m *pb.CommandGetLastMessageId) {
+	cs := c.consumer(m.GetConsumerId())
+	if cs == nil {
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", ErrNotAllowed, m.GetConsumerId()))
+		return
+	}
+	last := cs.sub.topic.ml.LastConfirmed()
+	md := cs.sub.cursor.MarkDeleted()
+	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(last.Ledger)), EntryId: proto.Uint64(uint64(last.Entry))}
+	if part := cs.sub.topic.name.Partition; part >= 0 {
+		id.Partition = proto.Int32(int32(part))
+	}
+	if last.Entry >= 0 {
+		// The batch index of the last message, so readers with
+		// StartMessageIDInclusive stop at the right message.
+		if n := cs.sub.topic.lastEntryBatchSize(); n > 1 {
+			id.BatchIndex = proto.Int32(int32(n - 1))
+			id.BatchSize = proto.Int32(int32(n))
+		}
+	}
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_GET_LAST_MESSAGE_ID_RESPONSE.Enum(), GetLastMessageIdResponse: &pb.CommandGetLastMessageIdResponse{
+		RequestId:                  proto.Uint64(m.GetRequestId()),
+		LastMessageId:              id,
+		ConsumerMarkDeletePosition: &pb.MessageIdData{LedgerId: proto.Uint64(uint64(md.Ledger)), EntryId: proto.Uint64(uint64(md.Entry))},
+	}})
+}
+
+func (c *conn) handleGetTopics(m *pb.CommandGetTopicsOfNamespace) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	ns := m.GetNamespace()
+	if err := ValidateNamespace(ns); err != nil {
+		c.sendError(m.GetRequestId(), err)
+		return
+	}
+	topics, err := c.b.meta.ListTopics(ctx, ns)
+	if err != nil {
+		c.sendError(m.GetRequestId(), err)
+		return
+	}
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_GET_TOPICS_OF_NAMESPACE_RESPONSE.Enum(), GetTopicsOfNamespaceResponse: &pb.CommandGetTopicsOfNamespaceResponse{
+		RequestId: proto.Uint64(m.GetRequestId()), Topics: topics, Filtered: proto.Bool(false), Changed: proto.Bool(true),
+	}})
+}
+
+func isNotFound(err error) bool {
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrTopicNotFound) || strings.Contains(err.Error(), "not found")
+}

@@ -1,0 +1,475 @@
+package mledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/meridian-mq/meridian/bookie/ledger"
+)
+
+// maxTries bounds how many failed ledgers one append is re-sent across
+// before it fails.
+const maxTries = 3
+
+// AppendAsync appends payload as the next entry. cb runs exactly once, with
+// the entry's position or an error, on the managed ledger's delivery
+// goroutine, in append order; it must not block for long (later callbacks
+// wait behind it) and may call back into the managed ledger. The caller
+// must not modify payload afterwards (it is kept in the tail cache).
+//
+// Failure handling:
+//   - ErrFenced (another owner recovered the ledger): this append and every
+//     later one fail with it; the outcome of the pending ones is unknown.
+//   - any other failure of the ledger writer: the managed ledger recovers
+//     the failed ledger (fence + close at the last entry a replica holds),
+//     then completes each pending append by that result: appends the
+//     ledger holds succeed with their position; the others are certainly
+//     not in the log and are re-sent, in order, to a new ledger (at most
+//     maxTries ledgers). So no append is reported failed while stored, nor
+//     stored twice. If the ledger cannot be recovered within
+//     SwitchTimeout, pending appends fail with ErrFailed (outcome unknown)
+//     and the managed ledger stops accepting appends.
+//   - a payload larger than the ledger client's MaxEntryBytes fails alone
+//     with ledger.ErrTooLarge.
+func (ml *ManagedLedger) AppendAsync(payload []byte, cb func(Position, error)) {
+	op := &appendOp{payload: payload, cb: cb, entry: -1}
+	ml.submitMu.Lock()
+	defer ml.submitMu.Unlock()
+	ml.mu.Lock()
+	if ml.err != nil || ml.closing {
+		err := ml.err
+		if err == nil {
+			err = fmt.Errorf("%w: %s", ErrClosed, ml.name)
+		}
+		if ml.deliverStopped {
+			ml.stats.AppendsFailed++
+			ml.mu.Unlock()
+			cb(Earliest, err)
+			return
+		}
+		op.done, op.err = true, err
+		ml.ops = append(ml.ops, op)
+		ml.signalDeliver()
+		ml.mu.Unlock()
+		return
+	}
+	ml.ops = append(ml.ops, op)
+	hand := ml.placeLocked(op)
+	ml.mu.Unlock()
+	if hand {
+		ml.handOver(op)
+	}
+}
+
+// Append appends payload and waits for the outcome. If ctx ends first the
+// outcome is unknown (the append may still complete).
+func (ml *ManagedLedger) Append(ctx context.Context, payload []byte) (Position, error) {
+	type res struct {
+		p   Position
+		err error
+	}
+	ch := make(chan res, 1)
+	ml.AppendAsync(payload, func(p Position, err error) { ch <- res{p, err} })
+	select {
+	case r := <-ch:
+		return r.p, r.err
+	case <-ctx.Done():
+		return Earliest, ctx.Err()
+	}
+}
+
+// placeLocked decides where op goes: queued behind a ledger switch (false),
+// or handed to the current writer (true, with its entry id assigned).
+// Called with submitMu and mu held.
+func (ml *ManagedLedger) placeLocked(op *appendOp) bool {
+	switch ml.state {
+	case stWriting:
+		cur := ml.cur
+		if r := rollReason(&ml.cfg, cur.submitted, cur.submittedBytes, cur.createdAt, ml.now()); r != "" {
+			ml.queued = append(ml.queued, op)
+			ml.startSwitchLocked(cur, r)
+			return false
+		}
+		op.cur, op.entry = cur, cur.submitted
+		cur.submitted++
+		cur.submittedBytes += int64(len(op.payload))
+		cur.inflight++
+		return true
+	case stNoLedger:
+		ml.queued = append(ml.queued, op)
+		ml.startSwitchLocked(nil, "no ledger")
+		return false
+	default: // stSwitching
+		ml.queued = append(ml.queued, op)
+		return false
+	}
+}
+
+// handOver gives op to its writer. Called with submitMu held (so entry ids
+// follow append order), without mu (the writer may call back at once).
+func (ml *ManagedLedger) handOver(op *appendOp) {
+	w := op.cur.w
+	op.carried = w.LAC()
+	w.AppendAsync(op.payload, func(id int64, err error) { ml.onWriterResult(op, id, err) })
+}
+
+// onWriterResult handles the writer's callback for op.
+func (ml *ManagedLedger) onWriterResult(op *appendOp, id int64, err error) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	cur := op.cur
+	cur.inflight--
+	if cur.inflight == 0 {
+		ml.cond.Broadcast()
+	}
+	if op.done {
+		return // settled already (fenced, closed)
+	}
+	switch {
+	case err == nil:
+		if id != op.entry {
+			ml.log.Error("writer assigned an unexpected entry id", "ledger", cur.id, "want", op.entry, "got", id)
+		}
+		ml.confirmLocked(op, id)
+	case errors.Is(err, ledger.ErrTooLarge):
+		// Refused synchronously, before taking an entry id (we still hold
+		// submitMu): give the id back.
+		if cur.submitted == op.entry+1 {
+			cur.submitted--
+			cur.submittedBytes -= int64(len(op.payload))
+		} else {
+			ml.log.Error("entry refused as too large after later entries were handed over", "ledger", cur.id, "entry", op.entry)
+		}
+		op.done, op.err = true, fmt.Errorf("mledger: %s: %w", ml.name, err)
+	case errors.Is(err, ledger.ErrFenced):
+		ml.fenceLocked(err)
+	default:
+		op.held = err
+		if cur.failed == nil {
+			cur.failed = err
+			ml.log.Warn("ledger writer failed; recovering the ledger to settle pending appends", "ledger", cur.id, "err", err)
+			if ml.state == stWriting && ml.cur == cur {
+				ml.startSwitchLocked(cur, "failure")
+			}
+		}
+	}
+	ml.signalDeliver()
+}
+
+// confirmLocked records op as stored at entry id of its ledger.
+func (ml *ManagedLedger) confirmLocked(op *appendOp, id int64) {
+	cur := op.cur
+	pos := Position{cur.id, id}
+	op.done, op.pos, op.held = true, pos, nil
+	n := int64(len(op.payload))
+	cur.confirmed = max(cur.confirmed, id+1)
+	cur.confirmedBytes += n
+	cur.readableLAC = max(cur.readableLAC, op.carried)
+	if ml.lastConfirmed.Less(pos) {
+		ml.lastConfirmed = pos
+	}
+	ml.entries++
+	ml.sizeBytes += n
+	ml.cache.put(pos, op.payload)
+	ml.cache.evict(ml.pinFromLocked())
+	ml.wakeLocked()
+}
+
+// pinFromLocked is the first position the tail cache must keep: entries of
+// the open ledger above the LAC the bookies know cannot be read from them.
+func (ml *ManagedLedger) pinFromLocked() Position {
+	if c := ml.cur; c != nil && !c.finished {
+		return Position{c.id, c.readableLAC + 1}
+	}
+	return Latest
+}
+
+func (ml *ManagedLedger) signalDeliver() {
+	select {
+	case ml.deliverCh <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLoop runs user callbacks in append order, with no lock held.
+func (ml *ManagedLedger) deliverLoop() {
+	defer close(ml.deliverDone)
+	for {
+		select {
+		case <-ml.deliverCh:
+			ml.deliverReady()
+		case <-ml.stopDeliver:
+			ml.deliverReady()
+			return
+		}
+	}
+}
+
+func (ml *ManagedLedger) deliverReady() {
+	for {
+		ml.mu.Lock()
+		n := 0
+		for n < len(ml.ops) && ml.ops[n].done {
+			if ml.ops[n].err != nil {
+				ml.stats.AppendsFailed++
+			} else {
+				ml.stats.AppendsOK++
+			}
+			n++
+		}
+		batch := append([]*appendOp(nil), ml.ops[:n]...)
+		rest := copy(ml.ops, ml.ops[n:])
+		clear(ml.ops[rest:])
+		ml.ops = ml.ops[:rest]
+		if len(ml.ops) == 0 {
+			ml.cond.Broadcast()
+		}
+		ml.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		for _, op := range batch {
+			if op.err != nil {
+				op.cb(Earliest, op.err)
+			} else {
+				op.cb(op.pos, nil)
+			}
+		}
+	}
+}
+
+func (ml *ManagedLedger) startSwitchLocked(old *curLedger, reason string) {
+	ml.state = stSwitching
+	ml.switching = true
+	ml.bg.Add(1)
+	go ml.switchLedger(old, reason)
+}
+
+// endSwitchLocked marks the switch goroutine done.
+func (ml *ManagedLedger) endSwitchLocked() {
+	ml.switching = false
+	ml.cond.Broadcast()
+}
+
+// switchLedger replaces the current ledger (old, nil when there is none):
+//
+//  1. wait until every append handed to old is with its writer;
+//  2. finish old: close it (rollover), or, if its writer failed, recover it
+//     and settle the held appends (finishOld);
+//  3. create the next ledger;
+//  4. compare-and-swap the list (old closed with its final size, the new
+//     one appended); a lost CAS means another owner: fenced;
+//  5. only then hand the queued appends, in order, to the new ledger.
+func (ml *ManagedLedger) switchLedger(old *curLedger, reason string) {
+	defer ml.bg.Done()
+	// 1. Appends placed before the switch started are handed over under
+	// submitMu: once we hold it, they are all with the writer.
+	//lint:ignore SA2001 a barrier, not a critical section
+	ml.submitMu.Lock()
+	ml.submitMu.Unlock()
+
+	// Each step (closing the old ledger, recovering it, creating and
+	// recording the next) has its own SwitchTimeout.
+	if old != nil {
+		if err := ml.finishOld(old, reason); err != nil {
+			ml.mu.Lock()
+			ml.endSwitchLocked()
+			ml.mu.Unlock()
+			return
+		}
+	}
+
+	ml.mu.Lock()
+	if ml.err != nil || (ml.closing && len(ml.queued) == 0) {
+		if ml.err == nil {
+			ml.state = stNoLedger
+		}
+		ml.endSwitchLocked()
+		ml.mu.Unlock()
+		return
+	}
+	ml.mu.Unlock()
+
+	// 3. Create the next ledger.
+	ctx, cancel := context.WithTimeout(context.Background(), ml.cfg.SwitchTimeout)
+	defer cancel()
+	w, err := retry(ctx, func(ctx context.Context) (*ledger.Writer, error) { return ml.lc.Create(ctx, ml.createOptions()) })
+	if err != nil {
+		ml.switchFailed(fmt.Errorf("mledger: %s: create ledger: %w", ml.name, err))
+		return
+	}
+	createdAt := ml.now()
+	// 4. Record it.
+	if err := ml.commitNewLedger(ctx, w.ID(), createdAt); err != nil {
+		ml.discardLedger(w)
+		if errors.Is(err, ErrFenced) {
+			ml.mu.Lock()
+			ml.terminateLocked(stFenced, err)
+			ml.endSwitchLocked()
+			ml.mu.Unlock()
+			return
+		}
+		ml.switchFailed(err)
+		return
+	}
+	// 5. Serve.
+	ml.submitMu.Lock()
+	defer ml.submitMu.Unlock()
+	ml.mu.Lock()
+	if ml.err != nil {
+		ml.endSwitchLocked()
+		ml.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Close(ctx)
+		return
+	}
+	ml.cur = &curLedger{id: w.ID(), w: w, createdAt: createdAt, readableLAC: -1}
+	ml.state = stWriting
+	ml.rebuildViewLocked()
+	if old != nil && reason != "failure" {
+		ml.stats.Rollovers++
+	}
+	ml.endSwitchLocked()
+	q := ml.queued
+	ml.queued = nil
+	ml.log.Info("ledger switched", "reason", reason, "ledger", w.ID(), "queued", len(q))
+	ml.mu.Unlock()
+	for i, op := range q {
+		ml.mu.Lock()
+		if op.done { // settled by a termination meanwhile
+			ml.mu.Unlock()
+			continue
+		}
+		if ml.err != nil {
+			ml.mu.Unlock()
+			break
+		}
+		if !ml.placeLocked(op) {
+			// The new ledger is already full: the rest waits for the next
+			// switch, ahead of anything appended since.
+			ml.queued = append(ml.queued, q[i+1:]...)
+			ml.mu.Unlock()
+			break
+		}
+		ml.mu.Unlock()
+		ml.handOver(op)
+	}
+	ml.trimAsync()
+}
+
+// finishOld closes old (a rollover) or, if its writer failed, recovers it
+// and settles the appends held by the failure. On a fatal error it
+// terminates the managed ledger and returns the error.
+func (ml *ManagedLedger) finishOld(old *curLedger, reason string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ml.cfg.SwitchTimeout)
+	err := old.w.Close(ctx)
+	cancel()
+	last := int64(-1)
+	switch {
+	case err == nil:
+		last = old.w.LAC()
+	case errors.Is(err, ledger.ErrFenced):
+		ml.fence(err)
+		return err
+	default:
+		cause := err
+		ml.log.Warn("recovering failed ledger", "ledger", old.id, "err", cause)
+		ctx, cancel := context.WithTimeout(context.Background(), ml.cfg.SwitchTimeout)
+		defer cancel()
+		rd, err := retry(ctx, func(ctx context.Context) (*ledger.Reader, error) { return ml.lc.Recover(ctx, old.id) })
+		if err != nil {
+			ml.mu.Lock()
+			defer ml.mu.Unlock()
+			e := fmt.Errorf("%w: %s: ledger %d failed (%v) and could not be recovered: %w", ErrFailed, ml.name, old.id, cause, err)
+			ml.terminateLocked(stFailed, e)
+			return e
+		}
+		last = rd.LastEntry()
+	}
+
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	// Every callback of old's writer has run once inflight is 0 (a closed
+	// or failed writer completes or fails all its adds).
+	for old.inflight > 0 && ml.err == nil {
+		ml.cond.Wait()
+	}
+	if ml.err != nil {
+		return ml.err
+	}
+	if last+1 < old.confirmed {
+		e := fmt.Errorf("%w: %s: ledger %d closed at entry %d below its confirmed entries (%d)", ErrFailed, ml.name, old.id, last, old.confirmed)
+		ml.log.Error("acknowledged entries missing from a closed ledger", "err", e)
+		ml.terminateLocked(stFailed, e)
+		return e
+	}
+	if reason == "failure" || old.failed != nil {
+		ml.stats.LedgerFailures++
+	}
+	var resend []*appendOp
+	for _, op := range ml.ops {
+		if op.cur != old || op.done {
+			continue
+		}
+		if op.entry >= 0 && op.entry <= last {
+			ml.confirmLocked(op, op.entry) // the recovered ledger holds it
+			continue
+		}
+		// Recovery closed the ledger before this entry: it is certainly
+		// not in the log, so sending it again cannot duplicate it.
+		op.tries++
+		if op.tries >= maxTries {
+			op.done, op.err = true, fmt.Errorf("mledger: %s: append failed on %d ledgers: %w", ml.name, op.tries, op.held)
+			continue
+		}
+		op.cur, op.entry, op.held = nil, -1, nil
+		resend = append(resend, op)
+		ml.stats.AppendsResent++
+	}
+	ml.queued = append(resend, ml.queued...)
+	old.confirmed = last + 1
+	ml.finishLedgerLocked(old)
+	ml.signalDeliver()
+	return nil
+}
+
+// switchFailed fails the queued appends with err; the next append starts
+// another switch.
+func (ml *ManagedLedger) switchFailed(err error) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	ml.log.Warn("ledger switch failed; queued appends fail", "queued", len(ml.queued), "err", err)
+	for _, op := range ml.queued {
+		if !op.done {
+			op.done, op.err = true, err
+		}
+	}
+	ml.queued = nil
+	if ml.err == nil {
+		ml.state = stNoLedger
+	}
+	ml.signalDeliver()
+	ml.endSwitchLocked()
+}
+
+// retry calls f with backoff until it succeeds or ctx ends.
+func retry[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		v, err := f(actx)
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}

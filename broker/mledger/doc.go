@@ -1,0 +1,110 @@
+// Package mledger is the managed ledger: a topic's log built from ledgers
+// (bookie/ledger), with durable cursors, in the manner of Pulsar's
+// ManagedLedger. It owns the list of ledgers that make up the log, the
+// rollover from one ledger to the next, trimming by cursors and retention,
+// the tail cache, and the cursor records. It knows entries and positions,
+// never messages, producers or subscriptions' dispatch (broker/ does).
+//
+// # Key layout (relative to the region store's prefix)
+//
+//	/managed-ledgers/<name>/info              ManagedLedgerInfo (proto/mlpb)
+//	/managed-ledgers/<name>/cursors/<cursor>  CursorInfo, one per durable cursor
+//
+// <name> and <cursor> are escaped with EscapeName: every byte outside
+// [A-Za-z0-9._-] becomes %XX, so a name is one key segment ('/' is %2F)
+// and distinct names never collide or nest:
+// "public/default/persistent/my-topic" → "public%2Fdefault%2Fpersistent%2Fmy-topic".
+// The ledgers themselves keep their metadata under /ledgers/ (bookie/ledger);
+// each carries the custom field managed-ledger=<name>.
+//
+// The info record lists the ledgers in order with, for each closed one,
+// its entry count, payload size, creation and close times. The last ledger
+// is the one being written; its counts are recorded when it is closed.
+//
+// # Takeover ("ledgers into a log")
+//
+// One owner writes a managed ledger at a time; Open takes over from the
+// previous owner, alive or dead:
+//
+//  1. Read the info record (create it if absent) and claim it: rewrite it by
+//     compare-and-swap with its owner epoch incremented. Every write of an
+//     owner compares the record's mod revision, so from here on the previous
+//     owner can no longer roll over, trim or write cursor records; in
+//     particular it cannot append one more ledger to the list behind the
+//     new owner's back (without the claim, an owner that keeps rolling over
+//     could win every later CAS and starve the new one).
+//  2. Recover every ledger the record does not mark closed, normally only
+//     the last one: ledger.Client.Recover fences it on its bookies and
+//     closes it at the last entry that may have been acknowledged. From
+//     then on the previous owner's appends fail (ErrFenced). Recover the
+//     last ledger BEFORE creating the next: otherwise the old owner could
+//     still append to a ledger the new owner has already counted.
+//  3. Create a new ledger.
+//  4. Compare-and-swap the record: recovered ledgers with their final
+//     counts (empty ones dropped), the new ledger appended. Serve appends
+//     only AFTER this CAS: a process whose CAS lost does not own the log.
+//     On a lost CAS (at 1 or 4) the new ledger is deleted and Open starts
+//     again once from fresh metadata; a second loss is ErrConcurrentOpen.
+//     A loser that retries takes over from the winner: ownership is
+//     arbitrated above this package (topic ownership); this protocol only
+//     guarantees that at most one owner can append and that no
+//     acknowledged entry is lost.
+//
+// Rollover uses the same order: stop handing appends to the current
+// ledger, close it (its writer waits for its pending appends), create the
+// next one, CAS the record (the closed ledger's final counts and the new
+// ledger), and only then hand the queued appends to the new ledger. So every
+// ledger but the last is closed in its own metadata before it stops being
+// the last of the list, and a new owner only ever needs to recover the
+// last one. Every write of an owner (the info CAS, and each cursor record,
+// written in a transaction that also compares the info record's mod
+// revision) fails once another owner has claimed the info record: the old
+// owner is fenced for acknowledgements as well as for appends.
+//
+// # Appends
+//
+// Callbacks run in append order on one delivery goroutine. A fenced ledger
+// fences the managed ledger (ErrFenced; the broker closes the topic). Any
+// other writer failure is settled exactly: the failed ledger is recovered,
+// appends it holds succeed with their positions, the others — certainly
+// not in the log — are re-sent in order to a new ledger; nothing is
+// reported failed while stored or stored twice (see AppendAsync).
+//
+// # Cursors and what survives a crash
+//
+// A durable cursor's record holds its mark-delete position (everything at
+// or before it acknowledged), its individually acknowledged ranges above
+// it, and small properties. Changes are batched: a record is written at
+// most once per CursorPersistInterval (default 100ms), or at once by
+// Cursor.Flush, ResetTo and Close. Bounds after a crash of the owner:
+//   - acknowledgements of at most the last CursorPersistInterval (plus the
+//     write in flight) are lost, and their entries redelivered — never
+//     skipped;
+//   - at most MaxPersistedAckRanges ranges are persisted (the lowest);
+//     acknowledgements in ranges beyond are lost on restart and
+//     redelivered.
+//
+// Trimming deletes whole ledgers, oldest first, once every durable
+// cursor's persisted mark-delete position is past them and retention no
+// longer keeps them (Trim). Non-durable cursors (readers) hold nothing
+// back.
+//
+// # Sizes
+//
+// Entry counts are exact. Sizes are exact for ledgers this process wrote;
+// a ledger recovered from a dead owner takes the size its metadata records,
+// which ledger recovery does not set (0), so TotalSizeBytes and retention
+// by size under-count such ledgers (erring towards keeping data).
+//
+// # Callers
+//
+//  1. Open the managed ledger when the broker acquires the topic.
+//  2. AppendAsync entries; read with ReadEntries or cursors; wait for new
+//     entries with Notify.
+//  3. OpenCursor per subscription; Ack / AckCumulative as consumers
+//     acknowledge; Rewind on consumer reconnect; ResetTo to seek.
+//  4. Call Trim periodically if retention by time must expire on idle
+//     topics (it also runs after rollovers and cursor flushes).
+//  5. On ErrFenced or ErrFailed, close the topic. Close the managed ledger
+//     when the broker releases the topic; Delete to remove it.
+package mledger

@@ -1,0 +1,725 @@
+package mledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/meridian-mq/meridian/bookie/ledger"
+	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/proto/mlpb"
+)
+
+// Errors of the managed ledger; match with errors.Is.
+var (
+	// ErrFenced: another owner took the managed ledger over (it recovered
+	// this owner's ledger, or changed its records in etcd). Appends that
+	// fail with it have an unknown outcome: the new owner may or may not
+	// have kept them. The broker closes the topic; clients reconnect to the
+	// new owner and resend (it deduplicates).
+	ErrFenced = errors.New("mledger: fenced: another owner took over")
+	// ErrClosed: the managed ledger was closed.
+	ErrClosed = errors.New("mledger: closed")
+	// ErrConcurrentOpen: Open lost the compare-and-swap of the ledger list
+	// twice: another process is opening or writing the same managed ledger.
+	ErrConcurrentOpen = errors.New("mledger: concurrent open")
+	// ErrFailed: after its ledger failed, the managed ledger could not
+	// establish which appends it holds (the ledger could not be recovered
+	// within SwitchTimeout). Pending appends failed with an unknown
+	// outcome; close it and Open it again (Open recovers the ledger).
+	ErrFailed = errors.New("mledger: failed")
+	// ErrNoSuchCursor: DeleteCursor of a cursor that does not exist.
+	ErrNoSuchCursor = errors.New("mledger: no such cursor")
+)
+
+// Entry is one entry read back. Data is shared with the tail cache: the
+// caller must not modify it.
+type Entry struct {
+	Pos  Position
+	Data []byte
+}
+
+// LedgerInfo describes one ledger of the log.
+type LedgerInfo struct {
+	ID int64
+	// Entries and SizeBytes: final once Closed; for the ledger being
+	// written, what is confirmed so far. SizeBytes of a ledger recovered
+	// from a dead owner is what the ledger metadata records (see the
+	// package doc, "Sizes").
+	Entries, SizeBytes int64
+	CreatedAt          time.Time
+	// ClosedAt: when the ledger was closed (retention by time counts from
+	// it); zero while open.
+	ClosedAt time.Time
+	Closed   bool
+}
+
+// Stats are counters of one managed ledger since Open.
+type Stats struct {
+	Entries, SizeBytes int64
+	Ledgers            int
+	CurrentLedger      int64 // 0 while no ledger is writable
+	LastConfirmed      Position
+	AppendsOK          int64
+	AppendsFailed      int64
+	// AppendsResent: appends whose ledger failed before they were
+	// confirmed and that recovery proved absent from it, re-sent to the
+	// next ledger (no error reached the caller).
+	AppendsResent int64
+	// CacheHits: entries served from the tail cache; CacheMisses: entries
+	// read from bookies.
+	CacheHits, CacheMisses int64
+	CacheEntries           int
+	CacheSizeBytes         int64
+	// Rollovers: ledger switches for size, entry count or age.
+	Rollovers int64
+	// LedgerFailures: ledgers abandoned after a writer failure (recovered,
+	// then replaced by a new one).
+	LedgerFailures int64
+	TrimmedLedgers int64
+	CursorWrites   int64
+	Fenced         bool
+}
+
+type mlState int
+
+const (
+	stWriting   mlState = iota // cur is writable
+	stSwitching                // a switch goroutine is replacing cur; appends queue
+	stNoLedger                 // the last switch could not create a ledger; the next append retries
+	stFenced                   // terminal: another owner
+	stFailed                   // terminal: outcome of appends unknown
+	stClosed                   // terminal: closed
+)
+
+// curLedger is the ledger being written.
+type curLedger struct {
+	id        int64
+	w         *ledger.Writer
+	createdAt time.Time
+	// submitted/submittedBytes: entry ids handed out (the writer assigns
+	// the same ids, in the same order: submissions are serialized).
+	submitted, submittedBytes int64
+	// confirmed/confirmedBytes: LAC+1 and the bytes up to it.
+	confirmed, confirmedBytes int64
+	// inflight: ops handed to the writer whose callback has not run.
+	inflight int
+	// failed: the writer's first non-fencing error.
+	failed error
+	// readableLAC: a lower bound of the LAC the bookies know (piggybacked
+	// on later adds); entries above it can only be read from the cache.
+	readableLAC int64
+	// finished: closed (or recovered) by the switch; no longer open.
+	finished bool
+}
+
+// appendOp is one AppendAsync call.
+type appendOp struct {
+	payload []byte
+	cb      func(Position, error)
+	cur     *curLedger // the ledger it was handed to, nil while queued
+	entry   int64      // the entry id it was handed as
+	carried int64      // the writer's LAC when it was handed over
+	held    error      // failed by a writer failure; outcome pending recovery
+	tries   int
+	done    bool
+	pos     Position
+	err     error
+}
+
+// ManagedLedger is a topic's log: a list of ledgers, the last one written,
+// plus durable cursors. Safe for concurrent use.
+type ManagedLedger struct {
+	name  string
+	cfg   Config
+	store *cluster.Store
+	lc    *ledger.Client
+	log   *slog.Logger
+
+	// Lock order: cursor.persistMu → metaMu → submitMu → mu; cursor.mu →
+	// mu. Writer callbacks take only mu; user callbacks run on the
+	// delivery goroutine with no lock held.
+
+	// metaMu serializes this owner's etcd writes (ledger list CAS, cursor
+	// records) and guards infoRev and changes of ledgers.
+	metaMu  sync.Mutex
+	infoRev int64
+	epoch   uint64 // owner epoch written by this owner's takeover
+
+	// submitMu orders hand-overs to the writer: entry ids follow append
+	// order.
+	submitMu sync.Mutex
+
+	mu            sync.Mutex
+	cond          *sync.Cond
+	state         mlState
+	err           error // terminal error (stFenced, stFailed, stClosed)
+	closing       bool  // Close called: new appends fail
+	switching     bool  // a switch goroutine is running
+	ledgers       []LedgerInfo
+	v             *view
+	cur           *curLedger
+	queued        []*appendOp // waiting for a switch, append order
+	ops           []*appendOp // not yet delivered, append order
+	lastConfirmed Position
+	entries       int64
+	sizeBytes     int64
+	notifyCh      chan struct{}
+	cache         tailCache
+	readers       map[int64]*ledger.Reader
+	stats         Stats
+
+	cursorsMu sync.Mutex
+	cursors   map[string]*Cursor
+	trimMu    sync.Mutex // one trim (or cursor creation) at a time
+
+	flushMu      sync.Mutex
+	flushTimer   *time.Timer
+	flushPending bool
+	flushStopped bool
+
+	deliverStopped bool // under mu: callbacks run synchronously now
+	deliverCh      chan struct{}
+	stopDeliver    chan struct{}
+	deliverDone    chan struct{}
+	bg             sync.WaitGroup
+}
+
+// Open opens the managed ledger name, creating it if it does not exist, and
+// takes it over from any previous owner (see the package doc, "Takeover"):
+//
+//  1. read the ledger list, and claim it: rewrite it by compare-and-swap
+//     with the owner epoch incremented. From then on every write of a
+//     previous owner (a rollover, a trim, a cursor record) fails, so it
+//     can no longer extend the list;
+//  2. recover every ledger not recorded as closed (normally the last one):
+//     fence it and close it at its last entry, so a previous owner still
+//     alive can no longer append;
+//  3. create a new ledger;
+//  4. compare-and-swap the list (recovered ledgers' counts, empty ones
+//     dropped, the new one appended);
+//  5. only then serve: appends go to the new ledger.
+//
+// If a compare-and-swap loses (the previous owner changed the list before
+// the claim, or another process claimed it since), the new ledger is
+// deleted and Open starts again once from fresh metadata, so it takes over
+// from whoever won; a second loss returns ErrConcurrentOpen.
+func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) {
+	if name == "" {
+		return nil, errors.New("mledger: empty name")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ml := &ManagedLedger{
+		name:        name,
+		cfg:         cfg,
+		store:       cfg.Store,
+		lc:          cfg.Ledgers,
+		log:         cfg.Logger.With("ml", name),
+		readers:     map[int64]*ledger.Reader{},
+		cursors:     map[string]*Cursor{},
+		deliverCh:   make(chan struct{}, 1),
+		stopDeliver: make(chan struct{}),
+		deliverDone: make(chan struct{}),
+	}
+	ml.cond = sync.NewCond(&ml.mu)
+	ml.cache.max = cfg.CacheSizeBytes
+	for attempt := 0; ; attempt++ {
+		err = ml.takeOver(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errLostRace) {
+			return nil, err
+		}
+		if attempt == 1 {
+			return nil, fmt.Errorf("%w: %s: %v", ErrConcurrentOpen, name, err)
+		}
+		ml.log.Info("lost the ledger-list CAS at open; retrying from fresh metadata", "err", err)
+	}
+	if err := ml.loadCursors(ctx); err != nil {
+		ml.abandon()
+		return nil, err
+	}
+	go ml.deliverLoop()
+	return ml, nil
+}
+
+var errLostRace = errors.New("ledger list changed concurrently")
+
+const mlpbActive = mlpb.ManagedLedgerState_ML_ACTIVE
+
+func isFenced(err error) bool { return errors.Is(err, ErrFenced) }
+
+func (ml *ManagedLedger) now() time.Time { return ml.cfg.Clock() }
+
+func (ml *ManagedLedger) createOptions() ledger.CreateOptions {
+	return ledger.CreateOptions{
+		EnsembleSize: ml.cfg.EnsembleSize, WriteQuorum: ml.cfg.WriteQuorum, AckQuorum: ml.cfg.AckQuorum,
+		Placement: ml.cfg.Placement,
+		Custom:    map[string]string{"managed-ledger": ml.name},
+	}
+}
+
+// takeOver runs steps 1-4 of Open once.
+func (ml *ManagedLedger) takeOver(ctx context.Context) error {
+	key := infoKey(ml.name)
+	var rec infoRecord
+	var rev int64
+	kv, err := ml.store.Get(ctx, key)
+	switch {
+	case errors.Is(err, cluster.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("mledger: %s: read ledger list: %w", ml.name, err)
+	default:
+		if rec, err = decodeInfo(key, kv.Value); err != nil {
+			return err
+		}
+		rev = kv.ModRevision
+		if rec.state == mlpb.ManagedLedgerState_ML_DELETING {
+			ml.log.Info("finishing an interrupted delete before re-creating")
+			if err := ml.deleteAll(ctx, rec.ledgers); err != nil {
+				return err
+			}
+			rec, rev = infoRecord{epoch: rec.epoch}, 0
+		}
+	}
+
+	// 1. Claim: bump the owner epoch by compare-and-swap.
+	rec.state = mlpb.ManagedLedgerState_ML_ACTIVE
+	rec.epoch++
+	b, err := encodeInfo(rec)
+	if err != nil {
+		return err
+	}
+	if rev == 0 {
+		rev, err = ml.store.Create(ctx, key, b)
+	} else {
+		rev, err = ml.store.CAS(ctx, key, b, rev)
+	}
+	if err != nil {
+		if errors.Is(err, cluster.ErrExists) || errors.Is(err, cluster.ErrVersionMismatch) || errors.Is(err, cluster.ErrNotFound) {
+			return fmt.Errorf("%w: claim: %v", errLostRace, err)
+		}
+		return fmt.Errorf("mledger: %s: claim ledger list: %w", ml.name, err)
+	}
+
+	// 2. Recover (fence + close) every ledger the list does not record as
+	// closed: a previous owner may still be writing it.
+	ls := rec.ledgers
+	for i := range ls {
+		if ls[i].Closed {
+			continue
+		}
+		rd, err := ml.lc.Recover(ctx, ls[i].ID)
+		if err != nil {
+			return fmt.Errorf("mledger: %s: recover ledger %d: %w", ml.name, ls[i].ID, err)
+		}
+		ls[i].Entries = rd.LastEntry() + 1
+		ls[i].SizeBytes = rd.Metadata().Meta.Length
+		ls[i].Closed = true
+		ls[i].ClosedAt = ml.now()
+		ml.log.Info("recovered ledger at takeover", "ledger", ls[i].ID, "entries", ls[i].Entries)
+	}
+	keep := make([]LedgerInfo, 0, len(ls)+1)
+	var drop []int64
+	for _, l := range ls {
+		if l.Entries == 0 {
+			drop = append(drop, l.ID)
+			continue
+		}
+		keep = append(keep, l)
+	}
+
+	// 3. Create the next ledger.
+	w, err := ml.lc.Create(ctx, ml.createOptions())
+	if err != nil {
+		return fmt.Errorf("mledger: %s: create ledger: %w", ml.name, err)
+	}
+	now := ml.now()
+	list := append(keep, LedgerInfo{ID: w.ID(), CreatedAt: now})
+	// 4. Record it.
+	rec.ledgers = list
+	if b, err = encodeInfo(rec); err != nil {
+		ml.discardLedger(w)
+		return err
+	}
+	newRev, err := ml.store.CAS(ctx, key, b, rev)
+	if err != nil {
+		ml.discardLedger(w)
+		if errors.Is(err, cluster.ErrVersionMismatch) || errors.Is(err, cluster.ErrNotFound) {
+			return fmt.Errorf("%w: %v", errLostRace, err)
+		}
+		return fmt.Errorf("mledger: %s: write ledger list: %w", ml.name, err)
+	}
+	// Committed: this process owns the managed ledger.
+	for _, id := range drop {
+		if err := ledger.DeleteLedger(ctx, ml.store, id); err != nil {
+			ml.log.Warn("delete empty ledger", "ledger", id, "err", err)
+		}
+	}
+	ml.infoRev, ml.epoch = newRev, rec.epoch
+	ml.ledgers = list
+	ml.cur = &curLedger{id: w.ID(), w: w, createdAt: now, readableLAC: -1}
+	ml.state = stWriting
+	ml.lastConfirmed = Position{list[0].ID, -1}
+	for _, l := range keep {
+		ml.entries += l.Entries
+		ml.sizeBytes += l.SizeBytes
+		ml.lastConfirmed = Position{l.ID, l.Entries - 1}
+	}
+	ml.rebuildViewLocked()
+	ml.log.Info("opened", "epoch", rec.epoch, "ledgers", len(list), "entries", ml.entries, "writing", w.ID(), "last_confirmed", ml.lastConfirmed)
+	return nil
+}
+
+// discardLedger closes and deletes a ledger this owner created but never
+// recorded in the list.
+func (ml *ManagedLedger) discardLedger(w *ledger.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = w.Close(ctx)
+	if err := ledger.DeleteLedger(ctx, ml.store, w.ID()); err != nil {
+		ml.log.Warn("delete unused ledger", "ledger", w.ID(), "err", err)
+	}
+}
+
+// abandon releases an ML whose Open failed after the takeover.
+func (ml *ManagedLedger) abandon() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ml.cur != nil {
+		_ = ml.cur.w.Close(ctx)
+	}
+}
+
+// rebuildViewLocked recomputes the immutable view from the ledger list.
+func (ml *ManagedLedger) rebuildViewLocked() {
+	v := &view{spans: make([]span, len(ml.ledgers))}
+	for i, l := range ml.ledgers {
+		v.spans[i] = span{id: l.ID, entries: l.Entries}
+	}
+	v.open = ml.cur != nil && !ml.cur.finished && len(ml.ledgers) > 0 && ml.ledgers[len(ml.ledgers)-1].ID == ml.cur.id
+	ml.v = v
+}
+
+// snapshot returns the view and the last confirmed position.
+func (ml *ManagedLedger) snapshot() (*view, Position) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.v, ml.lastConfirmed
+}
+
+// Name returns the managed ledger's name.
+func (ml *ManagedLedger) Name() string { return ml.name }
+
+// LastConfirmed returns the position of the last entry appended; when the
+// log holds no entry, {first ledger, -1}.
+func (ml *ManagedLedger) LastConfirmed() Position {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.lastConfirmed
+}
+
+// FirstPosition returns the first entry still stored, or the position the
+// next append will get when none is.
+func (ml *ManagedLedger) FirstPosition() Position {
+	v, _ := ml.snapshot()
+	return v.normalize(Earliest)
+}
+
+// Next returns the position after p: the next stored entry, moving across
+// ledgers and skipping empty and deleted ones, or the position of the next
+// append when p is the last entry.
+func (ml *ManagedLedger) Next(p Position) Position {
+	v, _ := ml.snapshot()
+	return v.next(p)
+}
+
+// NumberOfEntries returns the entries stored (after trimming).
+func (ml *ManagedLedger) NumberOfEntries() int64 {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.entries
+}
+
+// TotalSizeBytes returns the payload bytes stored (after trimming).
+func (ml *ManagedLedger) TotalSizeBytes() int64 {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.sizeBytes
+}
+
+// Ledgers returns the ledger list, the ledger being written last.
+func (ml *ManagedLedger) Ledgers() []LedgerInfo {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	return ml.ledgersLocked()
+}
+
+func (ml *ManagedLedger) ledgersLocked() []LedgerInfo {
+	out := append([]LedgerInfo(nil), ml.ledgers...)
+	if c := ml.cur; c != nil && !c.finished && len(out) > 0 && out[len(out)-1].ID == c.id {
+		out[len(out)-1].Entries = c.confirmed
+		out[len(out)-1].SizeBytes = c.confirmedBytes
+	}
+	return out
+}
+
+// Stats returns the counters.
+func (ml *ManagedLedger) Stats() Stats {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	s := ml.stats
+	s.Entries, s.SizeBytes, s.Ledgers = ml.entries, ml.sizeBytes, len(ml.ledgers)
+	s.LastConfirmed = ml.lastConfirmed
+	if ml.cur != nil && !ml.cur.finished {
+		s.CurrentLedger = ml.cur.id
+	}
+	s.CacheEntries, s.CacheSizeBytes = ml.cache.len(), ml.cache.size
+	s.Fenced = ml.state == stFenced
+	return s
+}
+
+// Notify returns a channel closed when an entry after `after` is appended,
+// or when the managed ledger closes or fails.
+func (ml *ManagedLedger) Notify(after Position) <-chan struct{} {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if after.Less(ml.lastConfirmed) || ml.err != nil {
+		return closedCh
+	}
+	if ml.notifyCh == nil {
+		ml.notifyCh = make(chan struct{})
+	}
+	return ml.notifyCh
+}
+
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (ml *ManagedLedger) wakeLocked() {
+	if ml.notifyCh != nil {
+		close(ml.notifyCh)
+		ml.notifyCh = nil
+	}
+}
+
+// terminateLocked moves to a terminal state: every undelivered append
+// fails with err, waiters wake up.
+func (ml *ManagedLedger) terminateLocked(st mlState, err error) {
+	if ml.err != nil {
+		return
+	}
+	ml.state, ml.err = st, err
+	for _, op := range ml.ops {
+		if !op.done {
+			op.done, op.err = true, err
+		}
+	}
+	ml.queued = nil
+	ml.wakeLocked()
+	ml.cond.Broadcast()
+	ml.signalDeliver()
+	if c := ml.cur; c != nil && !c.finished && st != stClosed {
+		c.finished = true
+		ml.bg.Add(1)
+		go func() {
+			defer ml.bg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = c.w.Close(ctx) // releases the writer; its error is already known
+		}()
+	}
+}
+
+func (ml *ManagedLedger) fenceLocked(cause error) {
+	if ml.err == nil {
+		ml.log.Warn("fenced: another owner took over", "err", cause)
+	}
+	ml.terminateLocked(stFenced, fmt.Errorf("%w: %s: %w", ErrFenced, ml.name, cause))
+}
+
+// fence is fenceLocked for callers without mu.
+func (ml *ManagedLedger) fence(cause error) {
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	ml.fenceLocked(cause)
+}
+
+// Close waits for pending appends (including a ledger switch in progress),
+// closes the current ledger, records it as closed in the list and flushes
+// the durable cursors. Appends after Close fail with ErrClosed. If ctx ends
+// first, appends still pending fail with ErrClosed (outcome unknown). A
+// fenced managed ledger closes without writing anything and Close returns
+// its ErrFenced error.
+func (ml *ManagedLedger) Close(ctx context.Context) error {
+	ml.mu.Lock()
+	if ml.closing {
+		ml.mu.Unlock()
+		<-ml.deliverDone
+		return nil
+	}
+	ml.closing = true
+	stop := context.AfterFunc(ctx, func() {
+		ml.mu.Lock()
+		ml.cond.Broadcast()
+		ml.mu.Unlock()
+	})
+	for (len(ml.ops) > 0 || ml.switching) && ctx.Err() == nil {
+		ml.cond.Wait()
+	}
+	stop()
+	termErr := ml.err
+	cur := ml.cur
+	if termErr == nil {
+		ml.terminateLocked(stClosed, fmt.Errorf("%w: %s", ErrClosed, ml.name))
+	}
+	ml.mu.Unlock()
+
+	var errs []error
+	if termErr == nil {
+		if cur != nil && !cur.finished {
+			if err := ml.closeCurrent(ctx, cur); err != nil {
+				errs = append(errs, err)
+			}
+		} else if err := ml.writeList(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		if err := ml.flushCursors(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	} else if errors.Is(termErr, ErrFenced) || errors.Is(termErr, ErrFailed) {
+		errs = append(errs, termErr)
+	}
+	ml.stopBackground()
+	return errors.Join(errs...)
+}
+
+// closeCurrent closes the ledger being written and records it as closed
+// (or drops it when empty).
+func (ml *ManagedLedger) closeCurrent(ctx context.Context, cur *curLedger) error {
+	err := cur.w.Close(ctx)
+	ml.mu.Lock()
+	cur.finished = true
+	if err != nil {
+		ml.mu.Unlock()
+		if errors.Is(err, ledger.ErrFenced) {
+			ml.fence(err)
+			return fmt.Errorf("%w: %s: close ledger %d: %w", ErrFenced, ml.name, cur.id, err)
+		}
+		return fmt.Errorf("mledger: %s: close ledger %d: %w", ml.name, cur.id, err)
+	}
+	ml.finishLedgerLocked(cur)
+	ml.mu.Unlock()
+	return ml.writeList(ctx)
+}
+
+// finishLedgerLocked records cur as closed at its confirmed end.
+func (ml *ManagedLedger) finishLedgerLocked(cur *curLedger) {
+	cur.finished = true
+	for i := range ml.ledgers {
+		if ml.ledgers[i].ID == cur.id {
+			ml.ledgers[i].Entries = cur.confirmed
+			ml.ledgers[i].SizeBytes = cur.confirmedBytes
+			ml.ledgers[i].Closed = true
+			ml.ledgers[i].ClosedAt = ml.now()
+		}
+	}
+	ml.cache.unpinAll()
+	delete(ml.readers, cur.id) // opened while it was open: stale end
+	ml.rebuildViewLocked()
+}
+
+// writeList CASes the in-memory ledger list into etcd, dropping empty
+// closed ledgers, and deletes the dropped ledgers' metadata.
+func (ml *ManagedLedger) writeList(ctx context.Context) error {
+	ml.metaMu.Lock()
+	ml.mu.Lock()
+	var keep []LedgerInfo
+	var drop []int64
+	for i, l := range ml.ledgers {
+		// Empty closed ledgers hold nothing; one ledger always stays so the
+		// list (and LastConfirmed's ledger) is never empty.
+		lastChance := i == len(ml.ledgers)-1 && len(keep) == 0
+		if l.Closed && l.Entries == 0 && !lastChance {
+			drop = append(drop, l.ID)
+			continue
+		}
+		keep = append(keep, l)
+	}
+	ml.mu.Unlock()
+	err := ml.casListLocked(ctx, mlpb.ManagedLedgerState_ML_ACTIVE, keep)
+	if err == nil {
+		ml.mu.Lock()
+		ml.ledgers = keep
+		ml.rebuildViewLocked()
+		ml.mu.Unlock()
+	}
+	ml.metaMu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, id := range drop {
+		if err := ledger.DeleteLedger(ctx, ml.store, id); err != nil {
+			ml.log.Warn("delete empty ledger", "ledger", id, "err", err)
+		}
+	}
+	return nil
+}
+
+// stopBackground stops the flush timer, waits for background work and the
+// delivery goroutine.
+func (ml *ManagedLedger) stopBackground() {
+	ml.flushMu.Lock()
+	ml.flushStopped = true
+	if ml.flushTimer != nil && ml.flushTimer.Stop() {
+		ml.flushPending = false
+		ml.bg.Done()
+	}
+	ml.flushMu.Unlock()
+	ml.bg.Wait()
+	ml.mu.Lock()
+	ml.deliverStopped = true
+	ml.mu.Unlock()
+	close(ml.stopDeliver)
+	<-ml.deliverDone
+}
+
+// Delete removes the managed ledger: it closes it, marks the list
+// DELETING (so no owner appends again and a later Open finishes the job),
+// deletes every ledger's metadata, then the list and cursor records.
+func (ml *ManagedLedger) Delete(ctx context.Context) error {
+	if err := ml.Close(ctx); err != nil {
+		return err
+	}
+	ml.metaMu.Lock()
+	ml.mu.Lock()
+	ls := append([]LedgerInfo(nil), ml.ledgers...)
+	ml.mu.Unlock()
+	err := ml.casListLocked(ctx, mlpb.ManagedLedgerState_ML_DELETING, ls)
+	ml.metaMu.Unlock()
+	if err != nil {
+		return err
+	}
+	return ml.deleteAll(ctx, ls)
+}
+
+// deleteAll deletes the ledgers' metadata, then every record of the
+// managed ledger.
+func (ml *ManagedLedger) deleteAll(ctx context.Context, ls []LedgerInfo) error {
+	for _, l := range ls {
+		if err := ledger.DeleteLedger(ctx, ml.store, l.ID); err != nil {
+			return fmt.Errorf("mledger: %s: delete ledger %d: %w", ml.name, l.ID, err)
+		}
+	}
+	if err := ml.deletePrefix(ctx, mlDir(ml.name)); err != nil {
+		return fmt.Errorf("mledger: %s: delete records: %w", ml.name, err)
+	}
+	ml.log.Info("deleted", "ledgers", len(ls))
+	return nil
+}

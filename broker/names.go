@@ -1,0 +1,129 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrInvalidName is returned for a topic, tenant or namespace name that is
+// not allowed.
+var ErrInvalidName = errors.New("broker: invalid name")
+
+// TopicName is a parsed, validated topic name:
+// persistent://tenant/namespace/local[-partition-N].
+type TopicName struct {
+	Domain    string // "persistent"
+	Tenant    string
+	Namespace string
+	Local     string // includes the -partition-N suffix for a partition
+	// Partition is N for "-partition-N", -1 otherwise.
+	Partition int
+}
+
+const partitionSuffix = "-partition-"
+
+// ParseTopic parses the forms clients use: "persistent://t/ns/x", "t/ns/x"
+// and "x" (public/default). Parts must be non-empty, must not be "." or
+// "..", and may hold letters, digits and "-_.:=" only (no "/" inside a part,
+// no path tricks).
+func ParseTopic(s string) (TopicName, error) {
+	orig := s
+	domain := "persistent"
+	if i := strings.Index(s, "://"); i >= 0 {
+		domain = s[:i]
+		s = s[i+3:]
+	}
+	if domain != "persistent" {
+		return TopicName{}, fmt.Errorf("%w: topic %q: only persistent topics are supported", ErrInvalidName, orig)
+	}
+	parts := strings.Split(s, "/")
+	var t TopicName
+	switch len(parts) {
+	case 1:
+		t = TopicName{Domain: domain, Tenant: "public", Namespace: "default", Local: parts[0]}
+	case 3:
+		t = TopicName{Domain: domain, Tenant: parts[0], Namespace: parts[1], Local: parts[2]}
+	default:
+		return TopicName{}, fmt.Errorf("%w: topic %q: want persistent://tenant/namespace/topic", ErrInvalidName, orig)
+	}
+	for _, p := range []struct{ what, v string }{{"tenant", t.Tenant}, {"namespace", t.Namespace}, {"topic", t.Local}} {
+		if err := validPart(p.what, p.v); err != nil {
+			return TopicName{}, fmt.Errorf("%w (in %q)", err, orig)
+		}
+	}
+	t.Partition = -1
+	if i := strings.LastIndex(t.Local, partitionSuffix); i > 0 {
+		if n, err := strconv.Atoi(t.Local[i+len(partitionSuffix):]); err == nil && n >= 0 {
+			t.Partition = n
+		}
+	}
+	return t, nil
+}
+
+// validPart checks one name part.
+func validPart(what, v string) error {
+	if v == "" || v == "." || v == ".." {
+		return fmt.Errorf("%w: empty or dot %s name %q", ErrInvalidName, what, v)
+	}
+	if len(v) > 255 {
+		return fmt.Errorf("%w: %s name longer than 255 bytes", ErrInvalidName, what)
+	}
+	for _, r := range v {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case r == '-' || r == '_' || r == '.' || r == ':' || r == '=':
+		default:
+			return fmt.Errorf("%w: %s name %q has character %q", ErrInvalidName, what, v, r)
+		}
+	}
+	return nil
+}
+
+// ValidateTenant and ValidateNamespace check admin-supplied names.
+func ValidateTenant(t string) error { return validPart("tenant", t) }
+
+// ValidateNamespace checks "tenant/namespace".
+func ValidateNamespace(ns string) error {
+	parts := strings.Split(ns, "/")
+	if len(parts) != 2 {
+		return fmt.Errorf("%w: namespace %q: want tenant/namespace", ErrInvalidName, ns)
+	}
+	if err := validPart("tenant", parts[0]); err != nil {
+		return err
+	}
+	return validPart("namespace", parts[1])
+}
+
+// String returns the fully qualified name.
+func (t TopicName) String() string {
+	return t.Domain + "://" + t.Tenant + "/" + t.Namespace + "/" + t.Local
+}
+
+// NamespaceName returns "tenant/namespace".
+func (t TopicName) NamespaceName() string { return t.Tenant + "/" + t.Namespace }
+
+// PartitionedParent returns the name without its -partition-N suffix.
+func (t TopicName) PartitionedParent() TopicName {
+	if t.Partition < 0 {
+		return t
+	}
+	p := t
+	p.Local = t.Local[:strings.LastIndex(t.Local, partitionSuffix)]
+	p.Partition = -1
+	return p
+}
+
+// PartitionName returns the name of partition i of this (parent) topic.
+func (t TopicName) PartitionName(i int) TopicName {
+	p := t
+	p.Local = fmt.Sprintf("%s%s%d", t.Local, partitionSuffix, i)
+	p.Partition = i
+	return p
+}
+
+// ManagedLedgerName is the managed ledger's name: tenant/ns/persistent/local.
+func (t TopicName) ManagedLedgerName() string {
+	return t.Tenant + "/" + t.Namespace + "/" + t.Domain + "/" + t.Local
+}

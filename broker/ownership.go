@@ -1,0 +1,286 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meridian-mq/meridian/cluster"
+)
+
+// Ownership by bundles, as Pulsar does: a namespace's topics hash (CRC32
+// of the topic name) into Bundles hash ranges; each bundle is owned by one
+// broker of the region through an etcd key bound to that broker's lease —
+// one lease per broker, one key per bundle, not one per topic.
+//
+//   - /brokers/ID: a live broker's registration (service and admin URLs),
+//     under its lease.
+//   - /ownership/TENANT/NS/0xLOWER_0xUPPER: the owner's id, under its lease.
+//
+// A lookup answers the owner; for an unowned bundle it picks the live
+// broker owning the fewest bundles. A broker acquires a bundle when a
+// producer or consumer of one of its topics arrives and nobody owns it
+// (create-if-absent), and refuses (ServiceNotReady: the client looks up
+// again) when another broker owns it. When a broker dies its lease
+// expires, its keys vanish, and the next lookup places the bundle
+// elsewhere; the new owner opens the topics' managed ledgers, which fences
+// the old owner's ledgers. A broker that loses its lease closes every
+// topic at once (it may be partitioned from etcd while another broker
+// takes its bundles).
+
+// DefaultBundles is the number of bundles of a namespace unless its policy
+// says otherwise: 4, Pulsar's default.
+const DefaultBundles = 4
+
+// BrokerInfo is a broker's registration.
+type BrokerInfo struct {
+	ID         string `json:"id"`
+	ServiceURL string `json:"serviceUrl"`
+	AdminURL   string `json:"adminUrl"`
+}
+
+type bundle struct {
+	ns           string
+	lower, upper uint32 // [lower, upper]
+}
+
+func (b bundle) key() string {
+	return fmt.Sprintf("/ownership/%s/0x%08x_0x%08x", b.ns, b.lower, b.upper)
+}
+
+func (b bundle) String() string { return fmt.Sprintf("%s/0x%08x_0x%08x", b.ns, b.lower, b.upper) }
+
+// bundleOf maps a topic to its namespace bundle. Partitions of one topic
+// hash by their own names, so they spread over brokers.
+func bundleOf(t TopicName, n int) bundle {
+	if n <= 0 {
+		n = DefaultBundles
+	}
+	h := crc32.ChecksumIEEE([]byte(t.String()))
+	size := uint64(1<<32) / uint64(n)
+	i := uint64(h) / size
+	if i >= uint64(n) {
+		i = uint64(n) - 1
+	}
+	lower := uint32(i * size)
+	upper := uint32(min((i+1)*size-1, 1<<32-1))
+	if i == uint64(n)-1 {
+		upper = 1<<32 - 1
+	}
+	return bundle{ns: t.NamespaceName(), lower: lower, upper: upper}
+}
+
+// ownership is this broker's side of bundle ownership.
+type ownership struct {
+	b     *Broker
+	lease *cluster.Lease
+	info  BrokerInfo
+
+	mu    sync.Mutex
+	owned map[string]bundle // by key
+}
+
+func (b *Broker) startOwnership(ctx context.Context) error {
+	lease, err := b.cfg.Store.GrantLease(b.ctx, b.cfg.OwnershipTTL)
+	if err != nil {
+		return err
+	}
+	o := &ownership{b: b, lease: lease, owned: map[string]bundle{},
+		info: BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL()}}
+	v, _ := json.Marshal(o.info)
+	if _, err := b.cfg.Store.PutWithLease(ctx, "/brokers/"+b.cfg.BrokerID, v, lease.ID); err != nil {
+		return err
+	}
+	b.own = o
+	go func() {
+		select {
+		case <-lease.Lost():
+			if b.ctx.Err() == nil {
+				b.log.Error("broker lost its etcd lease: closing every topic (another broker may own them now)")
+				o.mu.Lock()
+				o.owned = map[string]bundle{}
+				o.mu.Unlock()
+				for _, t := range b.loadedTopics() {
+					cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					t.close(cctx)
+					cancel()
+				}
+			}
+		case <-b.ctx.Done():
+		}
+	}()
+	return nil
+}
+
+func (o *ownership) brokers(ctx context.Context) ([]BrokerInfo, error) {
+	kvs, _, err := o.b.cfg.Store.List(ctx, "/brokers/")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BrokerInfo, 0, len(kvs))
+	for _, kv := range kvs {
+		var bi BrokerInfo
+		if json.Unmarshal(kv.Value, &bi) == nil {
+			out = append(out, bi)
+		}
+	}
+	return out, nil
+}
+
+// owner returns the owner of a bundle, if any.
+func (o *ownership) owner(ctx context.Context, bd bundle) (BrokerInfo, bool, error) {
+	kv, err := o.b.cfg.Store.Get(ctx, bd.key())
+	if errors.Is(err, cluster.ErrNotFound) {
+		return BrokerInfo{}, false, nil
+	}
+	if err != nil {
+		return BrokerInfo{}, false, err
+	}
+	var bi BrokerInfo
+	if err := json.Unmarshal(kv.Value, &bi); err != nil {
+		return BrokerInfo{}, false, err
+	}
+	return bi, true, nil
+}
+
+// candidate picks the live broker owning the fewest bundles.
+func (o *ownership) candidate(ctx context.Context) (BrokerInfo, error) {
+	bs, err := o.brokers(ctx)
+	if err != nil {
+		return BrokerInfo{}, err
+	}
+	if len(bs) == 0 {
+		return o.info, nil
+	}
+	kvs, _, err := o.b.cfg.Store.List(ctx, "/ownership/")
+	if err != nil {
+		return BrokerInfo{}, err
+	}
+	load := map[string]int{}
+	for _, kv := range kvs {
+		var bi BrokerInfo
+		if json.Unmarshal(kv.Value, &bi) == nil {
+			load[bi.ID]++
+		}
+	}
+	sort.Slice(bs, func(i, j int) bool {
+		if load[bs[i].ID] != load[bs[j].ID] {
+			return load[bs[i].ID] < load[bs[j].ID]
+		}
+		return bs[i].ID < bs[j].ID
+	})
+	return bs[0], nil
+}
+
+// acquire makes this broker the bundle's owner if nobody is; it reports
+// whether this broker owns it.
+func (o *ownership) acquire(ctx context.Context, bd bundle) (bool, BrokerInfo, error) {
+	o.mu.Lock()
+	_, mine := o.owned[bd.key()]
+	o.mu.Unlock()
+	if mine {
+		return true, o.info, nil
+	}
+	v, _ := json.Marshal(o.info)
+	_, err := o.b.cfg.Store.CreateWithLease(ctx, bd.key(), v, o.lease.ID)
+	if err == nil {
+		o.mu.Lock()
+		o.owned[bd.key()] = bd
+		o.mu.Unlock()
+		o.b.log.Info("bundle acquired", "bundle", bd.String())
+		return true, o.info, nil
+	}
+	if !errors.Is(err, cluster.ErrExists) {
+		return false, BrokerInfo{}, err
+	}
+	bi, ok, err := o.owner(ctx, bd)
+	if err != nil {
+		return false, BrokerInfo{}, err
+	}
+	if ok && bi.ID == o.info.ID {
+		// Ours from before a restart of this process under the same id.
+		o.mu.Lock()
+		o.owned[bd.key()] = bd
+		o.mu.Unlock()
+		return true, o.info, nil
+	}
+	return false, bi, nil
+}
+
+// release gives a bundle up.
+func (o *ownership) release(ctx context.Context, bd bundle) error {
+	o.mu.Lock()
+	delete(o.owned, bd.key())
+	o.mu.Unlock()
+	return o.b.cfg.Store.Delete(ctx, bd.key())
+}
+
+func (o *ownership) ownedBundles() []bundle {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]bundle, 0, len(o.owned))
+	for _, bd := range o.owned {
+		out = append(out, bd)
+	}
+	return out
+}
+
+func (o *ownership) owns(bd bundle) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.owned[bd.key()]
+	return ok
+}
+
+// bundleFor returns a topic's bundle under its namespace's bundle count.
+func (b *Broker) bundleFor(pol Policies, tn TopicName) bundle {
+	return bundleOf(tn, pol.Bundles)
+}
+
+// handOff unloads every owned bundle to other brokers (graceful shutdown):
+// each topic is closed (its ledger closed, cursors flushed), the bundle
+// released, and its clients told to reconnect to the new owner directly
+// (assignedBrokerServiceUrl), so sends resume without a lookup.
+func (b *Broker) handOff(ctx context.Context) {
+	if b.own == nil {
+		return
+	}
+	bs, err := b.own.brokers(ctx)
+	if err != nil {
+		b.log.Warn("hand-off: cannot list brokers", "err", err)
+		return
+	}
+	var others []BrokerInfo
+	for _, bi := range bs {
+		if bi.ID != b.cfg.BrokerID {
+			others = append(others, bi)
+		}
+	}
+	// Stop being a candidate for new bundles first.
+	_ = b.cfg.Store.Delete(ctx, "/brokers/"+b.cfg.BrokerID)
+	i := 0
+	for _, t := range b.loadedTopics() {
+		target := ""
+		if len(others) > 0 {
+			target = others[i%len(others)].ServiceURL
+			i++
+		}
+		t.closeWithTarget(ctx, target, func() {
+			bd := b.bundleFor(t.pol, t.name)
+			if err := b.own.release(ctx, bd); err != nil {
+				b.log.Warn("hand-off: release", "bundle", bd.String(), "err", err)
+			}
+		})
+	}
+	for _, bd := range b.own.ownedBundles() {
+		_ = b.own.release(ctx, bd)
+	}
+}
+
+func trimScheme(u string) string { return strings.TrimPrefix(u, "pulsar://") }

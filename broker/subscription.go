@@ -1,0 +1,662 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"sync"
+
+	"github.com/meridian-mq/meridian/broker/mledger"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Consumer is one consumer of a subscription, on a connection.
+type Consumer struct {
+	id       uint64
+	name     string
+	conn     *conn
+	sub      *Subscription
+	priority int32
+	ready    bool // SUCCESS sent: MESSAGE may follow once it has permits
+	permits  int
+	// joinedAt (Key_Shared): entries at or after it are held back from this
+	// consumer until every entry before it is acknowledged, so a key that
+	// moves to a new consumer keeps its order.
+	joinedAt   mledger.Position
+	restricted bool
+	active     *bool // last ACTIVE_CONSUMER_CHANGE sent (Failover)
+	unacked    int
+}
+
+// Subscription dispatches a topic's entries to its consumers by type:
+// Exclusive and Failover to the one active consumer, Shared round robin,
+// Key_Shared by key hash (consistent hashing, auto-split). One dispatch
+// goroutine per subscription; the connection goroutines only change state
+// under mu and wake it.
+type Subscription struct {
+	topic   *Topic
+	name    string
+	typ     pb.CommandSubscribe_SubType
+	cursor  *mledger.Cursor
+	durable bool
+
+	mu        sync.Mutex
+	consumers []*Consumer
+	rr        int
+	// pending: dispatched, not yet acknowledged, by position → consumer.
+	pending map[mledger.Position]*pendingEntry
+	// replay: positions to send (again) before new entries: redeliveries,
+	// entries held back, entries of consumers that went away.
+	replay   map[mledger.Position]struct{}
+	redelivs map[mledger.Position]uint32
+	// batchAcks: batch-index acknowledgements of partly acknowledged
+	// entries (bit set = acknowledged), not persisted: a restart redelivers
+	// the whole batch and the client filters nothing; see the package doc.
+	batchAcks map[mledger.Position][]uint64
+
+	wakeCh  chan struct{}
+	stopCh  chan struct{}
+	stopped bool
+	done    chan struct{}
+}
+
+type pendingEntry struct {
+	c    *Consumer
+	size int // messages in the entry
+}
+
+func newSubscription(t *Topic, name string, typ pb.CommandSubscribe_SubType, cur *mledger.Cursor, durable bool) *Subscription {
+	s := &Subscription{
+		topic: t, name: name, typ: typ, cursor: cur, durable: durable,
+		pending:   map[mledger.Position]*pendingEntry{},
+		replay:    map[mledger.Position]struct{}{},
+		redelivs:  map[mledger.Position]uint32{},
+		batchAcks: map[mledger.Position][]uint64{},
+		wakeCh:    make(chan struct{}, 1),
+		stopCh:    make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	go s.run()
+	return s
+}
+
+func (s *Subscription) wake() {
+	select {
+	case s.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Subscription) stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	close(s.stopCh)
+	<-s.done
+	if s.durable {
+		ctx, cancel := context.WithTimeout(context.Background(), 10e9)
+		defer cancel()
+		_ = s.cursor.Flush(ctx)
+	}
+}
+
+func (s *Subscription) consumerCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.consumers)
+}
+
+func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil, fmt.Errorf("%w: subscription %s is closing", ErrTopicFenced, s.name)
+	}
+	if m.GetSubType() != s.typ {
+		if len(s.consumers) > 0 {
+			return nil, fmt.Errorf("%w: subscription %s is %s, not %s", ErrConsumerBusy, s.name, s.typ, m.GetSubType())
+		}
+		s.typ = m.GetSubType()
+	}
+	if s.typ == pb.CommandSubscribe_Exclusive && len(s.consumers) > 0 {
+		return nil, fmt.Errorf("%w: exclusive subscription %s already has a consumer", ErrConsumerBusy, s.name)
+	}
+	cs := &Consumer{id: m.GetConsumerId(), name: m.GetConsumerName(), conn: c, sub: s, priority: m.GetPriorityLevel()}
+	if s.typ == pb.CommandSubscribe_Key_Shared && len(s.consumers) > 0 {
+		cs.joinedAt = s.cursor.ReadPosition()
+		cs.restricted = true
+	}
+	s.consumers = append(s.consumers, cs)
+	s.topic.b.metrics.consumers.Inc()
+	return cs, nil
+}
+
+// consumerReady is called once SUCCESS went out for cs.
+func (s *Subscription) consumerReady(cs *Consumer) {
+	s.mu.Lock()
+	cs.ready = true
+	s.mu.Unlock()
+	s.updateActive()
+	s.wake()
+}
+
+func (s *Subscription) removeConsumer(cs *Consumer) {
+	s.mu.Lock()
+	idx := -1
+	for i, c := range s.consumers {
+		if c == cs {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.consumers = append(s.consumers[:idx], s.consumers[idx+1:]...)
+	s.topic.b.metrics.consumers.Dec()
+	// Whatever it had not acknowledged goes to the others.
+	for pos, pe := range s.pending {
+		if pe.c == cs {
+			delete(s.pending, pos)
+			s.replay[pos] = struct{}{}
+		}
+	}
+	s.mu.Unlock()
+	s.updateActive()
+	s.wake()
+}
+
+// closeConsumers sends CLOSE_CONSUMER to every consumer (after a seek, or
+// when the topic closes) so clients reconnect — to target directly when
+// given.
+func (s *Subscription) closeConsumers(target string) {
+	s.mu.Lock()
+	cs := append([]*Consumer(nil), s.consumers...)
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.conn.mu.Lock()
+		if c.conn.consumers[c.id] == c {
+			delete(c.conn.consumers, c.id)
+		}
+		c.conn.mu.Unlock()
+		s.removeConsumer(c)
+		cc := &pb.CommandCloseConsumer{ConsumerId: proto.Uint64(c.id), RequestId: proto.Uint64(0)}
+		if target != "" {
+			cc.AssignedBrokerServiceUrl = proto.String(target)
+		}
+		c.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: cc})
+	}
+}
+
+func (s *Subscription) flow(cs *Consumer, permits int) {
+	s.mu.Lock()
+	cs.permits += permits
+	s.mu.Unlock()
+	s.updateActive()
+	s.wake()
+}
+
+// activeLocked returns the consumer that receives everything under
+// Exclusive and Failover: consumers sorted by priority level, then name;
+// for partition i the (i mod n)-th, else the first.
+func (s *Subscription) activeLocked() *Consumer {
+	if len(s.consumers) == 0 {
+		return nil
+	}
+	if s.typ == pb.CommandSubscribe_Exclusive {
+		return s.consumers[0]
+	}
+	sorted := append([]*Consumer(nil), s.consumers...)
+	sort.SliceStable(sorted, func(i, j int) bool {
+		if sorted[i].priority != sorted[j].priority {
+			return sorted[i].priority < sorted[j].priority
+		}
+		return sorted[i].name < sorted[j].name
+	})
+	i := 0
+	if p := s.topic.name.Partition; p > 0 {
+		i = p % len(sorted)
+	}
+	return sorted[i]
+}
+
+// updateActive sends ACTIVE_CONSUMER_CHANGE (Failover) to consumers whose
+// state changed.
+func (s *Subscription) updateActive() {
+	if s.typ != pb.CommandSubscribe_Failover {
+		return
+	}
+	s.mu.Lock()
+	act := s.activeLocked()
+	type note struct {
+		c      *Consumer
+		active bool
+	}
+	var notes []note
+	for _, c := range s.consumers {
+		if !c.ready {
+			continue
+		}
+		a := c == act
+		if c.active == nil || *c.active != a {
+			c.active = &a
+			notes = append(notes, note{c, a})
+		}
+	}
+	s.mu.Unlock()
+	for _, n := range notes {
+		n.c.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_ACTIVE_CONSUMER_CHANGE.Enum(), ActiveConsumerChange: &pb.CommandActiveConsumerChange{
+			ConsumerId: proto.Uint64(n.c.id), IsActive: proto.Bool(n.active)}})
+	}
+}
+
+// ack handles ACK: individual (with batch-index acks when ack_set is
+// present) or cumulative.
+func (s *Subscription) ack(cs *Consumer, m *pb.CommandAck) {
+	s.mu.Lock()
+	var full []mledger.Position
+	if m.GetAckType() == pb.CommandAck_Cumulative {
+		if len(m.MessageId) == 0 {
+			s.mu.Unlock()
+			return
+		}
+		p := positionOf(m.MessageId[0])
+		if m.MessageId[0].AckSet != nil && len(m.MessageId[0].AckSet) > 0 {
+			// Cumulative ack inside a batch: everything before this entry.
+			p = mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1}
+		}
+		for pos := range s.pending {
+			if !p.Less(pos) {
+				delete(s.pending, pos)
+				delete(s.redelivs, pos)
+				delete(s.batchAcks, pos)
+			}
+		}
+		for pos := range s.replay {
+			if !p.Less(pos) {
+				delete(s.replay, pos)
+			}
+		}
+		s.mu.Unlock()
+		if p.Entry >= 0 {
+			s.cursor.AckCumulative(p)
+		}
+		s.afterAck()
+		return
+	}
+	for _, id := range m.MessageId {
+		p := positionOf(id)
+		if len(id.AckSet) > 0 {
+			pe := s.pending[p]
+			if pe == nil || !s.batchAckLocked(p, id.AckSet, pe.size) {
+				continue
+			}
+		}
+		delete(s.pending, p)
+		delete(s.replay, p)
+		delete(s.redelivs, p)
+		delete(s.batchAcks, p)
+		full = append(full, p)
+	}
+	s.mu.Unlock()
+	if len(full) > 0 {
+		s.cursor.Ack(full...)
+		s.afterAck()
+	}
+}
+
+// batchAckLocked records a batch-index ack. ack_set has a bit SET for each
+// index still unacknowledged (Java BitSet long words); it reports whether
+// every index of the entry is now acknowledged.
+func (s *Subscription) batchAckLocked(p mledger.Position, ackSet []int64, size int) bool {
+	acked := s.batchAcks[p]
+	if acked == nil {
+		acked = make([]uint64, (size+63)/64)
+		s.batchAcks[p] = acked
+	}
+	all := true
+	for i := 0; i < size; i++ {
+		w, bit := i/64, uint(i%64)
+		stillUnacked := w < len(ackSet) && uint64(ackSet[w])&(1<<bit) != 0
+		if !stillUnacked {
+			acked[w] |= 1 << bit
+		}
+		if acked[w]&(1<<bit) == 0 {
+			all = false
+		}
+	}
+	return all
+}
+
+// afterAck lifts Key_Shared restrictions whose earlier entries are all
+// acknowledged, and wakes dispatch.
+func (s *Subscription) afterAck() {
+	if s.typ == pb.CommandSubscribe_Key_Shared {
+		md := s.cursor.MarkDeleted()
+		s.mu.Lock()
+		for _, c := range s.consumers {
+			if c.restricted && !s.topic.ml.Next(md).Less(c.joinedAt) {
+				c.restricted = false
+			}
+		}
+		s.mu.Unlock()
+	}
+	s.wake()
+}
+
+// redeliver handles REDELIVER_UNACKNOWLEDGED_MESSAGES (negative acks): the
+// listed entries (all of cs's unacknowledged ones if none listed) are sent
+// again.
+func (s *Subscription) redeliver(cs *Consumer, ids []*pb.MessageIdData) {
+	s.mu.Lock()
+	if len(ids) == 0 {
+		for pos, pe := range s.pending {
+			if pe.c == cs {
+				delete(s.pending, pos)
+				s.replay[pos] = struct{}{}
+			}
+		}
+	}
+	for _, id := range ids {
+		p := positionOf(id)
+		if pe := s.pending[p]; pe != nil && pe.c == cs {
+			delete(s.pending, p)
+			s.replay[p] = struct{}{}
+		}
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
+// seekTo resets the cursor (Seek by id); consumers are closed afterwards
+// by the caller.
+func (s *Subscription) seekTo(ctx context.Context, p mledger.Position, _ bool) error {
+	if p.Ledger < 0 {
+		p = s.topic.ml.FirstPosition()
+	}
+	s.mu.Lock()
+	s.pending = map[mledger.Position]*pendingEntry{}
+	s.replay = map[mledger.Position]struct{}{}
+	s.batchAcks = map[mledger.Position][]uint64{}
+	s.mu.Unlock()
+	return s.cursor.ResetTo(ctx, p)
+}
+
+// seekTime resets the cursor to the first entry the broker published at
+// or after ms (the broker's clock, never the client's).
+func (s *Subscription) seekTime(ctx context.Context, ms int64) error {
+	p, err := s.topic.findByPublishTime(ctx, ms)
+	if err != nil {
+		return err
+	}
+	return s.seekTo(ctx, p, false)
+}
+
+func (s *Subscription) run() {
+	defer close(s.done)
+	for {
+		notify := s.topic.ml.Notify(s.readHorizon())
+		more := s.dispatchOnce()
+		if more {
+			continue
+		}
+		select {
+		case <-s.stopCh:
+			return
+		case <-s.wakeCh:
+		case <-notify:
+		}
+	}
+}
+
+// readHorizon is the position just before the cursor's read position:
+// Notify(readHorizon) fires when an entry dispatch has not read yet lands.
+func (s *Subscription) readHorizon() mledger.Position {
+	p := s.cursor.ReadPosition()
+	return mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1}
+}
+
+// chooseLocked picks the consumer for an entry with key, or nil if it must
+// wait (no permits, or held back).
+func (s *Subscription) chooseLocked(pos mledger.Position, key string) *Consumer {
+	switch s.typ {
+	case pb.CommandSubscribe_Exclusive, pb.CommandSubscribe_Failover:
+		c := s.activeLocked()
+		if c == nil || !c.ready || c.permits <= 0 {
+			return nil
+		}
+		return c
+	case pb.CommandSubscribe_Shared:
+		n := len(s.consumers)
+		for i := 0; i < n; i++ {
+			c := s.consumers[(s.rr+i)%n]
+			if c.ready && c.permits > 0 {
+				s.rr = (s.rr + i + 1) % n
+				return c
+			}
+		}
+		return nil
+	default: // Key_Shared
+		c := s.keyOwnerLocked(key)
+		if c == nil || !c.ready || c.permits <= 0 {
+			return nil
+		}
+		if c.restricted && !pos.Less(c.joinedAt) {
+			return nil
+		}
+		return c
+	}
+}
+
+// keyOwnerLocked maps a key to a consumer by consistent hashing (100
+// points per consumer): adding a consumer moves only the keys it takes.
+func (s *Subscription) keyOwnerLocked(key string) *Consumer {
+	if len(s.consumers) == 0 {
+		return nil
+	}
+	h := hash32(key)
+	var best *Consumer
+	var bestPoint uint32
+	var first *Consumer
+	var firstPoint uint32
+	for _, c := range s.consumers {
+		for i := 0; i < 100; i++ {
+			pt := hash32(fmt.Sprintf("%s#%d#%d", c.name, c.id, i))
+			if first == nil || pt < firstPoint {
+				first, firstPoint = c, pt
+			}
+			if pt >= h && (best == nil || pt < bestPoint) {
+				best, bestPoint = c, pt
+			}
+		}
+	}
+	if best == nil {
+		return first
+	}
+	return best
+}
+
+// hash32 is FNV-1a finished with a 64-bit mixer (splitmix64's), so short,
+// similar keys and consumer names spread evenly over the ring.
+func hash32(s string) uint32 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return uint32(x >> 32)
+}
+
+type delivery struct {
+	c       *Consumer
+	pos     mledger.Position
+	entry   []byte
+	redeliv uint32
+	ackSet  []int64
+}
+
+// dispatchOnce sends what it can: replays first (in position order), then
+// new entries. It reports whether it should run again at once.
+func (s *Subscription) dispatchOnce() bool {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return false
+	}
+	single := s.typ == pb.CommandSubscribe_Exclusive || s.typ == pb.CommandSubscribe_Failover
+	permits := 0
+	if single {
+		if a := s.activeLocked(); a != nil && a.ready && a.permits > 0 {
+			permits = a.permits
+		}
+	} else {
+		for _, c := range s.consumers {
+			if c.ready && c.permits > 0 {
+				permits += c.permits
+			}
+		}
+	}
+	if permits == 0 {
+		s.mu.Unlock()
+		return false
+	}
+	replay := make([]mledger.Position, 0, len(s.replay))
+	for p := range s.replay {
+		replay = append(replay, p)
+	}
+	s.mu.Unlock()
+	sort.Slice(replay, func(i, j int) bool { return replay[i].Less(replay[j]) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
+	defer cancel()
+	var out []delivery
+	blocked := map[*Consumer]bool{} // consumers with a held-back replay: no newer entry may pass it
+	heldAll := false
+	sent := 0
+	for _, p := range replay {
+		if sent >= 100 {
+			break
+		}
+		es, err := s.topic.ml.ReadEntries(ctx, p, 1, 0)
+		if err != nil || len(es) == 0 || es[0].Pos != p {
+			s.mu.Lock()
+			delete(s.replay, p) // trimmed or unreadable: nothing to deliver
+			s.mu.Unlock()
+			continue
+		}
+		d, ok := s.assign(es[0], true, blocked)
+		if !ok {
+			heldAll = true
+			if single {
+				break // one consumer: never pass a held entry
+			}
+			continue
+		}
+		out = append(out, d)
+		sent++
+	}
+	more := false
+	if sent < 100 && (s.typ == pb.CommandSubscribe_Shared || s.typ == pb.CommandSubscribe_Key_Shared || !heldAll) {
+		es, err := s.cursor.ReadEntries(ctx, min(100-sent, max(permits, 1)), 4<<20)
+		if err != nil {
+			s.topic.b.log.Warn("dispatch read failed", "topic", s.topic.name.String(), "sub", s.name, "err", err)
+		}
+		stalled := false
+		for _, e := range es {
+			if s.cursor.IsAcked(e.Pos) {
+				continue
+			}
+			if stalled {
+				s.mu.Lock()
+				s.replay[e.Pos] = struct{}{}
+				s.mu.Unlock()
+				continue
+			}
+			d, ok := s.assign(e, false, blocked)
+			if ok {
+				out = append(out, d)
+			} else if single {
+				stalled = true // keep order: the rest waits behind it
+			}
+		}
+		more = len(es) > 0
+	}
+	s.deliver(out)
+	return more
+}
+
+// assign picks a consumer for an entry and records it as pending, or
+// queues it for replay.
+func (s *Subscription) assign(e mledger.Entry, fromReplay bool, blocked map[*Consumer]bool) (delivery, bool) {
+	m, err := parseEntryMeta(e.Data)
+	if err != nil {
+		s.topic.b.log.Error("undecodable stored entry skipped", "topic", s.topic.name.String(), "pos", e.Pos.String(), "err", err)
+		s.cursor.Ack(e.Pos)
+		return delivery{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, gone := s.pending[e.Pos]; gone && !fromReplay {
+		return delivery{}, false
+	}
+	c := s.chooseLocked(e.Pos, m.Key)
+	if c == nil || blocked[c] {
+		s.replay[e.Pos] = struct{}{}
+		if c != nil {
+			blocked[c] = true
+		} else if s.typ == pb.CommandSubscribe_Key_Shared {
+			if owner := s.keyOwnerLocked(m.Key); owner != nil {
+				blocked[owner] = true
+			}
+		}
+		return delivery{}, false
+	}
+	delete(s.replay, e.Pos)
+	c.permits -= m.NumMessages
+	s.pending[e.Pos] = &pendingEntry{c: c, size: m.NumMessages}
+	d := delivery{c: c, pos: e.Pos, entry: e.Data}
+	if fromReplay {
+		s.redelivs[e.Pos]++
+		d.redeliv = s.redelivs[e.Pos]
+	}
+	if acked := s.batchAcks[e.Pos]; acked != nil {
+		// Tell the client which indexes are still unacknowledged.
+		set := make([]int64, len(acked))
+		for i := range acked {
+			set[i] = int64(^acked[i])
+		}
+		d.ackSet = set
+	}
+	return d, true
+}
+
+func (s *Subscription) deliver(out []delivery) {
+	part := s.topic.name.Partition
+	for _, d := range out {
+		de, err := decodeEntry(d.entry)
+		if err != nil {
+			continue
+		}
+		id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(d.pos.Ledger)), EntryId: proto.Uint64(uint64(d.pos.Entry))}
+		if part >= 0 {
+			id.Partition = proto.Int32(int32(part))
+		}
+		cmd := &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: &pb.CommandMessage{
+			ConsumerId: proto.Uint64(d.c.id), MessageId: id, RedeliveryCount: proto.Uint32(d.redeliv), AckSet: d.ackSet,
+		}}
+		if err := d.c.conn.sendMessage(cmd, de.PublishMs, de.Msg); err != nil {
+			s.topic.b.log.Error("encode MESSAGE", "err", err)
+			continue
+		}
+		s.topic.b.metrics.msgsOut.Inc()
+	}
+}

@@ -1,0 +1,511 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/cluster"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Topic is a loaded topic: its managed ledger, producers, subscriptions
+// and deduplication state. Safe for concurrent use.
+type Topic struct {
+	b    *Broker
+	name TopicName
+	ml   *mledger.ManagedLedger
+	pol  Policies
+
+	mu        sync.Mutex
+	producers map[*Producer]struct{}
+	subs      map[string]*Subscription
+	dedup     map[string]*dedupState
+	sinceSnap int
+	closed    bool
+	lastBatch int // messages in the last entry appended (GET_LAST_MESSAGE_ID)
+}
+
+// dedupState is one producer name's deduplication state. Ordering
+// contract: lastPersisted only moves when the managed ledger confirmed an
+// entry, in append order, so a snapshot taken in a callback covers every
+// entry up to that callback's position.
+type dedupState struct {
+	lastPushed    int64 // highest sequence id accepted for append
+	lastPersisted int64 // highest sequence id persisted
+	inflight      map[int64]*pendingPublish
+	recent        []recentPos // ring of the last positions, to answer resends
+}
+
+type recentPos struct {
+	seq, highest int64
+	pos          mledger.Position
+}
+
+type pendingPublish struct {
+	waiters []func(mledger.Position, error)
+}
+
+const recentPositions = 1024
+
+func newTopic(b *Broker, tn TopicName, ml *mledger.ManagedLedger, pol Policies) *Topic {
+	return &Topic{
+		b: b, name: tn, ml: ml, pol: pol,
+		producers: map[*Producer]struct{}{},
+		subs:      map[string]*Subscription{},
+		dedup:     map[string]*dedupState{},
+	}
+}
+
+func (t *Topic) dedupKey() string { return "/dedup/" + t.name.ManagedLedgerName() }
+
+// dedupSnapshot is the persisted form: every producer's last persisted
+// sequence id as of Position.
+type dedupSnapshot struct {
+	Position  mledger.Position `json:"position"`
+	Producers map[string]int64 `json:"producers"`
+}
+
+// load rebuilds the deduplication state: the last snapshot, then a replay
+// of every entry after it (their metadata carry producer name and
+// sequence ids).
+func (t *Topic) load(ctx context.Context) error {
+	from := t.ml.FirstPosition()
+	kv, err := t.b.cfg.Store.Get(ctx, t.dedupKey())
+	switch {
+	case err == nil:
+		var snap dedupSnapshot
+		if err := json.Unmarshal(kv.Value, &snap); err != nil {
+			return fmt.Errorf("dedup snapshot: %w", err)
+		}
+		for name, seq := range snap.Producers {
+			t.dedup[name] = &dedupState{lastPushed: seq, lastPersisted: seq, inflight: map[int64]*pendingPublish{}}
+		}
+		if next := t.ml.Next(snap.Position); from.Less(next) {
+			from = next
+		}
+	case errors.Is(err, cluster.ErrNotFound):
+	default:
+		return err
+	}
+	last := t.ml.LastConfirmed()
+	replayed := 0
+	for !last.Less(from) {
+		entries, err := t.ml.ReadEntries(ctx, from, 500, 8<<20)
+		if err != nil {
+			return fmt.Errorf("dedup replay from %s: %w", from, err)
+		}
+		if len(entries) == 0 {
+			break
+		}
+		for _, e := range entries {
+			m, err := parseEntryMeta(e.Data)
+			if err != nil {
+				continue
+			}
+			st := t.dedupFor(m.ProducerName)
+			st.lastPushed = max(st.lastPushed, m.HighestSeqID)
+			st.lastPersisted = max(st.lastPersisted, m.HighestSeqID)
+			st.remember(m.SequenceID, m.HighestSeqID, e.Pos)
+			t.lastBatch = m.NumMessages
+			replayed++
+		}
+		from = t.ml.Next(entries[len(entries)-1].Pos)
+	}
+	if replayed > 0 {
+		t.b.log.Debug("dedup state replayed", "topic", t.name.String(), "entries", replayed)
+	}
+	return nil
+}
+
+func (t *Topic) dedupFor(name string) *dedupState {
+	st := t.dedup[name]
+	if st == nil {
+		st = &dedupState{lastPushed: -1, lastPersisted: -1, inflight: map[int64]*pendingPublish{}}
+		t.dedup[name] = st
+	}
+	return st
+}
+
+func (st *dedupState) remember(seq, highest int64, pos mledger.Position) {
+	if len(st.recent) >= recentPositions {
+		copy(st.recent, st.recent[1:])
+		st.recent = st.recent[:len(st.recent)-1]
+	}
+	st.recent = append(st.recent, recentPos{seq, highest, pos})
+}
+
+func (st *dedupState) find(seq int64) (mledger.Position, bool) {
+	for i := len(st.recent) - 1; i >= 0; i-- {
+		if r := st.recent[i]; r.seq <= seq && seq <= r.highest {
+			return r.pos, true
+		}
+	}
+	return mledger.Position{Ledger: -1, Entry: -1}, false
+}
+
+func (t *Topic) dedupEnabled() bool {
+	return t.pol.Deduplication == nil || *t.pol.Deduplication
+}
+
+// addProducer registers p and returns the last sequence id persisted for
+// its name (-1 if none), from which the client continues.
+func (t *Topic) addProducer(p *Producer) (int64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0, fmt.Errorf("%w: %s is closing", ErrTopicFenced, t.name)
+	}
+	for q := range t.producers {
+		if q.exclusive || p.exclusive {
+			return 0, fmt.Errorf("%w: %s already has producer %s", ErrProducerBusy, t.name, q.name)
+		}
+		if q.name == p.name {
+			return 0, fmt.Errorf("%w: producer named %s already connected to %s", ErrProducerBusy, p.name, t.name)
+		}
+	}
+	t.producers[p] = struct{}{}
+	t.b.metrics.producers.Inc()
+	st := t.dedupFor(p.name)
+	return st.lastPersisted, nil
+}
+
+func (t *Topic) removeProducer(p *Producer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.producers[p]; ok {
+		delete(t.producers, p)
+		t.b.metrics.producers.Dec()
+	}
+}
+
+// publish appends one SEND's entry, deduplicating by producer name and
+// sequence id. cb runs once with the entry's position; for a resend of a
+// persisted message it runs at once with the original position (or -1:-1
+// when that is no longer remembered).
+func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte, cb func(mledger.Position, error)) {
+	highest := seq + int64(max(numMsgs, 1)) - 1
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		cb(mledger.Position{}, errDropSilently)
+		return
+	}
+	st := t.dedupFor(producerName)
+	if t.dedupEnabled() && highest <= st.lastPushed {
+		if p, ok := st.inflight[seq]; ok {
+			p.waiters = append(p.waiters, cb)
+			t.mu.Unlock()
+			t.b.metrics.dedupDropped.Inc()
+			return
+		}
+		if highest <= st.lastPersisted {
+			pos, _ := st.find(seq)
+			t.mu.Unlock()
+			t.b.metrics.dedupDropped.Inc()
+			cb(pos, nil)
+			return
+		}
+	}
+	st.lastPushed = max(st.lastPushed, highest)
+	pp := &pendingPublish{waiters: []func(mledger.Position, error){cb}}
+	st.inflight[seq] = pp
+	t.mu.Unlock()
+
+	entry := encodeEntry(time.Now().UnixMilli(), msg)
+	t.ml.AppendAsync(entry, func(pos mledger.Position, err error) {
+		t.mu.Lock()
+		delete(st.inflight, seq)
+		var snap *dedupSnapshot
+		if err == nil {
+			st.lastPersisted = max(st.lastPersisted, highest)
+			st.remember(seq, highest, pos)
+			t.lastBatch = max(numMsgs, 1)
+			t.sinceSnap++
+			if t.sinceSnap >= t.b.cfg.DedupSnapshotInterval {
+				t.sinceSnap = 0
+				snap = t.snapshotLocked(pos)
+			}
+		} else {
+			// Nothing after lastPersisted is known to be stored: accept the
+			// client's resends.
+			st.lastPushed = st.lastPersisted
+		}
+		waiters := pp.waiters
+		t.mu.Unlock()
+		if snap != nil {
+			go t.writeSnapshot(snap)
+		}
+		if err == nil {
+			t.b.metrics.msgsIn.Add(float64(max(numMsgs, 1)))
+			t.b.metrics.bytesIn.Add(float64(len(msg)))
+			t.notifySubs()
+		}
+		for _, w := range waiters {
+			w(pos, err)
+		}
+	})
+}
+
+func (t *Topic) snapshotLocked(pos mledger.Position) *dedupSnapshot {
+	s := &dedupSnapshot{Position: pos, Producers: make(map[string]int64, len(t.dedup))}
+	for name, st := range t.dedup {
+		if st.lastPersisted >= 0 {
+			s.Producers[name] = st.lastPersisted
+		}
+	}
+	return s
+}
+
+func (t *Topic) writeSnapshot(s *dedupSnapshot) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := t.b.cfg.Store.Put(ctx, t.dedupKey(), b); err != nil {
+		t.b.log.Warn("dedup snapshot not written", "topic", t.name.String(), "err", err)
+	}
+}
+
+func (t *Topic) lastEntryBatchSize() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastBatch
+}
+
+func (t *Topic) notifySubs() {
+	t.mu.Lock()
+	subs := make([]*Subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	for _, s := range subs {
+		s.wake()
+	}
+}
+
+// subscribe adds a consumer to (creating if needed) a subscription.
+func (t *Topic) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe) (*Consumer, error) {
+	name := m.GetSubscription()
+	if name == "" {
+		return nil, fmt.Errorf("%w: empty subscription name", ErrNotAllowed)
+	}
+	durable := m.Durable == nil || m.GetDurable()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s is closing", ErrTopicFenced, t.name)
+	}
+	s := t.subs[name]
+	t.mu.Unlock()
+	if s == nil {
+		var cur *mledger.Cursor
+		if durable {
+			initial := mledger.Latest
+			if m.GetInitialPosition() == pb.CommandSubscribe_Earliest {
+				initial = mledger.Earliest
+			}
+			var err error
+			cur, err = t.ml.OpenCursor(ctx, name, initial)
+			if err != nil {
+				return nil, fmt.Errorf("%w: cursor %s: %v", ErrServiceNotReady, name, err)
+			}
+		} else {
+			cur = t.ml.NewNonDurableCursor(t.startPosition(m))
+		}
+		t.mu.Lock()
+		if existing := t.subs[name]; existing != nil {
+			s = existing
+		} else {
+			s = newSubscription(t, name, m.GetSubType(), cur, durable)
+			t.subs[name] = s
+			t.b.metrics.subscriptions.Inc()
+		}
+		t.mu.Unlock()
+	}
+	return s.addConsumer(c, m)
+}
+
+// startPosition is a non-durable (reader) subscription's first position.
+// MessageIds name entries; the reader filters below its start id itself.
+func (t *Topic) startPosition(m *pb.CommandSubscribe) mledger.Position {
+	id := m.GetStartMessageId()
+	if id == nil {
+		if m.GetInitialPosition() == pb.CommandSubscribe_Earliest {
+			return mledger.Earliest
+		}
+		return mledger.Latest
+	}
+	l, e := int64(id.GetLedgerId()), int64(id.GetEntryId())
+	switch {
+	case l < 0 || e < 0 && l <= 0:
+		return mledger.Earliest
+	case uint64(id.GetLedgerId()) == 1<<63-1 || l == int64(^uint64(0)>>1):
+		return mledger.Latest
+	}
+	// Start AT the entry holding the message: the client discards what is
+	// at or before its start id (or before it, for inclusive readers).
+	return mledger.Position{Ledger: l, Entry: e}
+}
+
+// unsubscribe deletes the subscription if cs is its only consumer.
+func (t *Topic) unsubscribe(ctx context.Context, cs *Consumer) error {
+	s := cs.sub
+	if n := s.consumerCount(); n > 1 {
+		return fmt.Errorf("%w: subscription %s has %d consumers", ErrConsumerBusy, s.name, n)
+	}
+	s.removeConsumer(cs)
+	return t.deleteSubscription(ctx, s.name)
+}
+
+func (t *Topic) deleteSubscription(ctx context.Context, name string) error {
+	t.mu.Lock()
+	s := t.subs[name]
+	delete(t.subs, name)
+	t.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("%w: subscription %s", ErrNotFound, name)
+	}
+	s.stop()
+	t.b.metrics.subscriptions.Dec()
+	if s.durable {
+		return t.ml.DeleteCursor(ctx, name)
+	}
+	return nil
+}
+
+// errDropSilently: the topic is closing; the SEND gets no answer, so the
+// client keeps it pending and resends it to the next owner after
+// CLOSE_PRODUCER (a SEND_ERROR would make the Go client drop the whole
+// connection).
+var errDropSilently = errors.New("topic closing: send dropped for the client to resend")
+
+// close closes the topic without a hand-off target.
+func (t *Topic) close(ctx context.Context) error { return t.closeWithTarget(ctx, "", nil) }
+
+// closeWithTarget unloads the topic, in this order: stop accepting sends
+// (they are left unanswered for the client to resend), stop dispatch, let
+// pending appends complete and close the managed ledger (cursors flushed),
+// write the dedup snapshot, run released (give up the bundle), and only
+// then tell clients to reconnect — to target directly if given.
+func (t *Topic) closeWithTarget(ctx context.Context, target string, released func()) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	producers := make([]*Producer, 0, len(t.producers))
+	for p := range t.producers {
+		producers = append(producers, p)
+	}
+	subs := make([]*Subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	for _, s := range subs {
+		s.stop()
+	}
+	err := t.ml.Close(ctx)
+	t.mu.Lock()
+	snap := t.snapshotLocked(t.ml.LastConfirmed())
+	t.mu.Unlock()
+	if err == nil {
+		t.writeSnapshot(snap)
+	}
+	if released != nil {
+		released()
+	}
+	for _, p := range producers {
+		p.closeByBroker(target)
+	}
+	for _, s := range subs {
+		s.closeConsumers(target)
+	}
+	t.b.forgetTopic(t)
+	return err
+}
+
+// Producer is one producer on a connection.
+type Producer struct {
+	id            uint64
+	name          string
+	conn          *conn
+	topic         *Topic
+	exclusive     bool
+	schemaVersion []byte
+	pending       chan struct{} // bounds SENDs not yet persisted
+}
+
+// publish handles one SEND; receipts go back in send order because the
+// managed ledger completes appends in order.
+func (p *Producer) publish(m *pb.CommandSend, msg []byte) {
+	p.pending <- struct{}{} // back-pressure: blocks the connection's reader when full
+	seq := m.GetSequenceId()
+	n := int(m.GetNumMessages())
+	p.topic.publish(p.name, int64(seq), n, msg, func(pos mledger.Position, err error) {
+		<-p.pending
+		if errors.Is(err, errDropSilently) {
+			return
+		}
+		if err != nil {
+			p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+				ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(seq), Error: serverError(err).Enum(), Message: proto.String(err.Error())}})
+			return
+		}
+		id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(pos.Ledger)), EntryId: proto.Uint64(uint64(pos.Entry))}
+		if p.topic.name.Partition >= 0 {
+			id.Partition = proto.Int32(int32(p.topic.name.Partition))
+		}
+		p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_RECEIPT.Enum(), SendReceipt: &pb.CommandSendReceipt{
+			ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(seq), MessageId: id}})
+	})
+}
+
+// closeByBroker tells the client to reconnect (CLOSE_PRODUCER), to target
+// directly when given (assignedBrokerServiceUrl: no lookup).
+func (p *Producer) closeByBroker(target string) {
+	p.conn.mu.Lock()
+	if p.conn.producers[p.id] == p {
+		delete(p.conn.producers, p.id)
+	}
+	p.conn.mu.Unlock()
+	p.topic.removeProducer(p)
+	cp := &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(0)}
+	if target != "" {
+		cp.AssignedBrokerServiceUrl = proto.String(target)
+	}
+	p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: cp})
+}
+
+// findByPublishTime returns the first entry the broker published at or
+// after ms; past the end, the position after the last entry.
+func (t *Topic) findByPublishTime(ctx context.Context, ms int64) (mledger.Position, error) {
+	from := t.ml.FirstPosition()
+	last := t.ml.LastConfirmed()
+	for !last.Less(from) {
+		entries, err := t.ml.ReadEntries(ctx, from, 500, 8<<20)
+		if err != nil {
+			return mledger.Position{}, err
+		}
+		if len(entries) == 0 {
+			break
+		}
+		for _, e := range entries {
+			if d, err := decodeEntry(e.Data); err == nil && d.PublishMs >= ms {
+				return e.Pos, nil
+			}
+		}
+		from = t.ml.Next(entries[len(entries)-1].Pos)
+	}
+	return t.ml.Next(last), nil
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/meridian-mq/meridian/bookie/ledger"
+	"github.com/meridian-mq/meridian/broker"
+	"github.com/meridian-mq/meridian/cluster"
+	"github.com/spf13/cobra"
+)
+
+// BrokerFileConfig is the broker section of the config file.
+type BrokerFileConfig struct {
+	ID             string        `yaml:"id"`
+	Rack           string        `yaml:"rack"`
+	ListenAddr     string        `yaml:"listen_addr"`
+	AdvertisedAddr string        `yaml:"advertised_addr"`
+	AdminAddr      string        `yaml:"admin_addr"`
+	MaxMessageSize int           `yaml:"max_message_size"`
+	OwnershipTTL   time.Duration `yaml:"ownership_ttl"`
+	EnsembleSize   int           `yaml:"ensemble_size"`
+	WriteQuorum    int           `yaml:"write_quorum"`
+	AckQuorum      int           `yaml:"ack_quorum"`
+}
+
+func newBrokerCmd() *cobra.Command {
+	var cfgPath, region, etcd string
+	var bf BrokerFileConfig
+	cmd := &cobra.Command{
+		Use:   "broker",
+		Short: "Run a broker: the Pulsar protocol and admin API over the region's bookies (external etcd, bookie processes)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fc, err := loadConfig(cfgPath)
+			if err != nil {
+				return err
+			}
+			f := cmd.Flags()
+			c := fc.Broker
+			set := func(name string, dst *string, v string) {
+				if f.Changed(name) || *dst == "" {
+					*dst = v
+				}
+			}
+			set("id", &c.ID, bf.ID)
+			set("listen", &c.ListenAddr, bf.ListenAddr)
+			set("advertise", &c.AdvertisedAddr, bf.AdvertisedAddr)
+			set("admin", &c.AdminAddr, bf.AdminAddr)
+			set("rack", &c.Rack, bf.Rack)
+			if f.Changed("ownership-ttl") || c.OwnershipTTL == 0 {
+				c.OwnershipTTL = bf.OwnershipTTL
+			}
+			if f.Changed("region") || fc.Region == "" {
+				fc.Region = region
+			}
+			if f.Changed("etcd") || len(fc.Metadata.Endpoints) == 0 {
+				fc.Metadata.Endpoints = splitList(etcd)
+			}
+			log := logger()
+			ctx, stop := signalContext()
+			defer stop()
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			store, err := cluster.Connect(sctx, cluster.StoreConfig{Endpoints: fc.Metadata.Endpoints, Prefix: fc.Metadata.regionPrefix(fc.Region)})
+			cancel()
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			view, err := cluster.WatchBookies(ctx, store)
+			if err != nil {
+				return err
+			}
+			defer view.Close()
+			lc, err := ledger.New(ledger.Config{Store: store, Bookies: ledger.ViewSource{View: view}, Region: fc.Region, Rack: c.Rack, Logger: log.With("component", "ledger")})
+			if err != nil {
+				return err
+			}
+			defer lc.Close()
+			bc := broker.Config{
+				Cluster: fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
+				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, Ledgers: lc, Logger: log,
+			}
+			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
+			b, err := broker.New(bc)
+			if err != nil {
+				return err
+			}
+			if err := b.Start(); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			log.Info("broker stopping: handing bundles to other brokers")
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return b.Close(cctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfgPath, "config", "", "config file (YAML; sections region, metadata, broker)")
+	f.StringVar(&region, "region", "default", "region of this broker")
+	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")
+	f.StringVar(&bf.ID, "id", "", "broker id (default: the advertised address)")
+	f.StringVar(&bf.ListenAddr, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
+	f.StringVar(&bf.AdvertisedAddr, "advertise", "", "address clients are told to connect to (default: the listen address)")
+	f.StringVar(&bf.AdminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address (empty: off)")
+	f.StringVar(&bf.Rack, "rack", "", "rack of this broker (read locality)")
+	f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
+	return cmd
+}
