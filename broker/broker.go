@@ -106,8 +106,9 @@ func (b *Broker) Start() error {
 		}
 		return err
 	}
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.acceptLoop()
+	go b.policyLoop()
 	b.log.Info("broker serving", "pulsar", b.serverURL, "admin", b.AdminURL())
 	return nil
 }

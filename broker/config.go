@@ -49,6 +49,11 @@ type Config struct {
 	// pause or a busy machine moves them needlessly. Default 10s.
 	OwnershipTTL time.Duration
 
+	// PolicyCheckInterval: how often message TTL and backlog quotas are
+	// enforced on loaded topics. Default 5s (Pulsar checks TTL every 5 min;
+	// a shorter period bounds how far past its quota a backlog can grow).
+	PolicyCheckInterval time.Duration
+
 	// Store is the region's metadata store. Required.
 	Store *cluster.Store
 	// Ledgers is the ledger client. Required.
@@ -82,6 +87,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.PolicyCheckInterval == 0 {
+		c.PolicyCheckInterval = 5 * time.Second
 	}
 	if c.OwnershipTTL == 0 {
 		c.OwnershipTTL = 10 * time.Second

@@ -37,6 +37,10 @@ func serverError(err error) pb.ServerError {
 	switch {
 	case errors.Is(err, ErrTopicNotFound), errors.Is(err, ErrInvalidName), errors.Is(err, ErrNotFound):
 		return pb.ServerError_TopicNotFound
+	case errors.Is(err, ErrQuotaHold):
+		return pb.ServerError_ProducerBlockedQuotaExceededError
+	case errors.Is(err, ErrQuotaException):
+		return pb.ServerError_ProducerBlockedQuotaExceededException
 	case errors.Is(err, ErrProducerBusy):
 		return pb.ServerError_ProducerBusy
 	case errors.Is(err, ErrConsumerBusy):

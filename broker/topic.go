@@ -28,7 +28,8 @@ type Topic struct {
 	dedup     map[string]*dedupState
 	sinceSnap int
 	closed    bool
-	lastBatch int // messages in the last entry appended (GET_LAST_MESSAGE_ID)
+	lastBatch int   // messages in the last entry appended (GET_LAST_MESSAGE_ID)
+	quotaErr  error // set while a backlog quota blocks producers
 }
 
 // dedupState is one producer name's deduplication state. Ordering
@@ -161,6 +162,9 @@ func (t *Topic) addProducer(p *Producer) (int64, error) {
 	if t.closed {
 		return 0, fmt.Errorf("%w: %s is closing", ErrTopicFenced, t.name)
 	}
+	if t.quotaErr != nil {
+		return 0, t.quotaErr
+	}
 	for q := range t.producers {
 		if q.exclusive || p.exclusive {
 			return 0, fmt.Errorf("%w: %s already has producer %s", ErrProducerBusy, t.name, q.name)
@@ -194,6 +198,11 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte,
 	if t.closed {
 		t.mu.Unlock()
 		cb(mledger.Position{}, errDropSilently)
+		return
+	}
+	if err := t.quotaErr; err != nil {
+		t.mu.Unlock()
+		cb(mledger.Position{}, err)
 		return
 	}
 	st := t.dedupFor(producerName)
@@ -490,7 +499,10 @@ func (p *Producer) closeByBroker(target string) {
 // findByPublishTime returns the first entry the broker published at or
 // after ms; past the end, the position after the last entry.
 func (t *Topic) findByPublishTime(ctx context.Context, ms int64) (mledger.Position, error) {
-	from := t.ml.FirstPosition()
+	return t.findByPublishTimeFrom(ctx, t.ml.FirstPosition(), ms)
+}
+
+func (t *Topic) findByPublishTimeFrom(ctx context.Context, from mledger.Position, ms int64) (mledger.Position, error) {
 	last := t.ml.LastConfirmed()
 	for !last.Less(from) {
 		entries, err := t.ml.ReadEntries(ctx, from, 500, 8<<20)

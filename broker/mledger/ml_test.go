@@ -2,6 +2,7 @@ package mledger_test
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -97,13 +98,47 @@ func TestAppendAndReadAcrossRollovers(t *testing.T) {
 // Takeover: while owner A appends, B opens the same managed ledger. A's
 // next appends fail with ErrFenced, B holds every entry A was told was
 // stored, at the same position, and B's appends continue after them. A
-// can no longer write cursor records either.
+// can no longer write cursor records either. Run with large ledgers (B
+// fences A's ledger in the middle of it) and with 25-entry ledgers (A is
+// rolling over all the time, so B's claim races A's ledger-list CAS).
 func TestTakeoverFencesThePreviousOwner(t *testing.T) {
 	r := startRegion(t)
 	lcA, lcB := newLedgerClient(t, r.Store), newLedgerClient(t, r.Store)
 	ctx := ctxT(t, 2*time.Minute)
-	const name = "public/default/persistent/takeover"
-	a := openML(t, r.Store, lcA, name, func(c *mledger.Config) { c.MaxEntriesPerLedger = 25 })
+	for _, perLedger := range []int{10_000, 25} {
+		t.Run(fmt.Sprintf("entries-per-ledger=%d", perLedger), func(t *testing.T) {
+			takeover(t, r, lcA, lcB, fmt.Sprintf("public/default/persistent/takeover-%d", perLedger), perLedger)
+		})
+	}
+
+	// An idle owner (no append to notice the fence) is fenced by etcd.
+	const idle = "public/default/persistent/idle"
+	a2 := openML(t, r.Store, lcA, idle)
+	appendN(t, a2, 0, 3)
+	c2, err := a2.OpenCursor(ctx, "sub", mledger.Earliest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := openML(t, r.Store, lcB, idle)
+	c2.AckCumulative(a2.LastConfirmed())
+	if err := c2.Flush(ctx); !errors.Is(err, mledger.ErrFenced) {
+		t.Fatalf("idle owner's cursor flush after a takeover: %v, want ErrFenced", err)
+	}
+	if s := a2.Stats(); !s.Fenced {
+		t.Error("the idle owner does not know it is fenced")
+	}
+	if c, _ := b2.OpenCursor(ctx, "sub", mledger.Latest); c.Backlog() != 3 {
+		t.Errorf("new owner's cursor backlog %d, want 3", c.Backlog())
+	}
+	_ = a2.Close(ctx)
+	if err := b2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func takeover(t *testing.T, r *testutil.Region, lcA, lcB *ledger.Client, name string, perLedger int) {
+	ctx := ctxT(t, 2*time.Minute)
+	a := openML(t, r.Store, lcA, name, func(c *mledger.Config) { c.MaxEntriesPerLedger = perLedger })
 	curA, err := a.OpenCursor(ctx, "sub", mledger.Earliest)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +179,7 @@ func TestTakeoverFencesThePreviousOwner(t *testing.T) {
 		return len(stored) >= 60
 	})
 
-	b := openML(t, r.Store, lcB, name, func(c *mledger.Config) { c.MaxEntriesPerLedger = 25 })
+	b := openML(t, r.Store, lcB, name, func(c *mledger.Config) { c.MaxEntriesPerLedger = perLedger })
 	if _, err := a.Append(ctx, []byte("after the takeover")); !errors.Is(err, mledger.ErrFenced) {
 		t.Fatalf("A's append after B's open: %v, want ErrFenced", err)
 	}
@@ -190,30 +225,6 @@ func TestTakeoverFencesThePreviousOwner(t *testing.T) {
 		t.Fatalf("A's close: %v, want ErrFenced", err)
 	}
 	if err := b.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// An idle owner (no append to notice the fence) is fenced by etcd.
-	const idle = "public/default/persistent/idle"
-	a2 := openML(t, r.Store, lcA, idle)
-	appendN(t, a2, 0, 3)
-	c2, err := a2.OpenCursor(ctx, "sub", mledger.Earliest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b2 := openML(t, r.Store, lcB, idle)
-	c2.AckCumulative(a2.LastConfirmed())
-	if err := c2.Flush(ctx); !errors.Is(err, mledger.ErrFenced) {
-		t.Fatalf("idle owner's cursor flush after a takeover: %v, want ErrFenced", err)
-	}
-	if s := a2.Stats(); !s.Fenced {
-		t.Error("the idle owner does not know it is fenced")
-	}
-	if c, _ := b2.OpenCursor(ctx, "sub", mledger.Latest); c.Backlog() != 3 {
-		t.Errorf("new owner's cursor backlog %d, want 3", c.Backlog())
-	}
-	_ = a2.Close(ctx)
-	if err := b2.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -19,6 +19,7 @@ func newStandaloneCmd() *cobra.Command {
 	var dataDir, etcdClient, etcdPeer, bookieHost string
 	var bookies, bookieBasePort int
 	var listen, adminAddr string
+	var policyEvery time.Duration
 	cmd := &cobra.Command{
 		Use:   "standalone",
 		Short: "Run one region in one process: embedded etcd, bookies and a broker on loopback",
@@ -93,7 +94,7 @@ every subscription's position.`,
 			defer lc.Close()
 			bc := broker.Config{
 				Cluster: "standalone", ListenAddr: listen, AdminAddr: adminAddr,
-				Store: store, Ledgers: lc, Logger: log,
+				Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery,
 			}
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = min(bookies, 3), min(bookies, 3), min(bookies, 2)
 			brk, err := broker.New(bc)
@@ -124,6 +125,7 @@ every subscription's position.`,
 	f.StringVar(&dataDir, "data-dir", "./data", "data directory")
 	f.StringVar(&listen, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
 	f.StringVar(&adminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address")
+	f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
 	f.StringVar(&etcdClient, "etcd-client-url", "http://127.0.0.1:2379", "embedded etcd client URL")
 	f.StringVar(&etcdPeer, "etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd peer URL")
 	f.IntVar(&bookies, "bookies", 3, "number of bookies")

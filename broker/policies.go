@@ -1,0 +1,204 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/meridian-mq/meridian/broker/mledger"
+)
+
+// Namespace policies enforced on loaded topics: message TTL and backlog
+// quotas. A broker-wide loop checks every loaded topic each
+// PolicyCheckInterval (one goroutine for all topics, not one per topic).
+//
+//   - TTL: entries the broker published more than message_ttl_in_seconds
+//     ago are acknowledged on every subscription (expired), by the broker's
+//     publish time, never the client's clock.
+//   - Backlog quota (limit in bytes of a subscription's backlog, estimated
+//     as backlog entries × the topic's average entry size):
+//     producer_request_hold refuses new producers and sends with
+//     ProducerBlockedQuotaExceededError (the Go client keeps retrying);
+//     producer_exception does the same with
+//     ProducerBlockedQuotaExceededException (the client fails the pending
+//     sends); consumer_backlog_eviction moves the slowest subscriptions
+//     forward, dropping their oldest entries, so a consumer that fell far
+//     behind cannot fill the region's disks.
+
+// ErrQuotaHold and ErrQuotaException are the two producer-side quota
+// answers.
+var (
+	ErrQuotaHold      = fmt.Errorf("backlog quota exceeded: producer_request_hold")
+	ErrQuotaException = fmt.Errorf("backlog quota exceeded: producer_exception")
+)
+
+func (b *Broker) policyLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.cfg.PolicyCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+			for _, tp := range b.loadedTopics() {
+				ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+				tp.enforcePolicies(ctx, time.Now())
+				cancel()
+			}
+		}
+	}
+}
+
+// refreshPolicies re-reads the namespace's policies (they may change
+// while the topic is loaded).
+func (t *Topic) refreshPolicies(ctx context.Context) Policies {
+	if p, err := t.b.meta.GetPolicies(ctx, t.name.NamespaceName()); err == nil {
+		t.mu.Lock()
+		t.pol = p
+		t.mu.Unlock()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pol
+}
+
+func (t *Topic) enforcePolicies(ctx context.Context, now time.Time) {
+	pol := t.refreshPolicies(ctx)
+	if pol.MessageTTLInSeconds > 0 {
+		cutoff := now.Add(-time.Duration(pol.MessageTTLInSeconds) * time.Second).UnixMilli()
+		for _, s := range t.subscriptions() {
+			t.expire(ctx, s, cutoff)
+		}
+	}
+	q, ok := pol.BacklogQuotas["destination_storage"]
+	limit := q.SizeLimit()
+	if !ok || limit <= 0 {
+		t.setQuotaBlocked(nil)
+		return
+	}
+	over := false
+	for _, s := range t.subscriptions() {
+		if t.backlogBytes(s) <= limit {
+			continue
+		}
+		over = true
+		if q.Policy == "consumer_backlog_eviction" {
+			t.evict(s, limit)
+		}
+	}
+	switch {
+	case !over || q.Policy == "consumer_backlog_eviction":
+		t.setQuotaBlocked(nil)
+	case q.Policy == "producer_exception":
+		t.setQuotaBlocked(ErrQuotaException)
+	default:
+		t.setQuotaBlocked(ErrQuotaHold)
+	}
+}
+
+func (t *Topic) setQuotaBlocked(err error) {
+	t.mu.Lock()
+	t.quotaErr = err
+	t.mu.Unlock()
+}
+
+// avgEntryBytes is the topic's average stored entry size.
+func (t *Topic) avgEntryBytes() int64 {
+	n := t.ml.NumberOfEntries()
+	if n <= 0 {
+		return 0
+	}
+	return t.ml.TotalSizeBytes() / n
+}
+
+func (t *Topic) backlogBytes(s *Subscription) int64 {
+	return s.cursor.Backlog() * t.avgEntryBytes()
+}
+
+// expire acknowledges every entry published before cutoffMs.
+func (t *Topic) expire(ctx context.Context, s *Subscription, cutoffMs int64) {
+	from := t.ml.Next(s.cursor.MarkDeleted())
+	p, err := t.findByPublishTimeFrom(ctx, from, cutoffMs)
+	if err != nil || !from.Less(p) {
+		return
+	}
+	last := t.positionBefore(p)
+	s.cursor.AckCumulative(last)
+	s.forgetThrough(last)
+	s.afterAck()
+}
+
+// evict moves s forward so its backlog fits in limit bytes.
+func (t *Topic) evict(s *Subscription, limit int64) {
+	avg := t.avgEntryBytes()
+	if avg <= 0 {
+		return
+	}
+	skip := s.cursor.Backlog() - limit/avg
+	if skip <= 0 {
+		return
+	}
+	target := t.advance(s.cursor.MarkDeleted(), skip)
+	s.cursor.AckCumulative(target)
+	s.forgetThrough(target)
+	s.afterAck()
+	t.b.log.Warn("backlog quota: evicted the oldest entries of a subscription", "topic", t.name.String(), "subscription", s.name, "entries", skip)
+}
+
+// advance returns the position n entries after p, using the ledgers'
+// entry counts (no reads).
+func (t *Topic) advance(p mledger.Position, n int64) mledger.Position {
+	for _, l := range t.ml.Ledgers() {
+		if l.ID < p.Ledger || l.Entries == 0 {
+			continue
+		}
+		first := int64(0)
+		if l.ID == p.Ledger {
+			first = p.Entry + 1
+		}
+		avail := l.Entries - first
+		if avail <= 0 {
+			continue
+		}
+		if n <= avail {
+			return mledger.Position{Ledger: l.ID, Entry: first + n - 1}
+		}
+		n -= avail
+	}
+	return t.ml.LastConfirmed()
+}
+
+// positionBefore returns the last stored position before p.
+func (t *Topic) positionBefore(p mledger.Position) mledger.Position {
+	if p.Entry > 0 {
+		return mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1}
+	}
+	prev := mledger.Position{Ledger: p.Ledger, Entry: -1}
+	for _, l := range t.ml.Ledgers() {
+		if l.ID < p.Ledger && l.Entries > 0 {
+			prev = mledger.Position{Ledger: l.ID, Entry: l.Entries - 1}
+		}
+	}
+	return prev
+}
+
+// forgetThrough drops dispatch state of entries at or before p (acked by
+// TTL or eviction).
+func (s *Subscription) forgetThrough(p mledger.Position) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pos := range s.pending {
+		if !p.Less(pos) {
+			delete(s.pending, pos)
+		}
+	}
+	for pos := range s.replay {
+		if !p.Less(pos) {
+			delete(s.replay, pos)
+		}
+	}
+	if rp := s.cursor.ReadPosition(); !p.Less(rp) {
+		s.cursor.SetReadPosition(s.topic.ml.Next(p))
+	}
+}
