@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/meridian-mq/meridian/bookie"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
@@ -37,8 +38,8 @@ type Reader struct {
 	c    *Client
 	meta Metadata
 	// lastReadable bounds reads: the last entry of a closed ledger or the
-	// LAC of an open one when the reader was opened.
-	lastReadable int64
+	// LAC of an open one (moved by RefreshLAC).
+	lastReadable atomic.Int64
 }
 
 // Open opens a ledger for reading without recovery. For an open ledger,
@@ -51,36 +52,44 @@ func (c *Client) Open(ctx context.Context, id int64) (*Reader, error) {
 	}
 	r := &Reader{c: c, meta: m}
 	if m.Meta.State == metapb.LedgerState_CLOSED {
-		r.lastReadable = m.Meta.LastEntryId
+		r.lastReadable.Store(m.Meta.LastEntryId)
 		return r, nil
 	}
 	lac, err := r.readLAC(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r.lastReadable = lac
+	r.lastReadable.Store(lac)
 	return r, nil
+}
+
+func newClosedReader(c *Client, m Metadata) *Reader {
+	r := &Reader{c: c, meta: m}
+	r.lastReadable.Store(m.Meta.LastEntryId)
+	return r
 }
 
 // Metadata returns the metadata the reader was opened with.
 func (r *Reader) Metadata() Metadata { return r.meta }
 
 // LastEntry returns the last readable entry id (-1 when none).
-func (r *Reader) LastEntry() int64 { return r.lastReadable }
+func (r *Reader) LastEntry() int64 { return r.lastReadable.Load() }
 
 // RefreshLAC re-reads the last-add-confirmed of an open ledger.
 func (r *Reader) RefreshLAC(ctx context.Context) (int64, error) {
 	if r.meta.Meta.State == metapb.LedgerState_CLOSED {
-		return r.lastReadable, nil
+		return r.lastReadable.Load(), nil
 	}
 	lac, err := r.readLAC(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if lac > r.lastReadable {
-		r.lastReadable = lac
+	for {
+		cur := r.lastReadable.Load()
+		if lac <= cur || r.lastReadable.CompareAndSwap(cur, lac) {
+			return max(cur, lac), nil
+		}
 	}
-	return r.lastReadable, nil
 }
 
 // readLAC asks the last fragment's bookies (no fencing) and takes the
@@ -113,8 +122,8 @@ func (r *Reader) readLAC(ctx context.Context) (int64, error) {
 // order (same rack, same region, others) and moving on from a replica that
 // is corrupt, unknown, missing it or unreachable.
 func (r *Reader) Read(ctx context.Context, id int64) (Entry, error) {
-	if id < 0 || id > r.lastReadable {
-		return Entry{}, fmt.Errorf("%w: ledger %d entry %d (last readable %d)", ErrNoSuchEntry, r.meta.Meta.LedgerId, id, r.lastReadable)
+	if last := r.lastReadable.Load(); id < 0 || id > last {
+		return Entry{}, fmt.Errorf("%w: ledger %d entry %d (last readable %d)", ErrNoSuchEntry, r.meta.Meta.LedgerId, id, last)
 	}
 	return r.c.readEntry(ctx, r.meta, id, false)
 }

@@ -44,7 +44,7 @@ func (c *Client) Recover(ctx context.Context, id int64) (*Reader, error) {
 		return nil, err
 	}
 	if m.Meta.State == metapb.LedgerState_CLOSED {
-		return &Reader{c: c, meta: m, lastReadable: m.Meta.LastEntryId}, nil
+		return newClosedReader(c, m), nil
 	}
 
 	frag := m.LastFragment()
@@ -79,7 +79,7 @@ func (c *Client) Recover(ctx context.Context, id int64) (*Reader, error) {
 		return nil, err
 	}
 	c.cfg.Logger.Info("ledger recovered", "ledger", id, "last_entry", m.Meta.LastEntryId)
-	return &Reader{c: c, meta: m, lastReadable: m.Meta.LastEntryId}, nil
+	return newClosedReader(c, m), nil
 }
 
 // fenceAndReadLAC fences every bookie of the last fragment and returns the

@@ -248,13 +248,14 @@ func (c *Cursor) Flush(ctx context.Context) error {
 	return c.persist(ctx)
 }
 
-// record returns the state to persist, with at most max acked ranges.
-func (c *Cursor) recordLocked(max int) cursorRecord {
+// recordLocked returns the state to persist, with at most limit acked
+// ranges (the lowest).
+func (c *Cursor) recordLocked(limit int) cursorRecord {
 	r := cursorRecord{markDelete: c.core.markDelete, props: maps.Clone(c.props)}
 	r.acked = c.core.acked
-	if len(r.acked) > max {
-		r.dropped = int64(len(r.acked) - max)
-		r.acked = r.acked[:max]
+	if len(r.acked) > limit {
+		r.dropped = int64(len(r.acked) - limit)
+		r.acked = r.acked[:limit]
 	}
 	r.acked = append([]Range(nil), r.acked...)
 	return r

@@ -96,7 +96,7 @@ func (ml *ManagedLedger) commitNewLedger(ctx context.Context, id int64, createdA
 	return nil
 }
 
-// fencedWrite puts val at key (del: deletes key) if key's mod revision is
+// fencedWriteLocked puts val at key (del: deletes key) if key's mod revision is
 // still rev (0: absent) and the ledger list is still at infoRev. It returns
 // the new mod revision. A failed comparison is ErrFenced. Called with
 // metaMu held.

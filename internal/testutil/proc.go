@@ -50,6 +50,7 @@ func MeridianBinary(t testing.TB) string {
 // the test ends if still running.
 type Proc struct {
 	Name string
+	Bin  string
 	Args []string
 	t    testing.TB
 	cmd  *exec.Cmd
@@ -63,7 +64,7 @@ type Proc struct {
 // test's temp dir (printed when the test fails).
 func StartProc(t testing.TB, name, bin string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{Name: name, Args: args, t: t}
+	p := &Proc{Name: name, Bin: bin, Args: args, t: t}
 	p.start()
 	t.Cleanup(func() {
 		p.Kill()
@@ -76,7 +77,7 @@ func StartProc(t testing.TB, name, bin string, args ...string) *Proc {
 
 func (p *Proc) start() {
 	p.t.Helper()
-	bin := MeridianBinary(p.t)
+	bin := p.Bin
 	logPath := filepath.Join(os.TempDir(), fmt.Sprintf("meridian-%s-%d.log", p.Name, time.Now().UnixNano()))
 	f, err := os.Create(logPath)
 	if err != nil {
