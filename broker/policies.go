@@ -194,7 +194,7 @@ func (s *Subscription) forgetThrough(p mledger.Position) {
 	defer s.mu.Unlock()
 	for pos := range s.pending {
 		if !p.Less(pos) {
-			delete(s.pending, pos)
+			s.dropPendingLocked(pos)
 		}
 	}
 	for pos := range s.replay {

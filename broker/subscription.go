@@ -21,11 +21,6 @@ type Consumer struct {
 	priority int32
 	ready    bool // SUCCESS sent: MESSAGE may follow once it has permits
 	permits  int
-	// joinedAt (Key_Shared): entries at or after it are held back from this
-	// consumer until every entry before it is acknowledged, so a key that
-	// moves to a new consumer keeps its order.
-	joinedAt   mledger.Position
-	restricted bool
 	active     *bool // last ACTIVE_CONSUMER_CHANGE sent (Failover)
 	unacked    int
 }
@@ -55,6 +50,7 @@ type Subscription struct {
 	// entries (bit set = acknowledged), not persisted: a restart redelivers
 	// the whole batch and the client filters nothing; see the package doc.
 	batchAcks map[mledger.Position][]uint64
+	drain     map[uint32]*drainRef
 
 	wakeCh  chan struct{}
 	stopCh  chan struct{}
@@ -64,7 +60,19 @@ type Subscription struct {
 
 type pendingEntry struct {
 	c    *Consumer
-	size int // messages in the entry
+	size int    // messages in the entry
+	hash uint32 // key hash (Key_Shared)
+}
+
+// drainRef (Key_Shared) records that a key hash has entries dispatched to
+// c and not yet acknowledged: further entries of that hash go to c too (or
+// wait) until they are all acknowledged, even if the hash now belongs to
+// another consumer — so a key never has entries in two consumers' hands at
+// once and its order holds when consumers join or leave (the "draining
+// hashes" rule of Pulsar's PIP-379).
+type drainRef struct {
+	c *Consumer
+	n int
 }
 
 func newSubscription(t *Topic, name string, typ pb.CommandSubscribe_SubType, cur *mledger.Cursor, durable bool) *Subscription {
@@ -74,6 +82,7 @@ func newSubscription(t *Topic, name string, typ pb.CommandSubscribe_SubType, cur
 		replay:    map[mledger.Position]struct{}{},
 		redelivs:  map[mledger.Position]uint32{},
 		batchAcks: map[mledger.Position][]uint64{},
+		drain:     map[uint32]*drainRef{},
 		wakeCh:    make(chan struct{}, 1),
 		stopCh:    make(chan struct{}),
 		done:      make(chan struct{}),
@@ -128,13 +137,24 @@ func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, 
 		return nil, fmt.Errorf("%w: exclusive subscription %s already has a consumer", ErrConsumerBusy, s.name)
 	}
 	cs := &Consumer{id: m.GetConsumerId(), name: m.GetConsumerName(), conn: c, sub: s, priority: m.GetPriorityLevel()}
-	if s.typ == pb.CommandSubscribe_Key_Shared && len(s.consumers) > 0 {
-		cs.joinedAt = s.cursor.ReadPosition()
-		cs.restricted = true
-	}
 	s.consumers = append(s.consumers, cs)
 	s.topic.b.metrics.consumers.Inc()
 	return cs, nil
+}
+
+// dropPendingLocked forgets a dispatched entry (acknowledged, or going
+// back to replay) and its hold on its key hash.
+func (s *Subscription) dropPendingLocked(pos mledger.Position) {
+	pe := s.pending[pos]
+	if pe == nil {
+		return
+	}
+	delete(s.pending, pos)
+	if d := s.drain[pe.hash]; d != nil && d.c == pe.c {
+		if d.n--; d.n <= 0 {
+			delete(s.drain, pe.hash)
+		}
+	}
 }
 
 // consumerReady is called once SUCCESS went out for cs.
@@ -163,8 +183,13 @@ func (s *Subscription) removeConsumer(cs *Consumer) {
 	// Whatever it had not acknowledged goes to the others.
 	for pos, pe := range s.pending {
 		if pe.c == cs {
-			delete(s.pending, pos)
+			s.dropPendingLocked(pos)
 			s.replay[pos] = struct{}{}
+		}
+	}
+	for h, d := range s.drain {
+		if d.c == cs {
+			delete(s.drain, h)
 		}
 	}
 	s.mu.Unlock()
@@ -273,7 +298,7 @@ func (s *Subscription) ack(cs *Consumer, m *pb.CommandAck) {
 		}
 		for pos := range s.pending {
 			if !p.Less(pos) {
-				delete(s.pending, pos)
+				s.dropPendingLocked(pos)
 				delete(s.redelivs, pos)
 				delete(s.batchAcks, pos)
 			}
@@ -298,7 +323,7 @@ func (s *Subscription) ack(cs *Consumer, m *pb.CommandAck) {
 				continue
 			}
 		}
-		delete(s.pending, p)
+		s.dropPendingLocked(p)
 		delete(s.replay, p)
 		delete(s.redelivs, p)
 		delete(s.batchAcks, p)
@@ -334,21 +359,8 @@ func (s *Subscription) batchAckLocked(p mledger.Position, ackSet []int64, size i
 	return all
 }
 
-// afterAck lifts Key_Shared restrictions whose earlier entries are all
-// acknowledged, and wakes dispatch.
-func (s *Subscription) afterAck() {
-	if s.typ == pb.CommandSubscribe_Key_Shared {
-		md := s.cursor.MarkDeleted()
-		s.mu.Lock()
-		for _, c := range s.consumers {
-			if c.restricted && !s.topic.ml.Next(md).Less(c.joinedAt) {
-				c.restricted = false
-			}
-		}
-		s.mu.Unlock()
-	}
-	s.wake()
-}
+// afterAck wakes dispatch: acknowledgements free key hashes and permits.
+func (s *Subscription) afterAck() { s.wake() }
 
 // redeliver handles REDELIVER_UNACKNOWLEDGED_MESSAGES (negative acks): the
 // listed entries (all of cs's unacknowledged ones if none listed) are sent
@@ -358,7 +370,7 @@ func (s *Subscription) redeliver(cs *Consumer, ids []*pb.MessageIdData) {
 	if len(ids) == 0 {
 		for pos, pe := range s.pending {
 			if pe.c == cs {
-				delete(s.pending, pos)
+				s.dropPendingLocked(pos)
 				s.replay[pos] = struct{}{}
 			}
 		}
@@ -366,7 +378,7 @@ func (s *Subscription) redeliver(cs *Consumer, ids []*pb.MessageIdData) {
 	for _, id := range ids {
 		p := positionOf(id)
 		if pe := s.pending[p]; pe != nil && pe.c == cs {
-			delete(s.pending, p)
+			s.dropPendingLocked(p)
 			s.replay[p] = struct{}{}
 		}
 	}
@@ -384,6 +396,7 @@ func (s *Subscription) seekTo(ctx context.Context, p mledger.Position, _ bool) e
 	s.pending = map[mledger.Position]*pendingEntry{}
 	s.replay = map[mledger.Position]struct{}{}
 	s.batchAcks = map[mledger.Position][]uint64{}
+	s.drain = map[uint32]*drainRef{}
 	s.mu.Unlock()
 	return s.cursor.ResetTo(ctx, p)
 }
@@ -442,12 +455,12 @@ func (s *Subscription) chooseLocked(pos mledger.Position, key string) *Consumer 
 			}
 		}
 		return nil
-	default: // Key_Shared
+	default: // Key_Shared: the consumer draining this hash, else its owner
 		c := s.keyOwnerLocked(key)
-		if c == nil || !c.ready || c.permits <= 0 {
-			return nil
+		if d := s.drain[hash32(key)]; d != nil {
+			c = d.c
 		}
-		if c.restricted && !pos.Less(c.joinedAt) {
+		if c == nil || !c.ready || c.permits <= 0 {
 			return nil
 		}
 		return c
@@ -539,7 +552,7 @@ func (s *Subscription) dispatchOnce() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
 	defer cancel()
 	var out []delivery
-	blocked := map[*Consumer]bool{} // consumers with a held-back replay: no newer entry may pass it
+	blocked := map[uint32]bool{} // Key_Shared: key hashes with a held-back replay: no newer entry may pass it
 	heldAll := false
 	sent := 0
 	for _, p := range replay {
@@ -596,7 +609,7 @@ func (s *Subscription) dispatchOnce() bool {
 
 // assign picks a consumer for an entry and records it as pending, or
 // queues it for replay.
-func (s *Subscription) assign(e mledger.Entry, fromReplay bool, blocked map[*Consumer]bool) (delivery, bool) {
+func (s *Subscription) assign(e mledger.Entry, fromReplay bool, blocked map[uint32]bool) (delivery, bool) {
 	m, err := parseEntryMeta(e.Data)
 	if err != nil {
 		s.topic.b.log.Error("undecodable stored entry skipped", "topic", s.topic.name.String(), "pos", e.Pos.String(), "err", err)
@@ -608,21 +621,31 @@ func (s *Subscription) assign(e mledger.Entry, fromReplay bool, blocked map[*Con
 	if _, gone := s.pending[e.Pos]; gone && !fromReplay {
 		return delivery{}, false
 	}
+	// blocked holds the key hashes (Key_Shared) or consumers' marker 0
+	// (others) that have an older entry waiting: nothing newer may pass it.
+	h := uint32(0)
+	if s.typ == pb.CommandSubscribe_Key_Shared {
+		h = hash32(m.Key)
+	}
 	c := s.chooseLocked(e.Pos, m.Key)
-	if c == nil || blocked[c] {
+	if c == nil || (s.typ == pb.CommandSubscribe_Key_Shared && blocked[h]) {
 		s.replay[e.Pos] = struct{}{}
-		if c != nil {
-			blocked[c] = true
-		} else if s.typ == pb.CommandSubscribe_Key_Shared {
-			if owner := s.keyOwnerLocked(m.Key); owner != nil {
-				blocked[owner] = true
-			}
+		if s.typ == pb.CommandSubscribe_Key_Shared {
+			blocked[h] = true
 		}
 		return delivery{}, false
 	}
 	delete(s.replay, e.Pos)
 	c.permits -= m.NumMessages
-	s.pending[e.Pos] = &pendingEntry{c: c, size: m.NumMessages}
+	s.pending[e.Pos] = &pendingEntry{c: c, size: m.NumMessages, hash: h}
+	if s.typ == pb.CommandSubscribe_Key_Shared {
+		d := s.drain[h]
+		if d == nil {
+			d = &drainRef{c: c}
+			s.drain[h] = d
+		}
+		d.n++
+	}
 	d := delivery{c: c, pos: e.Pos, entry: e.Data}
 	if fromReplay {
 		s.redelivs[e.Pos]++
