@@ -241,7 +241,10 @@ func (b *Broker) lookup(ctx context.Context, topic string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
 	}
-	bd := b.bundleFor(pol, tn)
+	bd, err := b.bundleFor(ctx, pol, tn)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+	}
 	if bi, ok, err := b.own.owner(ctx, bd); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrServiceNotReady, err)
 	} else if ok {
@@ -295,7 +298,10 @@ func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Top
 	if err != nil {
 		return nil, fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
 	}
-	bd := b.bundleFor(pol, tn)
+	bd, err := b.bundleFor(ctx, pol, tn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+	}
 	if mine, owner, err := b.own.acquire(ctx, bd); err != nil {
 		return nil, fmt.Errorf("%w: bundle %s: %v", ErrServiceNotReady, bd, err)
 	} else if !mine {
@@ -339,6 +345,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Top
 		return nil, fmt.Errorf("%w: open %s: %v", ErrServiceNotReady, tn, err)
 	}
 	t := newTopic(b, tn, ml, pol)
+	t.bundle = bd
 	if err := t.load(ctx); err != nil {
 		ml.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: load %s: %v", ErrServiceNotReady, tn, err)

@@ -54,6 +54,11 @@ type Config struct {
 	// a shorter period bounds how far past its quota a backlog can grow).
 	PolicyCheckInterval time.Duration
 
+	// BundleSplitTopics: a bundle holding more loaded topics than this is
+	// split in two (and the halves may then move to other brokers). 0
+	// means the default, 1000; -1 never splits.
+	BundleSplitTopics int
+
 	// Store is the region's metadata store. Required.
 	Store *cluster.Store
 	// Ledgers is the ledger client. Required.
@@ -87,6 +92,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.BundleSplitTopics == 0 {
+		c.BundleSplitTopics = 1000
 	}
 	if c.PolicyCheckInterval == 0 {
 		c.PolicyCheckInterval = 5 * time.Second

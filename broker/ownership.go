@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,25 +55,38 @@ func (b bundle) key() string {
 
 func (b bundle) String() string { return fmt.Sprintf("%s/0x%08x_0x%08x", b.ns, b.lower, b.upper) }
 
-// bundleOf maps a topic to its namespace bundle. Partitions of one topic
-// hash by their own names, so they spread over brokers.
-func bundleOf(t TopicName, n int) bundle {
+// bundleOf maps a topic to the bundle of boundaries that holds its hash.
+// boundaries are ascending, start at 0 and end at 0xffffffff; bundle i is
+// [boundaries[i], boundaries[i+1]-1], the last one including 0xffffffff.
+// Partitions of one topic hash by their own names, so they spread.
+func bundleOf(t TopicName, boundaries []uint32) bundle {
+	h := crc32.ChecksumIEEE([]byte(t.String()))
+	i := sort.Search(len(boundaries)-1, func(i int) bool { return boundaries[i+1] > h }) // first range whose upper bound is above h
+	if i >= len(boundaries)-1 {
+		i = len(boundaries) - 2
+	}
+	upper := boundaries[i+1] - 1
+	if i == len(boundaries)-2 {
+		upper = boundaries[i+1]
+	}
+	return bundle{ns: t.NamespaceName(), lower: boundaries[i], upper: upper}
+}
+
+// evenBoundaries splits the hash space into n equal bundles.
+func evenBoundaries(n int) []uint32 {
 	if n <= 0 {
 		n = DefaultBundles
 	}
-	h := crc32.ChecksumIEEE([]byte(t.String()))
+	out := make([]uint32, n+1)
 	size := uint64(1<<32) / uint64(n)
-	i := uint64(h) / size
-	if i >= uint64(n) {
-		i = uint64(n) - 1
+	for i := 1; i < n; i++ {
+		out[i] = uint32(uint64(i) * size)
 	}
-	lower := uint32(i * size)
-	upper := uint32(min((i+1)*size-1, 1<<32-1))
-	if i == uint64(n)-1 {
-		upper = 1<<32 - 1
-	}
-	return bundle{ns: t.NamespaceName(), lower: lower, upper: upper}
+	out[n] = 0xffffffff
+	return out
 }
+
+func (bd bundle) contains(h uint32) bool { return bd.lower <= h && h <= bd.upper }
 
 // ownership is this broker's side of bundle ownership.
 type ownership struct {
@@ -238,9 +250,39 @@ func (o *ownership) owns(bd bundle) bool {
 	return ok
 }
 
-// bundleFor returns a topic's bundle under its namespace's bundle count.
-func (b *Broker) bundleFor(pol Policies, tn TopicName) bundle {
-	return bundleOf(tn, pol.Bundles)
+// bundleFor returns a topic's bundle under its namespace's current
+// boundaries (read from etcd, never cached: a split elsewhere must never
+// let two brokers own overlapping ranges).
+func (b *Broker) bundleFor(ctx context.Context, pol Policies, tn TopicName) (bundle, error) {
+	bs, _, err := b.boundaries(ctx, tn.NamespaceName(), pol)
+	if err != nil {
+		return bundle{}, err
+	}
+	return bundleOf(tn, bs), nil
+}
+
+// boundaries returns a namespace's bundle boundaries and their etcd
+// revision, creating the initial even split from the policy's bundle
+// count on first use.
+func (b *Broker) boundaries(ctx context.Context, ns string, pol Policies) ([]uint32, int64, error) {
+	key := "/bundles/" + ns
+	for {
+		kv, err := b.cfg.Store.Get(ctx, key)
+		if err == nil {
+			var bs []uint32
+			if err := json.Unmarshal(kv.Value, &bs); err != nil || len(bs) < 2 {
+				return nil, 0, fmt.Errorf("bundles of %s: bad record", ns)
+			}
+			return bs, kv.ModRevision, nil
+		}
+		if !errors.Is(err, cluster.ErrNotFound) {
+			return nil, 0, err
+		}
+		v, _ := json.Marshal(evenBoundaries(pol.Bundles))
+		if _, err := b.cfg.Store.Create(ctx, key, v); err != nil && !errors.Is(err, cluster.ErrExists) {
+			return nil, 0, err
+		}
+	}
 }
 
 // handOff unloads every owned bundle to other brokers (graceful shutdown):
@@ -264,23 +306,18 @@ func (b *Broker) handOff(ctx context.Context) {
 	}
 	// Stop being a candidate for new bundles first.
 	_ = b.cfg.Store.Delete(ctx, "/brokers/"+b.cfg.BrokerID)
-	i := 0
+	byBundle := map[string][]*Topic{}
 	for _, t := range b.loadedTopics() {
+		byBundle[t.bundle.key()] = append(byBundle[t.bundle.key()], t)
+	}
+	i := 0
+	for _, bd := range b.own.ownedBundles() {
 		target := ""
 		if len(others) > 0 {
 			target = others[i%len(others)].ServiceURL
 			i++
 		}
-		t.closeWithTarget(ctx, target, func() {
-			bd := b.bundleFor(t.pol, t.name)
-			if err := b.own.release(ctx, bd); err != nil {
-				b.log.Warn("hand-off: release", "bundle", bd.String(), "err", err)
-			}
-		})
-	}
-	for _, bd := range b.own.ownedBundles() {
-		_ = b.own.release(ctx, bd)
+		b.moveBundle(ctx, bd, byBundle[bd.key()], target)
 	}
 }
 
-func trimScheme(u string) string { return strings.TrimPrefix(u, "pulsar://") }

@@ -104,6 +104,14 @@ func TestOwnerBrokerLoss(t *testing.T) {
 					mu.Lock()
 					stoppedAt = time.Now()
 					mu.Unlock()
+					if sig == syscall.SIGKILL {
+						// Freeze it first so appends it already sent to the
+						// bookies complete there while their receipts never
+						// leave: the client must resend them and dedup must
+						// drop them.
+						owner.Signal(syscall.SIGSTOP)
+						time.Sleep(200 * time.Millisecond)
+					}
 					owner.Signal(sig) // sends are in flight
 				}
 				wg.Add(1)

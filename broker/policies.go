@@ -41,6 +41,9 @@ func (b *Broker) policyLoop() {
 		case <-b.ctx.Done():
 			return
 		case <-t.C:
+			mctx, mcancel := context.WithTimeout(b.ctx, 30*time.Second)
+			b.maintainBundles(mctx)
+			mcancel()
 			for _, tp := range b.loadedTopics() {
 				ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 				tp.enforcePolicies(ctx, time.Now())

@@ -21,6 +21,9 @@ type Topic struct {
 	name TopicName
 	ml   *mledger.ManagedLedger
 	pol  Policies
+	// bundle the topic was loaded under (a split may narrow it; the topic
+	// stays on this broker unless its new bundle moves).
+	bundle bundle
 
 	mu        sync.Mutex
 	producers map[*Producer]struct{}
@@ -400,16 +403,28 @@ var errDropSilently = errors.New("topic closing: send dropped for the client to 
 // close closes the topic without a hand-off target.
 func (t *Topic) close(ctx context.Context) error { return t.closeWithTarget(ctx, "", nil) }
 
-// closeWithTarget unloads the topic, in this order: stop accepting sends
-// (they are left unanswered for the client to resend), stop dispatch, let
-// pending appends complete and close the managed ledger (cursors flushed),
-// write the dedup snapshot, run released (give up the bundle), and only
-// then tell clients to reconnect — to target directly if given.
+// closeWithTarget unloads the topic, runs released (give up the bundle),
+// then tells clients to reconnect — to target directly if given.
 func (t *Topic) closeWithTarget(ctx context.Context, target string, released func()) error {
+	notify, err := t.unload(ctx)
+	if released != nil {
+		released()
+	}
+	notify(target)
+	return err
+}
+
+// unload stops the topic, in this order: stop accepting sends (they are
+// left unanswered for the client to resend), stop dispatch, let pending
+// appends complete and close the managed ledger (cursors flushed), write
+// the dedup snapshot. It returns the function that then tells the clients
+// to reconnect: call it only after the bundle is released, so the new
+// owner can take it when they arrive.
+func (t *Topic) unload(ctx context.Context) (notify func(target string), err error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil
+		return func(string) {}, nil
 	}
 	t.closed = true
 	producers := make([]*Producer, 0, len(t.producers))
@@ -424,24 +439,22 @@ func (t *Topic) closeWithTarget(ctx context.Context, target string, released fun
 	for _, s := range subs {
 		s.stop()
 	}
-	err := t.ml.Close(ctx)
+	err = t.ml.Close(ctx)
 	t.mu.Lock()
 	snap := t.snapshotLocked(t.ml.LastConfirmed())
 	t.mu.Unlock()
 	if err == nil {
 		t.writeSnapshot(snap)
 	}
-	if released != nil {
-		released()
-	}
-	for _, p := range producers {
-		p.closeByBroker(target)
-	}
-	for _, s := range subs {
-		s.closeConsumers(target)
-	}
 	t.b.forgetTopic(t)
-	return err
+	return func(target string) {
+		for _, p := range producers {
+			p.closeByBroker(target)
+		}
+		for _, s := range subs {
+			s.closeConsumers(target)
+		}
+	}, err
 }
 
 // Producer is one producer on a connection.

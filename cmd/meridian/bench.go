@@ -59,10 +59,10 @@ func newBrokerBenchCmd(use string, disk bool) *cobra.Command {
 	f.StringVar(&o.Out, "out", "", "also write the table into this markdown file (BENCHMARKS.md)")
 	f.StringVar(&o.Dir, "dir", "", "directory on the disk to measure (default: a temp dir under the current directory)")
 	f.DurationVar(&o.Duration, "duration", 0, "duration of each measurement (default 5s)")
-	f.IntVar(&o.Rounds, "rounds", 0, "alternating rounds of each measurement (default 2)")
+	f.IntVar(&o.Rounds, "rounds", 0, "alternating rounds of each measurement (default 4)")
 	f.StringVar(&o.MeridianBin, "meridian-bin", "", "meridian binary to run as the standalone (default: this binary)")
 	f.IntVar(&o.Producers, "producers", 0, "producers per produce measurement, each on its own topic and connection (default 1)")
 	f.IntVar(&o.MaxPending, "max-pending", 0, "producers' MaxPendingMessages (default 2000)")
-	f.IntVar(&o.BookieInflight, "bookie-inflight", 0, "adds in flight for the bookie 1 KiB reference row (default 256)")
+	f.IntVar(&o.BookieInflight, "bookie-inflight", 0, "adds in flight for the bookie 1 KiB reference row (default 1000)")
 	return c
 }

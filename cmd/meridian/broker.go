@@ -12,16 +12,18 @@ import (
 
 // BrokerFileConfig is the broker section of the config file.
 type BrokerFileConfig struct {
-	ID             string        `yaml:"id"`
-	Rack           string        `yaml:"rack"`
-	ListenAddr     string        `yaml:"listen_addr"`
-	AdvertisedAddr string        `yaml:"advertised_addr"`
-	AdminAddr      string        `yaml:"admin_addr"`
-	MaxMessageSize int           `yaml:"max_message_size"`
-	OwnershipTTL   time.Duration `yaml:"ownership_ttl"`
-	EnsembleSize   int           `yaml:"ensemble_size"`
-	WriteQuorum    int           `yaml:"write_quorum"`
-	AckQuorum      int           `yaml:"ack_quorum"`
+	ID                  string        `yaml:"id"`
+	Rack                string        `yaml:"rack"`
+	ListenAddr          string        `yaml:"listen_addr"`
+	AdvertisedAddr      string        `yaml:"advertised_addr"`
+	AdminAddr           string        `yaml:"admin_addr"`
+	MaxMessageSize      int           `yaml:"max_message_size"`
+	OwnershipTTL        time.Duration `yaml:"ownership_ttl"`
+	EnsembleSize        int           `yaml:"ensemble_size"`
+	BundleSplitTopics   int           `yaml:"bundle_split_topics"`
+	PolicyCheckInterval time.Duration `yaml:"policy_check_interval"`
+	WriteQuorum         int           `yaml:"write_quorum"`
+	AckQuorum           int           `yaml:"ack_quorum"`
 }
 
 func newBrokerCmd() *cobra.Command {
@@ -49,6 +51,12 @@ func newBrokerCmd() *cobra.Command {
 			set("rack", &c.Rack, bf.Rack)
 			if f.Changed("ownership-ttl") || c.OwnershipTTL == 0 {
 				c.OwnershipTTL = bf.OwnershipTTL
+			}
+			if f.Changed("bundle-split-topics") || c.BundleSplitTopics == 0 {
+				c.BundleSplitTopics = bf.BundleSplitTopics
+			}
+			if f.Changed("policy-check-interval") || c.PolicyCheckInterval == 0 {
+				c.PolicyCheckInterval = bf.PolicyCheckInterval
 			}
 			if f.Changed("region") || fc.Region == "" {
 				fc.Region = region
@@ -79,6 +87,7 @@ func newBrokerCmd() *cobra.Command {
 			bc := broker.Config{
 				Cluster: fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
 				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, Ledgers: lc, Logger: log,
+				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval,
 			}
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 			b, err := broker.New(bc)
@@ -105,5 +114,7 @@ func newBrokerCmd() *cobra.Command {
 	f.StringVar(&bf.AdminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address (empty: off)")
 	f.StringVar(&bf.Rack, "rack", "", "rack of this broker (read locality)")
 	f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
+	f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")
+	f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")
 	return cmd
 }
