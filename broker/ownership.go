@@ -320,4 +320,3 @@ func (b *Broker) handOff(ctx context.Context) {
 		b.moveBundle(ctx, bd, byBundle[bd.key()], target)
 	}
 }
-

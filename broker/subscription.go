@@ -21,8 +21,8 @@ type Consumer struct {
 	priority int32
 	ready    bool // SUCCESS sent: MESSAGE may follow once it has permits
 	permits  int
-	active     *bool // last ACTIVE_CONSUMER_CHANGE sent (Failover)
-	unacked    int
+	active   *bool // last ACTIVE_CONSUMER_CHANGE sent (Failover)
+	unacked  int
 }
 
 // Subscription dispatches a topic's entries to its consumers by type:
