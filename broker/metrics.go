@@ -18,6 +18,37 @@ type metrics struct {
 	msgsOut        prometheus.Counter
 	dedupDropped   prometheus.Counter
 	rejectedFrames prometheus.Counter
+	storageLatency prometheus.Histogram
+}
+
+// topicCollector exports per-topic and per-subscription figures of the
+// loaded topics, computed at scrape time.
+type topicCollector struct {
+	b        *Broker
+	backlog  *prometheus.Desc
+	entries  *prometheus.Desc
+	bytes    *prometheus.Desc
+	subCount *prometheus.Desc
+}
+
+func (c *topicCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.backlog
+	ch <- c.entries
+	ch <- c.bytes
+	ch <- c.subCount
+}
+
+func (c *topicCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range c.b.loadedTopics() {
+		name := t.name.String()
+		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(t.ml.NumberOfEntries()), name)
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(t.ml.TotalSizeBytes()), name)
+		subs := t.subscriptions()
+		ch <- prometheus.MustNewConstMetric(c.subCount, prometheus.GaugeValue, float64(len(subs)), name)
+		for _, s := range subs {
+			ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(s.cursor.Backlog()), name, s.name)
+		}
+	}
 }
 
 func newMetrics(cluster string, b *Broker) *metrics {
@@ -40,8 +71,17 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		msgsOut:        c("entries_out_total", "Entries dispatched to consumers."),
 		dedupDropped:   c("dedup_dropped_total", "Sends dropped as duplicates (a producer resent what was already persisted or in flight)."),
 		rejectedFrames: c("rejected_frames_total", "Frames refused: malformed, oversize, unknown command, bad checksum."),
+		storageLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "meridian", Subsystem: "broker", Name: "storage_write_latency_seconds",
+			Help: "Time from a SEND's append to its persistence on the ack quorum of bookies.", ConstLabels: l,
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16)}),
 	}
-	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.rejectedFrames)
+	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.rejectedFrames, m.storageLatency)
+	m.reg.MustRegister(&topicCollector{b: b,
+		backlog:  prometheus.NewDesc("meridian_broker_subscription_backlog_messages", "Unacknowledged entries of a subscription.", []string{"topic", "subscription"}, l),
+		entries:  prometheus.NewDesc("meridian_broker_topic_entries", "Entries stored for a topic.", []string{"topic"}, l),
+		bytes:    prometheus.NewDesc("meridian_broker_topic_storage_bytes", "Bytes stored for a topic.", []string{"topic"}, l),
+		subCount: prometheus.NewDesc("meridian_broker_topic_subscriptions", "Subscriptions of a topic.", []string{"topic"}, l),
+	})
 	backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "meridian", Subsystem: "broker", Name: "backlog_messages",
 		Help: "Unacknowledged entries summed over the subscriptions of loaded topics.", ConstLabels: l}, func() float64 {
 		var n int64

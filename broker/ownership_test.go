@@ -49,6 +49,7 @@ func metric(t *testing.T, adminURL, name string) float64 {
 			return v
 		}
 	}
+	t.Fatalf("metric %s not exported by %s", name, adminURL)
 	return 0
 }
 
@@ -178,6 +179,12 @@ func TestOwnerBrokerLoss(t *testing.T) {
 				if seen[i] == 0 {
 					t.Fatalf("acknowledged message %d lost", i)
 				}
+			}
+			if b := metric(t, survivor.AdminURL(), "meridian_broker_subscription_backlog_messages"); b != 0 {
+				t.Fatalf("backlog metric of the drained subscription: %v", b)
+			}
+			if c := metric(t, survivor.AdminURL(), "meridian_broker_storage_write_latency_seconds_count"); c <= 0 {
+				t.Fatal("storage latency histogram empty on the broker that took the writes")
 			}
 			if sig == syscall.SIGKILL {
 				if d := metric(t, survivor.AdminURL(), "meridian_broker_dedup_dropped_total"); d <= 0 {

@@ -229,8 +229,12 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte,
 	st.inflight[seq] = pp
 	t.mu.Unlock()
 
-	entry := encodeEntry(time.Now().UnixMilli(), msg)
+	start := time.Now()
+	entry := encodeEntry(start.UnixMilli(), msg)
 	t.ml.AppendAsync(entry, func(pos mledger.Position, err error) {
+		if err == nil {
+			t.b.metrics.storageLatency.Observe(time.Since(start).Seconds())
+		}
 		t.mu.Lock()
 		delete(st.inflight, seq)
 		var snap *dedupSnapshot
