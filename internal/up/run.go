@@ -1,0 +1,344 @@
+package up
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Deployment is a running plan.
+type Deployment struct {
+	Plan *Plan
+	bin  string
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	procs map[string]*exec.Cmd
+	ctl   *http.Server
+}
+
+// Endpoints is the shape of DIR/endpoints.json (a contract: fields may be
+// added, never renamed).
+type Endpoints struct {
+	ServiceURL  string           `json:"service_url"`
+	Regions     []RegionEndpoint `json:"regions"`
+	GlobalStore []string         `json:"global_store"`
+	Witness     ProcEndpoint     `json:"witness"`
+	ControlURL  string           `json:"control_url"`
+}
+
+// RegionEndpoint is one region of endpoints.json.
+type RegionEndpoint struct {
+	Name       string         `json:"name"`
+	ServiceURL string         `json:"service_url"`
+	AdminURL   string         `json:"admin_url"`
+	EtcdURL    string         `json:"etcd_url"`
+	Processes  []ProcEndpoint `json:"processes"`
+}
+
+// ProcEndpoint is one process of endpoints.json.
+type ProcEndpoint struct {
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+	Rack  string `json:"rack,omitempty"`
+	Pid   int    `json:"pid"`
+	Addr  string `json:"addr"`
+	Admin string `json:"admin,omitempty"`
+}
+
+// Start starts every process of the plan with the meridian binary bin and
+// waits until each serves.
+func Start(ctx context.Context, p *Plan, bin string, log *slog.Logger) (*Deployment, error) {
+	if err := p.Save(); err != nil {
+		return nil, err
+	}
+	d := &Deployment{Plan: p, bin: bin, log: log, procs: map[string]*exec.Cmd{}}
+	if err := os.MkdirAll(filepath.Join(p.Options.DataDir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	// etcds first (the global members need each other for a quorum), then
+	// bookies, then brokers.
+	for _, roles := range [][]string{{"etcd", "global-etcd", "witness"}, {"bookie"}, {"broker"}} {
+		var started []ProcSpec
+		for _, ps := range p.Procs {
+			if contains(roles, ps.Role) {
+				if err := d.startProc(ps); err != nil {
+					d.Stop(10 * time.Second)
+					return nil, err
+				}
+				started = append(started, ps)
+			}
+		}
+		for _, ps := range started {
+			if err := waitReady(ctx, ps, 90*time.Second); err != nil {
+				d.Stop(10 * time.Second)
+				return nil, fmt.Errorf("up: %s: %w (see %s)", ps.Name, err, d.logPath(ps.Name))
+			}
+		}
+	}
+	if err := d.startControl(); err != nil {
+		d.Stop(10 * time.Second)
+		return nil, err
+	}
+	return d, d.WriteEndpoints()
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Deployment) logPath(name string) string {
+	return filepath.Join(d.Plan.Options.DataDir, "logs", name+".log")
+}
+
+func (d *Deployment) startProc(ps ProcSpec) error {
+	f, err := os.OpenFile(d.logPath(ps.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(d.bin, append(ps.Args, "--log-level", "warn")...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Children die with `up` (no orphans if it is killed), and each is its
+	// own process group so a terminal's ^C reaches `up` only.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("up: start %s: %w", ps.Name, err)
+	}
+	go func() { cmd.Wait(); f.Close() }()
+	d.mu.Lock()
+	d.procs[ps.Name] = cmd
+	d.mu.Unlock()
+	return nil
+}
+
+// waitReady waits until a process serves: etcd answers /health, a bookie
+// accepts TCP, a broker's admin API answers.
+func waitReady(ctx context.Context, ps ProcSpec, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		ok := false
+		switch ps.Role {
+		case "etcd", "global-etcd", "witness":
+			ok = httpOK("http://" + ps.Addr + "/health")
+		case "broker":
+			ok = httpOK("http://" + ps.Admin + "/admin/v2/tenants")
+		default:
+			if c, err := net.DialTimeout("tcp", ps.Addr, 200*time.Millisecond); err == nil {
+				c.Close()
+				ok = true
+			}
+		}
+		if ok {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return errors.New("not ready in time")
+}
+
+func httpOK(url string) bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+// Restart starts a process of the plan again on the same data (after it
+// was killed). A running process is killed first.
+func (d *Deployment) Restart(ctx context.Context, name string) error {
+	ps, ok := d.Plan.Proc(name)
+	if !ok {
+		return fmt.Errorf("up: no process %q", name)
+	}
+	d.mu.Lock()
+	old := d.procs[name]
+	d.mu.Unlock()
+	if old != nil && old.Process != nil && processAlive(old.Process.Pid) {
+		old.Process.Signal(syscall.SIGKILL)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := d.startProc(ps); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, ps, 90*time.Second); err != nil {
+		return fmt.Errorf("up: %s: %w", name, err)
+	}
+	return d.WriteEndpoints()
+}
+
+// Pid returns a process's pid (0 if never started).
+func (d *Deployment) Pid(name string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.procs[name]; c != nil && c.Process != nil {
+		return c.Process.Pid
+	}
+	return 0
+}
+
+// Endpoints builds the endpoints document.
+func (d *Deployment) Endpoints() Endpoints {
+	var e Endpoints
+	var all []string
+	for _, r := range d.Plan.Options.Regions {
+		re := RegionEndpoint{Name: r}
+		var urls []string
+		for _, ps := range d.Plan.Procs {
+			if ps.Region != r && !(ps.Role == "global-etcd" && ps.Region == r) {
+				continue
+			}
+			pe := ProcEndpoint{Name: ps.Name, Role: ps.Role, Rack: ps.Rack, Pid: d.Pid(ps.Name), Addr: ps.Addr, Admin: ps.Admin}
+			re.Processes = append(re.Processes, pe)
+			switch ps.Role {
+			case "broker":
+				urls = append(urls, ps.Addr)
+				if re.AdminURL == "" {
+					re.AdminURL = "http://" + ps.Admin
+				}
+			case "etcd":
+				re.EtcdURL = "http://" + ps.Addr
+			case "global-etcd":
+				e.GlobalStore = append(e.GlobalStore, "http://"+ps.Addr)
+			}
+		}
+		re.ServiceURL = "pulsar://" + strings.Join(urls, ",")
+		all = append(all, urls...)
+		e.Regions = append(e.Regions, re)
+	}
+	for _, ps := range d.Plan.Procs {
+		if ps.Role == "witness" {
+			e.Witness = ProcEndpoint{Name: ps.Name, Role: ps.Role, Pid: d.Pid(ps.Name), Addr: ps.Addr}
+			e.GlobalStore = append(e.GlobalStore, "http://"+ps.Addr)
+		}
+	}
+	sort.Strings(e.GlobalStore)
+	e.ServiceURL = "pulsar://" + strings.Join(all, ",")
+	e.ControlURL = "http://" + d.Plan.Control
+	return e
+}
+
+// WriteEndpoints writes DIR/endpoints.json.
+func (d *Deployment) WriteEndpoints() error {
+	b, _ := json.MarshalIndent(d.Endpoints(), "", "  ")
+	tmp := filepath.Join(d.Plan.Options.DataDir, "endpoints.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(d.Plan.Options.DataDir, "endpoints.json"))
+}
+
+// startControl serves POST /restart?name=NAME for `meridian up --restart`.
+func (d *Deployment) startControl() error {
+	lis, err := net.Listen("tcp", d.Plan.Control)
+	if err != nil {
+		return fmt.Errorf("up: control listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /restart", func(w http.ResponseWriter, r *http.Request) {
+		if err := d.Restart(r.Context(), r.URL.Query().Get("name")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	d.ctl = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go d.ctl.Serve(lis)
+	return nil
+}
+
+// Stop sends SIGTERM to every child (brokers first, so they hand off), and
+// SIGKILL to whatever is left after grace.
+func (d *Deployment) Stop(grace time.Duration) {
+	if d.ctl != nil {
+		d.ctl.Close()
+	}
+	d.mu.Lock()
+	procs := make(map[string]*exec.Cmd, len(d.procs))
+	for k, v := range d.procs {
+		procs[k] = v
+	}
+	d.mu.Unlock()
+	order := []string{"broker", "bookie", "etcd", "global-etcd", "witness"}
+	for _, role := range order {
+		var waiting []*exec.Cmd
+		for _, ps := range d.Plan.Procs {
+			if c := procs[ps.Name]; c != nil && ps.Role == role && c.Process != nil {
+				c.Process.Signal(syscall.SIGTERM)
+				waiting = append(waiting, c)
+			}
+		}
+		deadline := time.Now().Add(grace)
+		for _, c := range waiting {
+			for time.Now().Before(deadline) && processAlive(c.Process.Pid) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if processAlive(c.Process.Pid) {
+				c.Process.Signal(syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+func processAlive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	// A zombie (exited, not yet reaped) still answers signal 0.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(b))
+	return len(fields) > 2 && fields[2] != "Z"
+}
+
+// RequestRestart asks a running `up` (found through DIR/endpoints.json) to
+// restart one process.
+func RequestRestart(dir, name string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "endpoints.json"))
+	if err != nil {
+		return fmt.Errorf("up: no running deployment in %s: %w", dir, err)
+	}
+	var e Endpoints
+	if err := json.Unmarshal(b, &e); err != nil {
+		return err
+	}
+	c := http.Client{Timeout: 2 * time.Minute}
+	resp, err := c.Post(e.ControlURL+"/restart?name="+name, "", nil)
+	if err != nil {
+		return fmt.Errorf("up: control %s: %w", e.ControlURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var sb strings.Builder
+		buf := make([]byte, 4096)
+		n, _ := resp.Body.Read(buf)
+		sb.Write(buf[:n])
+		return fmt.Errorf("up: restart %s: %s", name, strings.TrimSpace(sb.String()))
+	}
+	return nil
+}
