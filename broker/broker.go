@@ -60,7 +60,7 @@ func New(cfg Config) (*Broker, error) {
 	b := &Broker{
 		cfg:    cfg,
 		log:    cfg.Logger.With("component", "broker"),
-		meta:   NewMetadata(cfg.Store),
+		meta:   NewMetadata(cfg.GlobalStore),
 		topics: map[string]*topicSlot{},
 		conns:  map[*conn]struct{}{},
 		id:     hex.EncodeToString(rb[:]),

@@ -61,6 +61,10 @@ type Config struct {
 
 	// Store is the region's metadata store. Required.
 	Store *cluster.Store
+	// GlobalStore is the store shared by every region (tenants, namespaces
+	// and their policies, partition counts, schemas, the topic registry).
+	// nil means Store (a single region).
+	GlobalStore *cluster.Store
 	// Ledgers is the ledger client. Required.
 	Ledgers *ledger.Client
 	// ManagedLedger is the template of every topic's managed-ledger
@@ -101,6 +105,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OwnershipTTL == 0 {
 		c.OwnershipTTL = 10 * time.Second
+	}
+	if c.GlobalStore == nil {
+		c.GlobalStore = c.Store
 	}
 	c.ManagedLedger.Store = c.Store
 	c.ManagedLedger.Ledgers = c.Ledgers

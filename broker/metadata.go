@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/meridian-mq/meridian/cluster"
 )
@@ -79,11 +80,45 @@ type Policies struct {
 	Bundles int `json:"numBundles,omitempty"`
 }
 
-// Metadata stores tenants, namespaces and partitioned-topic counts.
-type Metadata struct{ s *cluster.Store }
+// Metadata stores tenants, namespaces, partitioned-topic counts and the
+// topic registry, in the global store when there are several regions. It
+// keeps the last value it read of every key, so a short outage of the
+// global store does not stop lookups and topic loads of what this region
+// already serves (a read cache; writes still need the store).
+type Metadata struct {
+	s *cluster.Store
+
+	mu    sync.Mutex
+	cache map[string][]byte // key → last value read; nil value = known absent
+}
 
 // NewMetadata returns the metadata layer on s.
-func NewMetadata(s *cluster.Store) *Metadata { return &Metadata{s: s} }
+func NewMetadata(s *cluster.Store) *Metadata { return &Metadata{s: s, cache: map[string][]byte{}} }
+
+// get reads a key, answering from the cache when the store is unreachable.
+func (m *Metadata) get(ctx context.Context, key string) ([]byte, error) {
+	kv, err := m.s.Get(ctx, key)
+	switch {
+	case err == nil:
+		m.mu.Lock()
+		m.cache[key] = kv.Value
+		m.mu.Unlock()
+		return kv.Value, nil
+	case errors.Is(err, cluster.ErrNotFound):
+		m.mu.Lock()
+		delete(m.cache, key)
+		m.mu.Unlock()
+		return nil, err
+	default:
+		m.mu.Lock()
+		v, ok := m.cache[key]
+		m.mu.Unlock()
+		if ok {
+			return v, nil
+		}
+		return nil, err
+	}
+}
 
 func (m *Metadata) putJSON(ctx context.Context, key string, v any, create bool) error {
 	b, err := json.Marshal(v)
@@ -103,14 +138,14 @@ func (m *Metadata) putJSON(ctx context.Context, key string, v any, create bool) 
 }
 
 func (m *Metadata) getJSON(ctx context.Context, key string, v any) error {
-	kv, err := m.s.Get(ctx, key)
+	b, err := m.get(ctx, key)
 	if errors.Is(err, cluster.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, strings.TrimPrefix(key, "/admin/"))
 	}
 	if err != nil {
 		return err
 	}
-	return json.Unmarshal(kv.Value, v)
+	return json.Unmarshal(b, v)
 }
 
 func (m *Metadata) list(ctx context.Context, prefix string) ([]string, error) {
@@ -294,7 +329,7 @@ func (m *Metadata) RegisterTopic(ctx context.Context, t TopicName) error {
 
 // TopicExists reports whether a topic was registered.
 func (m *Metadata) TopicExists(ctx context.Context, t TopicName) (bool, error) {
-	_, err := m.s.Get(ctx, keyTopics+t.NamespaceName()+"/"+t.Local)
+	_, err := m.get(ctx, keyTopics+t.NamespaceName()+"/"+t.Local)
 	if errors.Is(err, cluster.ErrNotFound) {
 		return false, nil
 	}

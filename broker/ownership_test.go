@@ -95,27 +95,35 @@ func TestOwnerBrokerLoss(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			var wg sync.WaitGroup
-			for i := 0; i < n; i++ {
-				if i == n/3 {
-					testutil.Eventually(t, time.Minute, "receipts before the stop", func() bool {
-						mu.Lock()
-						defer mu.Unlock()
-						return len(acked) >= n/6
-					})
+			issued := 0
+			go func() {
+				// Stop the owner while sends are in flight: at least 1,000
+				// receipts in and at least 100 sends unanswered.
+				testutil.Eventually(t, time.Minute, "sends in flight", func() bool {
 					mu.Lock()
-					stoppedAt = time.Now()
-					mu.Unlock()
-					if sig == syscall.SIGKILL {
-						// Freeze it first so appends it already sent to the
-						// bookies complete there while their receipts never
-						// leave: the client must resend them and dedup must
-						// drop them.
-						owner.Signal(syscall.SIGSTOP)
-						time.Sleep(200 * time.Millisecond)
-					}
-					owner.Signal(sig) // sends are in flight
+					defer mu.Unlock()
+					return len(acked) >= n/6 && issued-len(acked) >= 100
+				})
+				mu.Lock()
+				stoppedAt = time.Now()
+				inflight := issued - len(acked)
+				mu.Unlock()
+				if sig == syscall.SIGKILL {
+					// Freeze it first so appends it already sent to the
+					// bookies complete there while their receipts never
+					// leave: the client must resend them and dedup must
+					// drop them.
+					owner.Signal(syscall.SIGSTOP)
+					time.Sleep(200 * time.Millisecond)
 				}
+				owner.Signal(sig)
+				t.Logf("%s sent to the owner with %d sends unanswered", sig, inflight)
+			}()
+			for i := 0; i < n; i++ {
 				wg.Add(1)
+				mu.Lock()
+				issued++
+				mu.Unlock()
 				prod.SendAsync(ctx, &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(i))}, func(id pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
 					defer wg.Done()
 					mu.Lock()
@@ -127,6 +135,9 @@ func TestOwnerBrokerLoss(t *testing.T) {
 					acked[i] = id
 					receiptAt = append(receiptAt, time.Now())
 				})
+				if i%200 == 0 {
+					time.Sleep(10 * time.Millisecond) // keep the stream going for a while
+				}
 			}
 			wg.Wait()
 			if sendErr != nil {

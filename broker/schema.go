@@ -18,8 +18,9 @@ import (
 // Schemas are stored per topic (the parent of a partitioned topic) under
 // /schemas/TENANT/NS/TOPIC/VERSION (VERSION zero-padded), each a
 // storedSchema. Versions count from 0, as Pulsar's; a version on the wire
-// is 8 bytes big-endian. The geo-replication issue moves them to the
-// global store so every region has the same version numbers.
+// is 8 bytes big-endian. They are shared by every region through the
+// global store so every region has the same version numbers (they live in
+// Config.GlobalStore).
 type storedSchema struct {
 	Type       string            `json:"type"`
 	Data       []byte            `json:"data"`
@@ -39,7 +40,7 @@ func versionBytes(v int64) []byte { return binary.BigEndian.AppendUint64(nil, ui
 
 // Schemas returns every stored version of a topic's schema, ascending.
 func (b *Broker) Schemas(ctx context.Context, t TopicName) ([]storedSchema, error) {
-	kvs, _, err := b.cfg.Store.List(ctx, schemaDir(t))
+	kvs, _, err := b.cfg.GlobalStore.List(ctx, schemaDir(t))
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +81,7 @@ func (b *Broker) getOrCreateSchema(ctx context.Context, t TopicName, s *pb.Schem
 		}
 		val, _ := json.Marshal(storedSchema{Type: schemaTypeName(s), Data: s.SchemaData, Properties: props})
 		v := int64(len(all))
-		_, err = b.cfg.Store.Create(ctx, schemaDir(t)+fmt.Sprintf("%020d", v), val)
+		_, err = b.cfg.GlobalStore.Create(ctx, schemaDir(t)+fmt.Sprintf("%020d", v), val)
 		if errors.Is(err, cluster.ErrExists) {
 			continue // another producer registered one concurrently; look again
 		}

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/meridian-mq/meridian/broker/mledger"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
@@ -560,9 +561,18 @@ func (s *Subscription) dispatchOnce() bool {
 			break
 		}
 		es, err := s.topic.ml.ReadEntries(ctx, p, 1, 0)
-		if err != nil || len(es) == 0 || es[0].Pos != p {
+		if err != nil {
+			s.topic.b.log.Warn("replay read failed; retrying", "topic", s.topic.name.String(), "sub", s.name, "pos", p.String(), "err", err)
+			time.AfterFunc(100*time.Millisecond, s.wake)
+			heldAll = true
+			if single {
+				break
+			}
+			continue
+		}
+		if len(es) == 0 || es[0].Pos != p {
 			s.mu.Lock()
-			delete(s.replay, p) // trimmed or unreadable: nothing to deliver
+			delete(s.replay, p) // trimmed: nothing to deliver
 			s.mu.Unlock()
 			continue
 		}
@@ -581,7 +591,9 @@ func (s *Subscription) dispatchOnce() bool {
 	if sent < 100 && (s.typ == pb.CommandSubscribe_Shared || s.typ == pb.CommandSubscribe_Key_Shared || !heldAll) {
 		es, err := s.cursor.ReadEntries(ctx, min(100-sent, max(permits, 1)), 4<<20)
 		if err != nil {
-			s.topic.b.log.Warn("dispatch read failed", "topic", s.topic.name.String(), "sub", s.name, "err", err)
+			// Nothing may wait on a read error: try again shortly.
+			s.topic.b.log.Warn("dispatch read failed; retrying", "topic", s.topic.name.String(), "sub", s.name, "err", err)
+			time.AfterFunc(100*time.Millisecond, s.wake)
 		}
 		stalled := false
 		for _, e := range es {

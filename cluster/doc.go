@@ -15,9 +15,18 @@
 //     read-only, with region and rack labels), its cookie, and the registry
 //     view that ledger clients choose ensembles from.
 //
-// Later issues add the global store (tenants, namespaces, epochs, shared by
-// every region) and gossip membership with a per-region health view here.
-// cluster knows metadata and membership, never serving.
+//   - Membership: gossip (hashicorp/serf over memberlist) across every region,
+//     with region, rack, role and address tags, encrypted with a keyring;
+//     HealthView is its immutable, pure snapshot per region (members alive,
+//     suspect, failed or left by role, since when, and write-probe results),
+//     which the broker and the failover logic read. ExcludeFailedBookies
+//     keeps gossip-failed bookies out of new ensembles before their etcd
+//     lease expires.
+//
+// The global store (tenants, namespaces, policies, schemas, the ledger-id
+// allocator; later epochs and leases) is a Store on the etcd cluster whose
+// members sit in different regions, plus a witness. cluster knows metadata
+// and membership, never serving.
 //
 // Callers:
 //  1. Connect a Store (Connect) with the etcd endpoints and a key prefix.

@@ -27,7 +27,7 @@ type BrokerFileConfig struct {
 }
 
 func newBrokerCmd() *cobra.Command {
-	var cfgPath, region, etcd string
+	var cfgPath, region, etcd, globalEtcd string
 	var bf BrokerFileConfig
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -74,19 +74,35 @@ func newBrokerCmd() *cobra.Command {
 				return err
 			}
 			defer store.Close()
+			global := store
+			if f.Changed("global-etcd") || len(fc.Metadata.Global) > 0 {
+				eps := fc.Metadata.Global
+				if f.Changed("global-etcd") {
+					eps = splitList(globalEtcd)
+				}
+				gctx, gcancel := context.WithTimeout(ctx, 30*time.Second)
+				global, err = cluster.Connect(gctx, cluster.StoreConfig{Endpoints: eps, Prefix: fc.Metadata.globalPrefix()})
+				gcancel()
+				if err != nil {
+					return err
+				}
+				defer global.Close()
+			}
 			view, err := cluster.WatchBookies(ctx, store)
 			if err != nil {
 				return err
 			}
 			defer view.Close()
-			lc, err := ledger.New(ledger.Config{Store: store, Bookies: ledger.ViewSource{View: view}, Region: fc.Region, Rack: c.Rack, Logger: log.With("component", "ledger")})
+			// Ledger ids come from the global store, so they never collide
+			// between regions (message ids are built from them).
+			lc, err := ledger.New(ledger.Config{Store: store, IDs: cluster.NewIDAllocator(global), Bookies: ledger.ViewSource{View: view}, Region: fc.Region, Rack: c.Rack, Logger: log.With("component", "ledger")})
 			if err != nil {
 				return err
 			}
 			defer lc.Close()
 			bc := broker.Config{
 				Cluster: fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
-				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, Ledgers: lc, Logger: log,
+				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Logger: log,
 				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval,
 			}
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
@@ -108,6 +124,7 @@ func newBrokerCmd() *cobra.Command {
 	f.StringVar(&cfgPath, "config", "", "config file (YAML; sections region, metadata, broker)")
 	f.StringVar(&region, "region", "default", "region of this broker")
 	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")
+	f.StringVar(&globalEtcd, "global-etcd", "", "the global store's endpoints, comma-separated (default: the region's etcd, single region)")
 	f.StringVar(&bf.ID, "id", "", "broker id (default: the advertised address)")
 	f.StringVar(&bf.ListenAddr, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
 	f.StringVar(&bf.AdvertisedAddr, "advertise", "", "address clients are told to connect to (default: the listen address)")

@@ -31,8 +31,19 @@ type MetadataConfig struct {
 	// Endpoints of the region's etcd, e.g. ["http://127.0.0.1:2379"].
 	Endpoints []string `yaml:"endpoints"`
 	// Root prefix of Meridian's keys. Default "/meridian". A region's keys
-	// live under ROOT/regions/REGION.
+	// live under ROOT/regions/REGION, the global store's under ROOT/global.
 	Root string `yaml:"root"`
+	// Global: the global store's endpoints (one etcd cluster with a member
+	// per region and a witness). Empty: the region's etcd (one region).
+	Global []string `yaml:"global"`
+}
+
+func (m MetadataConfig) globalPrefix() string {
+	root := m.Root
+	if root == "" {
+		root = "/meridian"
+	}
+	return strings.TrimRight(root, "/") + "/global"
 }
 
 func (m MetadataConfig) regionPrefix(region string) string {

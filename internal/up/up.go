@@ -153,7 +153,7 @@ func NewPlan(o Options) (*Plan, error) {
 			}
 			name := fmt.Sprintf("%s-broker-%d", r, i)
 			args := []string{"broker", "--region", r, "--etcd", "http://" + etcd.Addr, "--id", name,
-				"--listen", a[0], "--admin", a[1]}
+				"--listen", a[0], "--admin", a[1], "--global-etcd", globalURLs(globals, r)}
 			if o.OwnershipTTL != "" {
 				args = append(args, "--ownership-ttl", o.OwnershipTTL)
 			}
@@ -171,6 +171,21 @@ func NewPlan(o Options) (*Plan, error) {
 	}
 	p.Control = c
 	return p, nil
+}
+
+// globalURLs lists the global store's client URLs, the region's own
+// member first.
+func globalURLs(globals []ProcSpec, region string) string {
+	var own, rest []string
+	for _, g := range globals {
+		u := "http://" + g.Addr
+		if g.Region == region {
+			own = append(own, u)
+		} else {
+			rest = append(rest, u)
+		}
+	}
+	return strings.Join(append(own, rest...), ",")
 }
 
 func planPath(dir string) string { return filepath.Join(dir, "plan.json") }

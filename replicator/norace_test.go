@@ -1,0 +1,5 @@
+//go:build !race
+
+package replicator
+
+const raceEnabled = false
