@@ -8,9 +8,11 @@
 //     one prefix, so several regions or tests can share one etcd. Ledger
 //     metadata, the bookie registry, cookies and the ledger-id allocator are
 //     built on it.
+//
 //   - Etcd: a real embedded etcd (go.etcd.io/etcd/server/v3/embed) for
 //     development, tests and `meridian standalone`; production points Store at
 //     an external etcd cluster by URL instead.
+//
 //   - BookieRegistry: a bookie's registration under a lease (writable or
 //     read-only, with region and rack labels), its cookie, and the registry
 //     view that ledger clients choose ensembles from.
