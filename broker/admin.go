@@ -56,6 +56,13 @@ func (b *Broker) AdminHandler() http.Handler {
 			writeAdmin(w, v, err)
 		})
 	}
+	h("GET /admin/v2/meridian/health", func(r *http.Request) (any, error) {
+		if b.cfg.Health == nil {
+			return nil, fmt.Errorf("%w: this broker does not gossip", ErrNotFound)
+		}
+		return b.cfg.Health(), nil
+	})
+
 	// Tenants.
 	h("GET /admin/v2/tenants", func(r *http.Request) (any, error) { return b.meta.ListTenants(r.Context()) })
 	h("GET /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) { return b.meta.GetTenant(r.Context(), r.PathValue("tenant")) })

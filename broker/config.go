@@ -71,6 +71,10 @@ type Config struct {
 	// config (quorums, rollover, cache); Store and Ledgers are filled in.
 	ManagedLedger mledger.Config
 
+	// Health, if set, answers GET /admin/v2/meridian/health (the gossip
+	// health view of every region).
+	Health func() any
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }

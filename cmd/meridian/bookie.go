@@ -13,6 +13,7 @@ import (
 func newBookieCmd() *cobra.Command {
 	var cfgPath, region, etcd string
 	var bc bookie.Config
+	var gossip gossipFlags
 	cmd := &cobra.Command{
 		Use:   "bookie",
 		Short: "Run a bookie: a storage node keeping ledger entries durably on Pebble",
@@ -57,7 +58,7 @@ func newBookieCmd() *cobra.Command {
 			c.Logger = log
 			ctx, stop := signalContext()
 			defer stop()
-			return runBookie(ctx, fc, c)
+			return runBookie(ctx, fc, c, &gossip)
 		},
 	}
 	f := cmd.Flags()
@@ -71,11 +72,12 @@ func newBookieCmd() *cobra.Command {
 	f.StringVar(&bc.Rack, "rack", "", "rack label")
 	f.StringVar(&bc.MetricsAddr, "metrics", "", "Prometheus /metrics listen address (empty: off)")
 	f.Float64Var(&bc.DiskUsageThreshold, "disk-usage-threshold", bookie.DefaultDiskUsageThreshold, "disk usage fraction at which the bookie turns read-only")
+	gossip.register(cmd)
 	return cmd
 }
 
 // runBookie runs one bookie until ctx ends.
-func runBookie(ctx context.Context, fc FileConfig, c bookie.Config) error {
+func runBookie(ctx context.Context, fc FileConfig, c bookie.Config, gossip *gossipFlags) error {
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	store, err := cluster.Connect(sctx, cluster.StoreConfig{Endpoints: fc.Metadata.Endpoints, Prefix: fc.Metadata.regionPrefix(fc.Region)})
 	cancel()
@@ -92,6 +94,23 @@ func runBookie(ctx context.Context, fc FileConfig, c bookie.Config) error {
 		return err
 	}
 	c.Logger.Info("bookie serving", "id", c.ID, "addr", srv.Addr(), "region", c.Region, "rack", c.Rack, "data_dir", c.DataDir)
+	id := c.ID
+	if id == "" {
+		id = srv.Addr()
+	}
+	m, err := gossip.start(id, cluster.RoleBookie, c.Region, c.Rack, srv.Addr(), srv.MetricsAddr(), c.Logger)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	if m != nil {
+		defer m.Shutdown()
+		defer func() {
+			lctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			m.Leave(lctx)
+		}()
+	}
 	<-ctx.Done()
 	c.Logger.Info("bookie stopping")
 	if err := srv.Close(); err != nil {

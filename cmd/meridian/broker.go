@@ -29,6 +29,7 @@ type BrokerFileConfig struct {
 func newBrokerCmd() *cobra.Command {
 	var cfgPath, region, etcd, globalEtcd string
 	var bf BrokerFileConfig
+	var gossip gossipFlags
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker: the Pulsar protocol and admin API over the region's bookies (external etcd, bookie processes)",
@@ -93,9 +94,24 @@ func newBrokerCmd() *cobra.Command {
 				return err
 			}
 			defer view.Close()
+			name := c.ID
+			if name == "" {
+				name = c.ListenAddr
+			}
+			m, err := gossip.start(name, cluster.RoleBroker, fc.Region, c.Rack, c.ListenAddr, c.AdminAddr, log)
+			if err != nil {
+				return err
+			}
+			var bookies ledger.BookieSource = ledger.ViewSource{View: view}
+			var health func() any
+			if m != nil {
+				defer m.Shutdown()
+				bookies = gossipFilteredBookies{inner: ledger.ViewSource{View: view}, m: m}
+				health = func() any { return healthJSON(m.Snapshot()) }
+			}
 			// Ledger ids come from the global store, so they never collide
 			// between regions (message ids are built from them).
-			lc, err := ledger.New(ledger.Config{Store: store, IDs: cluster.NewIDAllocator(global), Bookies: ledger.ViewSource{View: view}, Region: fc.Region, Rack: c.Rack, Logger: log.With("component", "ledger")})
+			lc, err := ledger.New(ledger.Config{Store: store, IDs: cluster.NewIDAllocator(global), Bookies: bookies, Region: fc.Region, Rack: c.Rack, Logger: log.With("component", "ledger")})
 			if err != nil {
 				return err
 			}
@@ -103,7 +119,7 @@ func newBrokerCmd() *cobra.Command {
 			bc := broker.Config{
 				Cluster: fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
 				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Logger: log,
-				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval,
+				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
 			}
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 			b, err := broker.New(bc)
@@ -117,7 +133,11 @@ func newBrokerCmd() *cobra.Command {
 			log.Info("broker stopping: handing bundles to other brokers")
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			return b.Close(cctx)
+			err = b.Close(cctx)
+			if m != nil {
+				m.Leave(cctx)
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -133,5 +153,6 @@ func newBrokerCmd() *cobra.Command {
 	f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
 	f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")
 	f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")
+	gossip.register(cmd)
 	return cmd
 }

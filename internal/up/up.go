@@ -31,6 +31,8 @@ type Options struct {
 	Host             string   // default 127.0.0.1
 	// OwnershipTTL for brokers, e.g. "5s" (empty: broker default).
 	OwnershipTTL string
+	// GossipProfile: "lan" (default) or "fast" (loopback tests).
+	GossipProfile string
 }
 
 func (o *Options) defaults() {
@@ -52,6 +54,9 @@ func (o *Options) defaults() {
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
 	}
+	if o.GossipProfile == "" {
+		o.GossipProfile = "lan"
+	}
 }
 
 // ProcSpec is one process of the plan.
@@ -63,6 +68,7 @@ type ProcSpec struct {
 	Addr   string   `json:"addr"`            // main address (client URL host:port for etcd)
 	Admin  string   `json:"admin,omitempty"` // broker admin address
 	Peer   string   `json:"peer,omitempty"`  // etcd peer address
+	Gossip string   `json:"gossip,omitempty"`
 	Args   []string `json:"args"`
 }
 
@@ -136,18 +142,18 @@ func NewPlan(o Options) (*Plan, error) {
 			}
 		}
 		for i := 1; i <= o.BookiesPerRegion; i++ {
-			a, err := ports(1)
+			a, err := ports(2)
 			if err != nil {
 				return nil, err
 			}
 			name := fmt.Sprintf("%s-bookie-%d", r, i)
 			rack := fmt.Sprintf("r%d", (i-1)%o.RacksPerRegion+1)
-			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "bookie", Region: r, Rack: rack, Addr: a[0],
+			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "bookie", Region: r, Rack: rack, Addr: a[0], Gossip: a[1],
 				Args: []string{"bookie", "--region", r, "--etcd", "http://" + etcd.Addr, "--id", name, "--rack", rack,
 					"--listen", a[0], "--data-dir", filepath.Join(o.DataDir, name)}})
 		}
 		for i := 1; i <= o.BrokersPerRegion; i++ {
-			a, err := ports(2)
+			a, err := ports(3)
 			if err != nil {
 				return nil, err
 			}
@@ -157,12 +163,26 @@ func NewPlan(o Options) (*Plan, error) {
 			if o.OwnershipTTL != "" {
 				args = append(args, "--ownership-ttl", o.OwnershipTTL)
 			}
-			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "broker", Region: r, Addr: a[0], Admin: a[1], Args: args})
+			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "broker", Region: r, Addr: a[0], Admin: a[1], Gossip: a[2], Args: args})
 		}
 	}
 	for _, g := range globals {
 		if g.Role == "witness" {
 			p.Procs = append(p.Procs, g)
+		}
+	}
+	// Every broker and bookie gossips across all regions; the brokers are
+	// the seeds.
+	var seeds []string
+	for _, ps := range p.Procs {
+		if ps.Role == "broker" {
+			seeds = append(seeds, ps.Gossip)
+		}
+	}
+	for i := range p.Procs {
+		ps := &p.Procs[i]
+		if ps.Gossip != "" {
+			ps.Args = append(ps.Args, "--gossip-addr", ps.Gossip, "--gossip-seeds", strings.Join(seeds, ","), "--gossip-profile", o.GossipProfile)
 		}
 	}
 	c, err := freePort(o.Host)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,7 +26,7 @@ import (
 func TestUpTwoRegions(t *testing.T) {
 	bin := testutil.MeridianBinary(t)
 	dir := t.TempDir()
-	plan, err := up.NewPlan(up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, DataDir: dir})
+	plan, err := up.NewPlan(up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, DataDir: dir, GossipProfile: "fast"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,16 +103,51 @@ func TestUpTwoRegions(t *testing.T) {
 		t.Fatal(err)
 	}
 	syscall.Kill(d.Pid("global-east"), syscall.SIGKILL)
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	if _, err := gs.Put(wctx, "/probe", []byte("y")); err != nil {
-		t.Fatalf("global store without one member: %v", err)
-	}
-	wcancel()
+	// A write in flight on the dead member's connection fails (etcd does
+	// not retry non-idempotent requests); the next ones go to the others.
+	testutil.Eventually(t, 30*time.Second, "a global write without one member", func() bool {
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer wcancel()
+		_, err := gs.Put(wctx, "/probe", []byte("y"))
+		return err == nil
+	})
 
-	// A killed bookie comes back through the control endpoint, on the same data.
+	// Gossip spans both regions: every broker and bookie is alive in the
+	// health view of a broker; a killed bookie turns failed there.
+	health := func() map[string]string {
+		var h struct {
+			Members []struct{ Name, State string }
+		}
+		resp, err := http.Get(e.Regions[1].AdminURL + "/admin/v2/meridian/health")
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(&h)
+		out := map[string]string{}
+		for _, m := range h.Members {
+			out[m.Name] = m.State
+		}
+		return out
+	}
+	testutil.Eventually(t, 30*time.Second, "8 gossip members alive in the west broker's view", func() bool {
+		h := health()
+		alive := 0
+		for _, st := range h {
+			if st == "alive" {
+				alive++
+			}
+		}
+		return alive == 8
+	})
 	victim := "east-bookie-2"
 	old := d.Pid(victim)
 	syscall.Kill(old, syscall.SIGKILL)
+	testutil.Eventually(t, 15*time.Second, "the killed east bookie failed in west's view", func() bool {
+		return health()[victim] == "failed"
+	})
+
+	// A killed bookie comes back through the control endpoint, on the same data.
 	if err := up.RequestRestart(dir, victim); err != nil {
 		t.Fatal(err)
 	}
