@@ -10,8 +10,8 @@ PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pul
 
 # Pure packages run with the race detector; multi-process integration tests
 # without it (on 2 cores it slows processes enough to trip timeouts).
-RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/... ./broker/codec/
-PROC_PKGS := ./bookie/ledger/... ./broker/ ./broker/mledger/... ./cmd/...
+RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/... ./broker/codec/ ./replicator/
+PROC_PKGS := ./bookie/ledger/... ./broker/ ./broker/mledger/... ./internal/up/ ./cmd/...
 
 .PHONY: build run test test-race test-integration bench proto proto-tools lint drill fuzz clean
 
@@ -27,7 +27,7 @@ test-race:
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
 
 test-integration:
-	$(GO) test -count=1 -timeout 25m $(PROC_PKGS)
+	$(GO) test -count=1 -p 1 -timeout 25m $(PROC_PKGS)
 
 # Short fuzz runs of every fuzz target (longer: FUZZTIME=5m make fuzz).
 FUZZTIME ?= 15s
@@ -36,7 +36,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./broker/codec/
 
 bench: build
-	$(GO) run ./cmd/meridian bench storage --out BENCHMARKS.md
+	./$(BIN) bench all --out BENCHMARKS.md
 
 proto-tools:
 	$(GO) install $(PROTOC_GEN_GO)

@@ -401,7 +401,7 @@ func (t *Topic) createSubscription(ctx context.Context, name string) error {
 
 // TopicStats is the admin stats answer (Pulsar's field names).
 type TopicStats struct {
-	MsgInCounter  int64                        `json:"msgInCounter"`
+	MsgInCounter  int64                        `json:"msgInCounter"` // messages persisted since the topic was loaded on this broker
 	StorageSize   int64                        `json:"storageSize"`
 	Entries       int64                        `json:"entries"`
 	Publishers    []PublisherStats             `json:"publishers"`
@@ -441,7 +441,9 @@ func (t *Topic) stats() TopicStats {
 		subs = append(subs, s)
 	}
 	t.mu.Unlock()
-	st.MsgInCounter = st.Entries
+	t.mu.Lock()
+	st.MsgInCounter = t.msgsIn
+	t.mu.Unlock()
 	for _, s := range subs {
 		s.mu.Lock()
 		ss := SubscriptionStats{Type: s.typ.String(), UnackedMessages: len(s.pending), Consumers: []ConsumerStats{}}

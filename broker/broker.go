@@ -229,32 +229,47 @@ func (b *Broker) partitions(ctx context.Context, topic string) (int, error) {
 	return b.meta.Partitions(ctx, tn)
 }
 
-// lookup answers LOOKUP with the broker that owns the topic's bundle, or
-// for an unowned bundle the live broker owning the fewest bundles (it
-// acquires the bundle when the client arrives).
-func (b *Broker) lookup(ctx context.Context, topic string) (string, error) {
+// lookup answers LOOKUP: Connect to the broker that owns the topic's
+// bundle. For an unowned bundle it picks the live broker owning the fewest
+// bundles: itself — it acquires the bundle before answering — or another,
+// answered with an authoritative Redirect that makes the client ask that
+// broker, which then acquires the bundle itself (authoritative lookups are
+// never redirected again). So "Connect X" always means X owns the bundle.
+func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (url string, redirect bool, err error) {
 	tn, err := ParseTopic(topic)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
 	if err != nil {
-		return "", fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
+		return "", false, fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
 	}
 	bd, err := b.bundleFor(ctx, pol, tn)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+		return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
 	}
 	if bi, ok, err := b.own.owner(ctx, bd); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+		return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
 	} else if ok {
-		return bi.ServiceURL, nil
+		return bi.ServiceURL, false, nil
 	}
-	bi, err := b.own.candidate(ctx)
+	target := b.own.info
+	if !authoritative {
+		if target, err = b.own.candidate(ctx); err != nil {
+			return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+		}
+	}
+	if target.ID != b.cfg.BrokerID {
+		return target.ServiceURL, true, nil
+	}
+	mine, owner, err := b.own.acquire(ctx, bd)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+		return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
 	}
-	return bi.ServiceURL, nil
+	if !mine {
+		return owner.ServiceURL, false, nil
+	}
+	return b.serverURL, false, nil
 }
 
 // getTopic returns the loaded topic, loading (and, with create, creating)

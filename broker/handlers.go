@@ -31,12 +31,19 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(m.GetRequestId())}
-	url, err := c.b.lookup(ctx, m.GetTopic())
-	if err != nil {
+	url, redirect, err := c.b.lookup(ctx, m.GetTopic(), m.GetAuthoritative())
+	switch {
+	case err != nil:
 		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
 		resp.Error = serverError(err).Enum()
 		resp.Message = proto.String(err.Error())
-	} else {
+	case redirect:
+		// The chosen broker acquires the bundle when it answers the
+		// client's authoritative follow-up lookup.
+		resp.Response = pb.CommandLookupTopicResponse_Redirect.Enum()
+		resp.BrokerServiceUrl = proto.String(url)
+		resp.Authoritative = proto.Bool(true)
+	default:
 		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
 		resp.BrokerServiceUrl = proto.String(url)
 		resp.Authoritative = proto.Bool(true)

@@ -113,7 +113,10 @@ func (b *Broker) startOwnership(ctx context.Context) error {
 	go func() {
 		select {
 		case <-lease.Lost():
-			if b.ctx.Err() == nil {
+			b.mu.Lock()
+			closing := b.closed
+			b.mu.Unlock()
+			if !closing && b.ctx.Err() == nil {
 				b.log.Error("broker lost its etcd lease: closing every topic (another broker may own them now)")
 				o.mu.Lock()
 				o.owned = map[string]bundle{}

@@ -416,9 +416,16 @@ func (s *Subscription) run() {
 	defer close(s.done)
 	for {
 		notify := s.topic.ml.Notify(s.readHorizon())
-		more := s.dispatchOnce()
+		more, caughtUp := s.dispatchOnce()
 		if more {
 			continue
+		}
+		// Wait for new entries only when dispatch read everything there is;
+		// otherwise (no permits, or entries held back) only a FLOW, an ack
+		// or a consumer change can let it progress — waiting on Notify then
+		// would wake at once, forever, with a backlog.
+		if !caughtUp {
+			notify = nil
 		}
 		select {
 		case <-s.stopCh:
@@ -519,12 +526,13 @@ type delivery struct {
 }
 
 // dispatchOnce sends what it can: replays first (in position order), then
-// new entries. It reports whether it should run again at once.
-func (s *Subscription) dispatchOnce() bool {
+// new entries. It reports whether it should run again at once, and whether
+// it read the log up to its end (so only a new entry can give it work).
+func (s *Subscription) dispatchOnce() (more, caughtUp bool) {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
-		return false
+		return false, false
 	}
 	single := s.typ == pb.CommandSubscribe_Exclusive || s.typ == pb.CommandSubscribe_Failover
 	permits := 0
@@ -541,7 +549,7 @@ func (s *Subscription) dispatchOnce() bool {
 	}
 	if permits == 0 {
 		s.mu.Unlock()
-		return false
+		return false, false
 	}
 	replay := make([]mledger.Position, 0, len(s.replay))
 	for p := range s.replay {
@@ -587,7 +595,6 @@ func (s *Subscription) dispatchOnce() bool {
 		out = append(out, d)
 		sent++
 	}
-	more := false
 	if sent < 100 && (s.typ == pb.CommandSubscribe_Shared || s.typ == pb.CommandSubscribe_Key_Shared || !heldAll) {
 		es, err := s.cursor.ReadEntries(ctx, min(100-sent, max(permits, 1)), 4<<20)
 		if err != nil {
@@ -614,9 +621,10 @@ func (s *Subscription) dispatchOnce() bool {
 			}
 		}
 		more = len(es) > 0
+		caughtUp = len(es) == 0 && err == nil
 	}
 	s.deliver(out)
-	return more
+	return more, caughtUp
 }
 
 // assign picks a consumer for an entry and records it as pending, or

@@ -33,6 +33,7 @@ type Topic struct {
 	closed    bool
 	lastBatch int   // messages in the last entry appended (GET_LAST_MESSAGE_ID)
 	quotaErr  error // set while a backlog quota blocks producers
+	msgsIn    int64 // messages persisted since the topic was loaded
 }
 
 // dedupState is one producer name's deduplication state. Ordering
@@ -242,6 +243,7 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte,
 			st.lastPersisted = max(st.lastPersisted, highest)
 			st.remember(seq, highest, pos)
 			t.lastBatch = max(numMsgs, 1)
+			t.msgsIn += int64(max(numMsgs, 1))
 			t.sinceSnap++
 			if t.sinceSnap >= t.b.cfg.DedupSnapshotInterval {
 				t.sinceSnap = 0

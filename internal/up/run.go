@@ -82,7 +82,7 @@ func Start(ctx context.Context, p *Plan, bin string, log *slog.Logger) (*Deploym
 			}
 		}
 		for _, ps := range started {
-			if err := waitReady(ctx, ps, 90*time.Second); err != nil {
+			if err := d.waitReady(ctx, ps, 90*time.Second); err != nil {
 				d.Stop(10 * time.Second)
 				return nil, fmt.Errorf("up: %s: %w (see %s)", ps.Name, err, d.logPath(ps.Name))
 			}
@@ -130,12 +130,20 @@ func (d *Deployment) startProc(ps ProcSpec) error {
 }
 
 // waitReady waits until a process serves: etcd answers /health, a bookie
-// accepts TCP, a broker's admin API answers.
-func waitReady(ctx context.Context, ps ProcSpec, timeout time.Duration) error {
+// accepts TCP, a broker's admin API answers. A process that exits while
+// starting is reported at once.
+func (d *Deployment) waitReady(ctx context.Context, ps ProcSpec, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if pid := d.Pid(ps.Name); pid != 0 && !processAlive(pid) {
+			tail, _ := os.ReadFile(d.logPath(ps.Name))
+			if len(tail) > 2000 {
+				tail = tail[len(tail)-2000:]
+			}
+			return fmt.Errorf("exited while starting: %s", strings.TrimSpace(string(tail)))
 		}
 		ok := false
 		switch ps.Role {
@@ -184,7 +192,7 @@ func (d *Deployment) Restart(ctx context.Context, name string) error {
 	if err := d.startProc(ps); err != nil {
 		return err
 	}
-	if err := waitReady(ctx, ps, 90*time.Second); err != nil {
+	if err := d.waitReady(ctx, ps, 90*time.Second); err != nil {
 		return fmt.Errorf("up: %s: %w", name, err)
 	}
 	return d.WriteEndpoints()
