@@ -47,6 +47,14 @@ type Result struct {
 	Lat        []time.Duration
 	Fsyncs     uint64 // group commits summed over bookies (bookie runs)
 	FsyncedOps uint64 // entries committed summed over bookies
+	// Entries: storage entries written (a batched broker entry holds many
+	// messages; bookie runs: one per op).
+	Entries int64
+	// ServerCPU: CPU time (user+system) of the serving side during the
+	// run; ClientCPU: of the load generator (0 = not measured).
+	ServerCPU, ClientCPU time.Duration
+	Errors               int   // operations that failed (not in Ops)
+	FirstErr             error // the first of them
 }
 
 func (r Result) rate() float64 { return float64(r.Ops) / r.Elapsed.Seconds() }
@@ -70,8 +78,22 @@ func merge(rs []Result) Result {
 		out.Lat = append(out.Lat, r.Lat...)
 		out.Fsyncs += r.Fsyncs
 		out.FsyncedOps += r.FsyncedOps
+		out.Entries += r.Entries
+		out.ServerCPU += r.ServerCPU
+		out.ClientCPU += r.ClientCPU
+		out.Errors += r.Errors
+		if out.FirstErr == nil {
+			out.FirstErr = r.FirstErr
+		}
 	}
 	return out
+}
+
+func sizeName(n int) string {
+	if n%1024 == 0 {
+		return fmt.Sprintf("%d KiB", n/1024)
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 // DiskFsync writes 4 KiB blocks to one file, each followed by fdatasync,
@@ -214,7 +236,7 @@ func (r *storageRig) LedgerAdds(ctx context.Context, size, inflight int, d time.
 	for i := range payload {
 		payload[i] = byte(i * 7)
 	}
-	res := Result{Name: fmt.Sprintf("bookie adds 1 KiB, E=Qw=3 Qa=2, %d in flight", inflight)}
+	res := Result{Name: fmt.Sprintf("bookie adds %s, E=Qw=3 Qa=2, %d in flight", sizeName(size), inflight)}
 	sem := make(chan struct{}, inflight)
 	var mu sync.Mutex
 	var firstErr error
@@ -242,6 +264,7 @@ func (r *storageRig) LedgerAdds(ctx context.Context, size, inflight int, d time.
 	res.Elapsed = time.Since(start)
 	c1, e1 := r.commitStats()
 	res.Fsyncs, res.FsyncedOps = c1-c0, e1-e0
+	res.Entries = int64(res.Ops)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_ = w.Close(cctx)
