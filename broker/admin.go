@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/mledger"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/proto"
 )
 
 // The admin HTTP API: Pulsar's /admin/v2 paths for what users do first
@@ -316,6 +318,10 @@ func (b *Broker) AdminHandler() http.Handler {
 		s.closeConsumers("")
 		return nil, nil
 	})
+	schemaAnswer := func(all []storedSchema, v int) map[string]any {
+		s := all[v]
+		return map[string]any{"version": v, "type": strings.ToUpper(s.Type), "data": string(s.Data), "properties": s.Properties}
+	}
 	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", func(r *http.Request) (any, error) {
 		tn, err := topic(r)
 		if err != nil {
@@ -328,8 +334,81 @@ func (b *Broker) AdminHandler() http.Handler {
 		if len(all) == 0 || all[len(all)-1].Deleted {
 			return nil, fmt.Errorf("%w: schema of %s", ErrNotFound, tn)
 		}
-		s := all[len(all)-1]
-		return map[string]any{"version": len(all) - 1, "type": strings.ToUpper(s.Type), "data": string(s.Data), "properties": s.Properties}, nil
+		return schemaAnswer(all, len(all)-1), nil
+	})
+	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema/{version}", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		v, err := parseVersion(r.PathValue("version"))
+		if err != nil {
+			return nil, badRequest(err)
+		}
+		all, err := b.Schemas(r.Context(), tn)
+		if err != nil {
+			return nil, err
+		}
+		if v < 0 || int(v) >= len(all) || all[v].Deleted {
+			return nil, fmt.Errorf("%w: schema version %d of %s", ErrNotFound, v, tn)
+		}
+		return schemaAnswer(all, int(v)), nil
+	})
+	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schemas", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		all, err := b.Schemas(r.Context(), tn)
+		if err != nil {
+			return nil, err
+		}
+		out := []map[string]any{}
+		for v := range all {
+			if !all[v].Deleted {
+				out = append(out, schemaAnswer(all, v))
+			}
+		}
+		return map[string]any{"getSchemaResponses": out}, nil
+	})
+	// Upload: Pulsar's PostSchemaPayload {type, schema, properties}; the
+	// compatibility check applies as for a producer's schema.
+	h("POST /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		var body struct {
+			Type       string            `json:"type"`
+			Schema     string            `json:"schema"`
+			Properties map[string]string `json:"properties"`
+		}
+		if err := readJSON(r, &body, false); err != nil {
+			return nil, err
+		}
+		typ, ok := pb.Schema_Type_value[schemaTypeFromAdmin(body.Type)]
+		if !ok {
+			return nil, badRequest(fmt.Errorf("schema type %q", body.Type))
+		}
+		ps := &pb.Schema{Name: proto.String(tn.Local), Type: pb.Schema_Type(typ).Enum(), SchemaData: []byte(body.Schema)}
+		for k, v := range body.Properties {
+			ps.Properties = append(ps.Properties, &pb.KeyValue{Key: proto.String(k), Value: proto.String(v)})
+		}
+		v, err := b.getOrCreateSchema(r.Context(), tn, ps)
+		if errors.Is(err, ErrIncompatibleSchema) {
+			return nil, httpError{http.StatusConflict, err}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"version": v}, nil
+	})
+	h("DELETE /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		return nil, b.deleteSchema(r.Context(), tn)
 	})
 	return mux
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/internal/testutil"
 )
 
@@ -73,6 +75,14 @@ func TestOwnerBrokerLoss(t *testing.T) {
 			}
 			defer client.Close()
 			topic := topicName(t)
+			// The subscription exists before the first message: with the
+			// default retention (0), a topic keeps only what some
+			// subscription has not consumed, as in Pulsar.
+			sub, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "check", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub.Close()
 			prod, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: 90 * time.Second, MaxPendingMessages: 2000})
 			if err != nil {
 				t.Fatal(err)
@@ -169,7 +179,15 @@ func TestOwnerBrokerLoss(t *testing.T) {
 				m, err := cons.Receive(rctx)
 				rcancel()
 				if err != nil {
-					t.Fatalf("received %d distinct of %d: %v", len(seen), n, err)
+					_, st := adminCall(t, "GET", survivor.AdminURL()+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/stats", nil)
+					ids, _ := ledger.ListLedgers(context.Background(), r.Store)
+					var ls []string
+					for _, id := range ids {
+						if m, err := ledger.ReadMetadata(context.Background(), r.Store, id); err == nil {
+							ls = append(ls, fmt.Sprintf("%d:%s last=%d frags=%d", id, m.Meta.State, m.Meta.LastEntryId, len(m.Meta.Fragments)))
+						}
+					}
+					t.Fatalf("received %d distinct of %d: %v\nstats on the new owner: %s\nledgers: %v", len(seen), n, err, st, ls)
 				}
 				v, _ := strconv.Atoi(string(m.Payload()))
 				seen[v]++

@@ -207,3 +207,38 @@ func (c *conn) handleGetOrCreateSchema(m *pb.CommandGetOrCreateSchema) {
 func parseVersion(s string) (int64, error) {
 	return strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 }
+
+// schemaTypeFromAdmin maps the admin API's type names (JSON, AVRO,
+// STRING, PROTOBUF, ...) to the protocol enum's names.
+func schemaTypeFromAdmin(t string) string {
+	switch strings.ToUpper(t) {
+	case "JSON":
+		return "Json"
+	case "AVRO":
+		return "Avro"
+	case "STRING":
+		return "String"
+	case "PROTOBUF":
+		return "Protobuf"
+	case "BYTES", "NONE":
+		return "None"
+	case "KEY_VALUE", "KEYVALUE":
+		return "KeyValue"
+	}
+	return t
+}
+
+// deleteSchema marks the topic's schema deleted (a tombstone version, as
+// Pulsar does): producers may then register any schema as a new version.
+func (b *Broker) deleteSchema(ctx context.Context, t TopicName) error {
+	all, err := b.Schemas(ctx, t)
+	if err != nil {
+		return err
+	}
+	if len(all) == 0 || all[len(all)-1].Deleted {
+		return fmt.Errorf("%w: schema of %s", ErrNotFound, t)
+	}
+	val, _ := json.Marshal(storedSchema{Deleted: true})
+	_, err = b.cfg.GlobalStore.Create(ctx, schemaDir(t)+fmt.Sprintf("%020d", len(all)), val)
+	return err
+}

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,4 +74,23 @@ func TestJSONSchemaVersions(t *testing.T) {
 	}
 	p1.Close()
 	p2.Close()
+
+	// The admin schema paths: versions, upload with the same check, delete.
+	path := s.AdminURL + "/admin/v2/schemas/" + strings.TrimPrefix(topic, "persistent://")
+	code, body := adminCall(t, "GET", path+"/schema/1", nil)
+	if code != 200 || !strings.Contains(string(body), "price") {
+		t.Fatalf("GET schema/1: %d %s", code, body)
+	}
+	if code, body := adminCall(t, "POST", path+"/schema", map[string]any{"type": "JSON", "schema": orderBad}); code != 409 {
+		t.Fatalf("POST of an incompatible schema: %d %s", code, body)
+	}
+	if code, body := adminCall(t, "DELETE", path+"/schema", nil); code/100 != 2 {
+		t.Fatalf("DELETE schema: %d %s", code, body)
+	}
+	if code, _ := adminCall(t, "GET", path+"/schema", nil); code != 404 {
+		t.Fatalf("GET after delete: %d", code)
+	}
+	if code, body := adminCall(t, "POST", path+"/schema", map[string]any{"type": "JSON", "schema": orderBad}); code != 200 {
+		t.Fatalf("POST after delete: %d %s", code, body)
+	}
 }

@@ -30,7 +30,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newEtcdCmd(), newBookieCmd(), newStandaloneCmd(), newBrokerCmd(), newUpCmd(), newAdminCmd(), newBenchCmd())
+	root.AddCommand(newEtcdCmd(), newBookieCmd(), newStandaloneCmd(), newBrokerCmd(), newUpCmd(), newAutorecoveryCmd(), newAdminCmd(), newBenchCmd())
 	return root
 }
 

@@ -1,0 +1,141 @@
+package autorecovery
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/meridian-mq/meridian/cluster"
+)
+
+// Config configures an Auditor and Workers. Immutable once they run.
+type Config struct {
+	// Store is the region's metadata store (ledgers, bookie registry,
+	// markers, locks, the auditor election). Required.
+	Store *cluster.Store
+	// Bookies is a live view of the region's bookie registry. Required.
+	Bookies *cluster.BookieView
+	// Alive, when set, says a bookie is alive even though it is not
+	// registered (e.g. gossip still sees it): such a bookie is not absent.
+	// Must be safe for concurrent use. Default: the registry alone decides.
+	Alive func(id string) bool
+
+	// LostBookieDelay: how long a single bookie may stay unregistered before
+	// its fragments are re-replicated. Default 60 s. The registration itself
+	// outlives a dead bookie by its lease TTL (10 s), so a lone kill -9 is
+	// acted on after ~70 s. Longer rides out restarts and upgrades without
+	// copying; shorter shortens the time at Qw-1 replicas. 0: at once. Two or
+	// more bookies absent together are lost at once, whatever the delay.
+	LostBookieDelay time.Duration
+	// ThrottleBytesPerSec caps the bytes copied per second by all workers
+	// sharing Throttle. Default 50 MiB/s (a 1 GiB bookie's share of a
+	// ledger set re-replicates in ~20 s without starving live writes on a
+	// 1 Gbit/s link). Negative: unlimited.
+	ThrottleBytesPerSec int64
+	// Throttle, when set, is shared with other Workers of the process;
+	// default: a new one at ThrottleBytesPerSec per Worker.
+	Throttle *Throttle
+	// CheckInterval: how often the auditor compares the registry with the
+	// known bookies. Default 1 s. It bounds the detection lag after the
+	// delay ends.
+	CheckInterval time.Duration
+	// ScrubInterval: how often the auditor scans all ledgers even without a
+	// new loss (finds fragments missed by a crashed auditor, and reports
+	// fragments breaking their placement rule). Default 1 h (BookKeeper's
+	// periodic check is weekly; our scan reads metadata only). 0: default.
+	ScrubInterval time.Duration
+	// ElectionTTL: the auditor's etcd session TTL: a dead auditor is
+	// replaced within it. Default 10 s.
+	ElectionTTL time.Duration
+	// LockTTL: a worker's claim on a ledger is bound to a lease of this TTL:
+	// a dead worker's claim expires within it. Default 10 s.
+	LockTTL time.Duration
+	// PollInterval: how often an idle worker looks for markers. Default 1 s.
+	PollInterval time.Duration
+	// CopyWindow: recovery adds in flight per worker. Default 64: enough to
+	// keep a bookie's group commit full (each add waits for an fsync).
+	CopyWindow int
+	// RetryBackoff: how long a worker leaves a ledger alone after failing
+	// on it. Default 5 s (BookKeeper's rwRereplicateBackoffMs).
+	RetryBackoff time.Duration
+	// Logger receives decisions (bookie lost, marker written, fragment
+	// re-replicated). Default: discard.
+	Logger *slog.Logger
+
+	// testHookCopied runs after each entry is copied (tests: kill a worker
+	// mid-copy, detect concurrent copies of one ledger).
+	testHookCopied func(w *Worker, ledgerID, entryID int64)
+}
+
+// DefaultConfig returns the defaults; set Store and Bookies.
+func DefaultConfig() Config {
+	return Config{
+		LostBookieDelay:     60 * time.Second,
+		ThrottleBytesPerSec: 50 << 20,
+		CheckInterval:       time.Second,
+		ScrubInterval:       time.Hour,
+		ElectionTTL:         10 * time.Second,
+		LockTTL:             10 * time.Second,
+		PollInterval:        time.Second,
+		CopyWindow:          64,
+		RetryBackoff:        5 * time.Second,
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.ThrottleBytesPerSec == 0 {
+		c.ThrottleBytesPerSec = d.ThrottleBytesPerSec
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = d.CheckInterval
+	}
+	if c.ScrubInterval == 0 {
+		c.ScrubInterval = d.ScrubInterval
+	}
+	if c.ElectionTTL == 0 {
+		c.ElectionTTL = d.ElectionTTL
+	}
+	if c.LockTTL == 0 {
+		c.LockTTL = d.LockTTL
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = d.PollInterval
+	}
+	if c.CopyWindow == 0 {
+		c.CopyWindow = d.CopyWindow
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = d.RetryBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Throttle == nil {
+		c.Throttle = NewThrottle(c.ThrottleBytesPerSec)
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("autorecovery: Config.Store is required")
+	case c.Bookies == nil:
+		return errors.New("autorecovery: Config.Bookies is required")
+	case c.LostBookieDelay < 0:
+		return fmt.Errorf("autorecovery: LostBookieDelay %s is negative", c.LostBookieDelay)
+	case c.CheckInterval < 0, c.ScrubInterval < 0, c.PollInterval < 0, c.RetryBackoff < 0:
+		return errors.New("autorecovery: intervals must not be negative")
+	case c.ElectionTTL < 0 || c.ElectionTTL > 0 && c.ElectionTTL < time.Second:
+		return fmt.Errorf("autorecovery: ElectionTTL %s: etcd sessions need at least 1s", c.ElectionTTL)
+	case c.LockTTL < 0 || c.LockTTL > 0 && c.LockTTL < time.Second:
+		return fmt.Errorf("autorecovery: LockTTL %s: etcd leases need at least 1s", c.LockTTL)
+	case c.CopyWindow < 0:
+		return fmt.Errorf("autorecovery: CopyWindow %d is negative", c.CopyWindow)
+	}
+	return nil
+}
