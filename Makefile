@@ -10,8 +10,8 @@ PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pul
 
 # Pure packages run with the race detector; multi-process integration tests
 # without it (on 2 cores it slows processes enough to trip timeouts).
-RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/... ./broker/codec/ ./replicator/
-PROC_PKGS := ./bookie/ledger/... ./broker/ ./broker/mledger/... ./internal/up/ ./cmd/...
+RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/... ./broker/codec/ ./replicator/ ./failover/
+PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/up/ ./cmd/...
 
 .PHONY: build run test test-race test-integration bench proto proto-tools lint drill fuzz clean
 
