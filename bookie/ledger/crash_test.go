@@ -180,6 +180,9 @@ func TestWipedBookieDoesNotTruncateRecovery(t *testing.T) {
 	for _, b := range others {
 		b.Signal(syscall.SIGSTOP)
 	}
+	for _, b := range others {
+		b.WaitStopped(t)
+	}
 	go func() {
 		time.Sleep(700 * time.Millisecond)
 		for _, b := range others {

@@ -180,6 +180,7 @@ func TestFencingWithOneBookieMissingTheFence(t *testing.T) {
 
 	paused := r.Bookie(w1.Metadata().LastFragment().Ensemble[2].Id)
 	paused.Signal(syscall.SIGSTOP)
+	paused.WaitStopped(t)
 	rd, err := c2.Recover(ctx, w1.ID())
 	if err != nil {
 		paused.Signal(syscall.SIGCONT)

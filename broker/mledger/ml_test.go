@@ -642,6 +642,9 @@ func TestLedgerFailureSettlesAppendsExactly(t *testing.T) {
 	for _, b := range r.Bookies {
 		b.Signal(syscall.SIGSTOP)
 	}
+	for _, b := range r.Bookies {
+		b.WaitStopped(t) // no append may slip in before the pause
+	}
 	const stuck = 16
 	type res struct {
 		i   int

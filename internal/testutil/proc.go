@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -190,5 +191,22 @@ func WaitListening(t testing.TB, addr string, timeout time.Duration) {
 		}
 		c.Close()
 		return true
+	})
+}
+
+// WaitStopped waits until the process is stopped (after SIGSTOP): signal
+// delivery is asynchronous, so a test that must not race the pause waits
+// for the kernel to report state T.
+func (p *Proc) WaitStopped(t testing.TB) {
+	t.Helper()
+	pid := p.Pid()
+	Eventually(t, 10*time.Second, fmt.Sprintf("%s (pid %d) stopped", p.Name, pid), func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		return i > 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
 	})
 }
