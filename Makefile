@@ -35,8 +35,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlace$$' -fuzztime $(FUZZTIME) ./rack/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./broker/codec/
 
+# Storage first (disk fsync rate vs bookie adds with 1 and 64 in flight),
+# then the broker beside its storage; both sections go to BENCHMARKS.md.
 bench: build
-	./$(BIN) bench all --out BENCHMARKS.md
+	./$(BIN) bench storage --out BENCHMARKS.md
+	MERIDIAN_BENCH_APPEND=1 ./$(BIN) bench all --out BENCHMARKS.md
 
 proto-tools:
 	$(GO) install $(PROTOC_GEN_GO)
