@@ -45,7 +45,7 @@ type Subscription struct {
 	pending map[mledger.Position]*pendingEntry
 	// replay: positions to send (again) before new entries: redeliveries,
 	// entries held back, entries of consumers that went away.
-	replay   map[mledger.Position]struct{}
+	replay   map[mledger.Position]uint32 // → key hash (Key_Shared), else 0
 	redelivs map[mledger.Position]uint32
 	// batchAcks: batch-index acknowledgements of partly acknowledged
 	// entries (bit set = acknowledged), not persisted: a restart redelivers
@@ -80,7 +80,7 @@ func newSubscription(t *Topic, name string, typ pb.CommandSubscribe_SubType, cur
 	s := &Subscription{
 		topic: t, name: name, typ: typ, cursor: cur, durable: durable,
 		pending:   map[mledger.Position]*pendingEntry{},
-		replay:    map[mledger.Position]struct{}{},
+		replay:    map[mledger.Position]uint32{},
 		redelivs:  map[mledger.Position]uint32{},
 		batchAcks: map[mledger.Position][]uint64{},
 		drain:     map[uint32]*drainRef{},
@@ -143,6 +143,31 @@ func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, 
 	return cs, nil
 }
 
+// olderReplayLocked reports whether an entry older than pos waits in
+// replay that pos must not overtake: any, for Exclusive and Failover; one
+// of the same key hash, for Key_Shared. (Replays can appear while a round
+// runs — a consumer leaves — after the round took its snapshot of them.)
+func (s *Subscription) olderReplayLocked(pos mledger.Position, h uint32) bool {
+	switch s.typ {
+	case pb.CommandSubscribe_Shared:
+		return false
+	case pb.CommandSubscribe_Key_Shared:
+		for p, ph := range s.replay {
+			if ph == h && p.Less(pos) {
+				return true
+			}
+		}
+		return false
+	default:
+		for p := range s.replay {
+			if p.Less(pos) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // dropPendingLocked forgets a dispatched entry (acknowledged, or going
 // back to replay) and its hold on its key hash.
 func (s *Subscription) dropPendingLocked(pos mledger.Position) {
@@ -185,7 +210,7 @@ func (s *Subscription) removeConsumer(cs *Consumer) {
 	for pos, pe := range s.pending {
 		if pe.c == cs {
 			s.dropPendingLocked(pos)
-			s.replay[pos] = struct{}{}
+			s.replay[pos] = pe.hash
 		}
 	}
 	for h, d := range s.drain {
@@ -372,7 +397,7 @@ func (s *Subscription) redeliver(cs *Consumer, ids []*pb.MessageIdData) {
 		for pos, pe := range s.pending {
 			if pe.c == cs {
 				s.dropPendingLocked(pos)
-				s.replay[pos] = struct{}{}
+				s.replay[pos] = pe.hash
 			}
 		}
 	}
@@ -380,7 +405,7 @@ func (s *Subscription) redeliver(cs *Consumer, ids []*pb.MessageIdData) {
 		p := positionOf(id)
 		if pe := s.pending[p]; pe != nil && pe.c == cs {
 			s.dropPendingLocked(p)
-			s.replay[p] = struct{}{}
+			s.replay[p] = pe.hash
 		}
 	}
 	s.mu.Unlock()
@@ -395,7 +420,7 @@ func (s *Subscription) seekTo(ctx context.Context, p mledger.Position, _ bool) e
 	}
 	s.mu.Lock()
 	s.pending = map[mledger.Position]*pendingEntry{}
-	s.replay = map[mledger.Position]struct{}{}
+	s.replay = map[mledger.Position]uint32{}
 	s.batchAcks = map[mledger.Position][]uint64{}
 	s.drain = map[uint32]*drainRef{}
 	s.mu.Unlock()
@@ -609,7 +634,7 @@ func (s *Subscription) dispatchOnce() (more, caughtUp bool) {
 			}
 			if stalled {
 				s.mu.Lock()
-				s.replay[e.Pos] = struct{}{}
+				s.replay[e.Pos] = 0
 				s.mu.Unlock()
 				continue
 			}
@@ -641,15 +666,15 @@ func (s *Subscription) assign(e mledger.Entry, fromReplay bool, blocked map[uint
 	if _, gone := s.pending[e.Pos]; gone && !fromReplay {
 		return delivery{}, false
 	}
-	// blocked holds the key hashes (Key_Shared) or consumers' marker 0
-	// (others) that have an older entry waiting: nothing newer may pass it.
+	// blocked holds the key hashes (Key_Shared) with an older entry held
+	// back in this round: nothing newer of that key may pass it.
 	h := uint32(0)
 	if s.typ == pb.CommandSubscribe_Key_Shared {
 		h = hash32(m.Key)
 	}
 	c := s.chooseLocked(e.Pos, m.Key)
-	if c == nil || (s.typ == pb.CommandSubscribe_Key_Shared && blocked[h]) {
-		s.replay[e.Pos] = struct{}{}
+	if c == nil || (s.typ == pb.CommandSubscribe_Key_Shared && blocked[h]) || (!fromReplay && s.olderReplayLocked(e.Pos, h)) {
+		s.replay[e.Pos] = h
 		if s.typ == pb.CommandSubscribe_Key_Shared {
 			blocked[h] = true
 		}
