@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,38 @@ func TestConsumerAndReaderFeatures(t *testing.T) {
 		m := receiveN(t, c, 1, false)[0]
 		if string(m.Payload()) != "12" {
 			t.Fatalf("after cumulative ack of 11 and a resubscribe, got %q first, want 12", m.Payload())
+		}
+	})
+
+	t.Run("exclusive-producer-and-unsubscribe", func(t *testing.T) {
+		topic := topicName(t)
+		p1, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, ProducerAccessMode: pulsar.ProducerAccessModeExclusive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p2, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil {
+			p2.Close()
+			t.Fatal("a second producer joined a topic with an exclusive producer")
+		} else if !strings.Contains(err.Error(), "ProducerBusy") {
+			t.Fatalf("second producer: %v, want ProducerBusy", err)
+		}
+		p1.Close()
+		p2, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic})
+		if err != nil {
+			t.Fatalf("after the exclusive producer left: %v", err)
+		}
+		p2.Close()
+
+		c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "gone"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Unsubscribe(); err != nil {
+			t.Fatal(err)
+		}
+		code, body := adminCall(t, "GET", s.AdminURL+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/subscriptions", nil)
+		if code != 200 || strings.Contains(string(body), "gone") {
+			t.Fatalf("subscriptions after unsubscribe: %d %s", code, body)
 		}
 	})
 
