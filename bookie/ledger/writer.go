@@ -47,6 +47,7 @@ type Writer struct {
 	compQ      []completion
 	delivering bool
 	stopScan   chan struct{}
+	stopOnce   sync.Once
 }
 
 type pendingAdd struct {
@@ -59,6 +60,9 @@ type pendingAdd struct {
 	sentAt  []time.Time // when the outstanding send went out
 	nacked  int
 	cb      func(int64, error)
+	// after: refusals of adds made after this one, reported right after
+	// its own callback (so callbacks run in call order).
+	after []completion
 }
 
 type completion struct {
@@ -132,17 +136,26 @@ func (w *Writer) Err() error {
 // must not modify it. cb must not block for long: completions of later
 // entries wait behind it.
 func (w *Writer) AppendAsync(payload []byte, cb func(entryID int64, err error)) {
-	if len(payload) > w.c.cfg.MaxEntryBytes {
-		cb(-1, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(payload), w.c.cfg.MaxEntryBytes))
-		return
-	}
 	w.mu.Lock()
-	if err := w.err; err != nil || w.closing {
-		w.mu.Unlock()
-		if err == nil {
+	if len(payload) > w.c.cfg.MaxEntryBytes || w.err != nil || w.closing {
+		// Refused without an entry id; the callback still runs after those
+		// of every earlier add (through the same ordered queue).
+		err := w.err
+		switch {
+		case len(payload) > w.c.cfg.MaxEntryBytes:
+			err = fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(payload), w.c.cfg.MaxEntryBytes)
+		case err == nil:
 			err = ErrClosed
 		}
-		cb(-1, err)
+		refusal := completion{cb: cb, entry: -1, err: err}
+		if n := len(w.pending); n > 0 {
+			w.pending[n-1].after = append(w.pending[n-1].after, refusal)
+			w.mu.Unlock()
+			return
+		}
+		w.compQ = append(w.compQ, refusal)
+		w.mu.Unlock()
+		w.deliver()
 		return
 	}
 	w.lastPushed++
@@ -272,6 +285,7 @@ func (w *Writer) completeLocked() {
 		w.lac = pa.entry
 		w.length += int64(len(pa.payload))
 		w.compQ = append(w.compQ, completion{cb: pa.cb, entry: pa.entry})
+		w.compQ = append(w.compQ, pa.after...)
 		n++
 	}
 	if n > 0 {
@@ -288,11 +302,16 @@ func (w *Writer) failLocked(err error) {
 	w.err = err
 	for _, pa := range w.pending {
 		w.compQ = append(w.compQ, completion{cb: pa.cb, entry: -1, err: err})
+		w.compQ = append(w.compQ, pa.after...)
 	}
 	w.pending = nil
 	w.cond.Broadcast()
+	w.stopScanning()
 	w.c.cfg.Logger.Warn("ledger writer failed", "ledger", w.id, "err", err)
 }
+
+// stopScanning ends the timeout scanner (on close or failure).
+func (w *Writer) stopScanning() { w.stopOnce.Do(func() { close(w.stopScan) }) }
 
 func (w *Writer) markFailedLocked(p int, reason error) {
 	if w.failed[p] {
@@ -511,7 +530,7 @@ func (w *Writer) Close(ctx context.Context) error {
 	cur, lac, length := w.meta, w.lac, w.length
 	w.mu.Unlock()
 	w.deliver()
-	close(w.stopScan)
+	w.stopScanning()
 	if err != nil && !errors.Is(err, ErrClosed) {
 		return err
 	}
