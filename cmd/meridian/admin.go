@@ -174,5 +174,6 @@ func newAdminCmd() *cobra.Command {
 		return call("POST", p+"/subscription/"+a[1]+"/resetcursor/"+a[2], nil)
 	})
 	cmd.AddCommand(tenants, namespaces, topics, subs)
+	cmd.AddCommand(newAdminStorageCmds()...)
 	return cmd
 }
