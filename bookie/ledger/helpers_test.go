@@ -11,6 +11,7 @@ import (
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
+	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/meridian-mq/meridian/rack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -78,4 +79,12 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+func readMeta(ctx context.Context, r *testutil.Region, id int64) (*metapb.LedgerMetadata, error) {
+	m, err := ledger.ReadMetadata(ctx, r.Store, id)
+	if err != nil {
+		return nil, err
+	}
+	return m.Meta, nil
 }
