@@ -34,6 +34,8 @@ FUZZTIME ?= 15s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlace$$' -fuzztime $(FUZZTIME) ./rack/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./broker/codec/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZTIME) ./broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEntryMeta$$' -fuzztime $(FUZZTIME) ./broker/
 
 # Storage first (disk fsync rate vs bookie adds with 1 and 64 in flight),
 # then the broker beside its storage; both sections go to BENCHMARKS.md.

@@ -26,6 +26,10 @@ import (
 
 const maxAdminBody = 1 << 20
 
+// maxPartitions bounds a partitioned topic's partition count: creating
+// one registers every partition in etcd, one write each.
+const maxPartitions = 10000
+
 func (b *Broker) startAdmin() error {
 	lis, err := net.Listen("tcp", b.cfg.AdminAddr)
 	if err != nil {
@@ -97,6 +101,9 @@ func (b *Broker) AdminHandler() http.Handler {
 	h("PUT /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) {
 		var p Policies
 		if err := readJSON(r, &p, true); err != nil {
+			return nil, err
+		}
+		if err := validatePolicies(p); err != nil {
 			return nil, err
 		}
 		if len(p.ReplicationClusters) == 0 {
@@ -216,6 +223,9 @@ func (b *Broker) AdminHandler() http.Handler {
 			var n int
 			if err := readJSON(r, &n, true); err != nil {
 				return nil, err
+			}
+			if n > maxPartitions {
+				return nil, badRequest(fmt.Errorf("partition count %d: at most %d", n, maxPartitions))
 			}
 			if _, err := b.meta.GetPolicies(r.Context(), tn.NamespaceName()); err != nil {
 				return nil, err
@@ -462,6 +472,9 @@ func (t *Topic) subscription(name string) *Subscription {
 
 // createSubscription creates a durable subscription at the end of the topic.
 func (t *Topic) createSubscription(ctx context.Context, name string) error {
+	if err := validSubscription(name); err != nil {
+		return badRequest(err)
+	}
 	if t.subscription(name) != nil {
 		return fmt.Errorf("%w: subscription %s", ErrAlreadyExists, name)
 	}
@@ -551,6 +564,22 @@ func badRequest(err error) error {
 		return nil
 	}
 	return httpError{http.StatusBadRequest, err}
+}
+
+// maxBundles bounds a namespace's numBundles (each is an etcd ownership
+// key and a slot in every lookup's boundary list).
+const maxBundles = 4096
+
+// validatePolicies checks a new namespace's policies for what would
+// otherwise fail later, or allocate without bound, on the first lookup.
+func validatePolicies(p Policies) error {
+	if p.Bundles < 0 || p.Bundles > maxBundles {
+		return badRequest(fmt.Errorf("numBundles %d: want 0 (default) to %d", p.Bundles, maxBundles))
+	}
+	if v := p.Persistence; v != nil && !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1) {
+		return badRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
+	}
+	return nil
 }
 
 func readJSON(r *http.Request, v any, optional bool) error {

@@ -36,6 +36,7 @@ type Broker struct {
 	mu     sync.Mutex
 	topics map[string]*topicSlot
 	conns  map[*conn]struct{}
+	perIP  map[string]int // open connections by client IP (conn.ip)
 	closed bool
 
 	producerSeq atomic.Int64
@@ -63,6 +64,7 @@ func New(cfg Config) (*Broker, error) {
 		meta:   NewMetadata(cfg.GlobalStore),
 		topics: map[string]*topicSlot{},
 		conns:  map[*conn]struct{}{},
+		perIP:  map[string]int{},
 		id:     hex.EncodeToString(rb[:]),
 	}
 	b.metrics = newMetrics(cfg.Cluster, b)
@@ -141,7 +143,14 @@ func (b *Broker) acceptLoop() {
 			nc.Close()
 			return
 		}
+		if !underLimit(b.perIP[c.ip], b.cfg.MaxConnectionsPerIP) {
+			b.mu.Unlock()
+			b.limitExceeded(limitConnectionsPerIP)
+			nc.Close()
+			continue
+		}
 		b.conns[c] = struct{}{}
+		b.perIP[c.ip]++
 		b.mu.Unlock()
 		b.metrics.connections.Inc()
 		go c.serve()
@@ -152,6 +161,9 @@ func (b *Broker) removeConn(c *conn) {
 	b.mu.Lock()
 	if _, ok := b.conns[c]; ok {
 		delete(b.conns, c)
+		if b.perIP[c.ip]--; b.perIP[c.ip] <= 0 {
+			delete(b.perIP, c.ip)
+		}
 		b.metrics.connections.Dec()
 	}
 	b.mu.Unlock()

@@ -35,6 +35,42 @@ type Config struct {
 	// per producer; past it the broker stops reading the connection (TCP
 	// back-pressure). Default 1000 (the Go client's MaxPendingMessages).
 	MaxPendingSendsPerProducer int
+	// MaxConnectionsPerIP bounds the open Pulsar connections from one
+	// client IP address; a connection past it is closed as soon as it is
+	// accepted (the Go client retries with back-off) and counted in
+	// meridian_broker_limit_exceeded_total{limit="connections_per_ip"}.
+	// Each connection costs a few goroutines and 64 KiB of write buffer,
+	// so the default bounds one address at about 100 MiB. 0 means the
+	// default, 1000; -1 no limit.
+	MaxConnectionsPerIP int
+	// MaxPendingRequestsPerConnection bounds the requests a connection
+	// has in progress at once: lookups, partition metadata, producer and
+	// consumer creations, and the other requests answered off the reader
+	// goroutine (unsubscribe, seek, topic lists, schemas). Each holds a
+	// goroutine and etcd/bookie work. One past it is answered with ERROR
+	// ServiceNotReady (the Go client closes the connection and retries)
+	// and counted as limit="pending_requests_per_connection". A Go client
+	// opening 100 partitions' producers has 100 in progress. 0 means the
+	// default, 1000; -1 no limit.
+	MaxPendingRequestsPerConnection int
+	// MaxProducersPerTopic bounds the producers connected to one topic
+	// (partition). One past it is answered with ERROR ProducerBusy (as
+	// Pulsar's maxProducersPerTopic: a new Go producer fails, a
+	// reconnecting one retries with back-off) and counted as
+	// limit="producers_per_topic". 0 means the default, 10000; -1 no
+	// limit.
+	MaxProducersPerTopic int
+	// MaxConsumersPerTopic bounds the consumers of one topic (partition)
+	// over all its subscriptions; MaxConsumersPerSubscription those of one
+	// subscription. One past either is answered with ERROR ConsumerBusy
+	// (as Pulsar's maxConsumersPerTopic/-Subscription; the Go client
+	// treats it as it treats a second consumer on an exclusive
+	// subscription) and counted as limit="consumers_per_topic" or
+	// "consumers_per_subscription". Every consumer holds dispatch state
+	// and up to its permits of entries in flight. 0 means the default,
+	// 10000; -1 no limit.
+	MaxConsumersPerTopic        int
+	MaxConsumersPerSubscription int
 	// DedupSnapshotInterval: every this many entries a topic writes its
 	// producers' last sequence ids to etcd, bounding the replay on load.
 	// Default 1000.
@@ -94,6 +130,21 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPendingSendsPerProducer == 0 {
 		c.MaxPendingSendsPerProducer = 1000
+	}
+	if c.MaxConnectionsPerIP == 0 {
+		c.MaxConnectionsPerIP = 1000
+	}
+	if c.MaxPendingRequestsPerConnection == 0 {
+		c.MaxPendingRequestsPerConnection = 1000
+	}
+	if c.MaxProducersPerTopic == 0 {
+		c.MaxProducersPerTopic = 10000
+	}
+	if c.MaxConsumersPerTopic == 0 {
+		c.MaxConsumersPerTopic = 10000
+	}
+	if c.MaxConsumersPerSubscription == 0 {
+		c.MaxConsumersPerSubscription = 10000
 	}
 	if c.DedupSnapshotInterval == 0 {
 		c.DedupSnapshotInterval = 1000

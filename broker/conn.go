@@ -27,15 +27,24 @@ const protocolVersion = 20
 type conn struct {
 	b   *Broker
 	nc  net.Conn
+	ip  string // the client's address without the port (per-IP limit)
 	log *slog.Logger
 
 	outMu   sync.Mutex
 	outQ    [][]byte
 	outWake chan struct{}
-	closed  chan struct{}
-	once    sync.Once
+	// outBytes counts the bytes queued and not yet written (plus
+	// queuedFrameOverhead per frame); the reader pauses while it exceeds
+	// maxQueuedOutputBytes (outDrained wakes it).
+	outBytes   int
+	outDrained chan struct{}
+	closed     chan struct{}
+	once       sync.Once
 
 	lastRecv atomic.Int64 // unix nanos
+	// pending counts requests in progress (begin/end), bounded by
+	// Config.MaxPendingRequestsPerConnection.
+	pending atomic.Int64
 
 	mu             sync.Mutex
 	connected      bool
@@ -47,10 +56,15 @@ type conn struct {
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
+	ip := nc.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(ip); err == nil {
+		ip = h
+	}
 	c := &conn{
-		b: b, nc: nc,
+		b: b, nc: nc, ip: ip,
 		log:            b.log.With("remote", nc.RemoteAddr().String()),
 		outWake:        make(chan struct{}, 1),
+		outDrained:     make(chan struct{}, 1),
 		closed:         make(chan struct{}),
 		producers:      map[uint64]*Producer{},
 		consumers:      map[uint64]*Consumer{},
@@ -67,6 +81,9 @@ func (c *conn) serve() {
 	defer c.close("connection ended")
 	dec := codec.NewDecoder(c.nc, c.b.cfg.MaxMessageSize+codec.FramePadding)
 	for {
+		if !c.waitOutput() {
+			return
+		}
 		f, err := dec.Next()
 		c.lastRecv.Store(time.Now().UnixNano())
 		switch {
@@ -76,6 +93,7 @@ func (c *conn) serve() {
 			// keep working. We cannot know which producer sent it, so no
 			// SEND_ERROR (that would make the client resend in a loop).
 			c.b.metrics.rejectedFrames.Inc()
+			c.b.limitExceeded(limitFrameSize)
 			c.log.Warn("frame over the size limit skipped", "err", err)
 			continue
 		case errors.Is(err, codec.ErrUnknownCommand):
@@ -137,11 +155,56 @@ func (c *conn) writeLoop() {
 				return
 			}
 		}
+		n := 0
 		for _, f := range q {
 			if _, err := w.Write(f); err != nil {
 				c.close("write: " + err.Error())
 				return
 			}
+			n += len(f) + queuedFrameOverhead
+		}
+		c.outMu.Lock()
+		c.outBytes -= n
+		c.outMu.Unlock()
+		select {
+		case c.outDrained <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// maxQueuedOutputBytes bounds what a connection's answers may queue before
+// the broker stops reading it: a client that sends requests (even PINGs)
+// and never reads its answers then meets TCP back-pressure instead of
+// growing the broker's memory. Dispatch to consumers is not paused, only
+// reading, so a client that reads (as every real client does, on its own
+// goroutine) never waits long.
+const maxQueuedOutputBytes = 8 << 20
+
+// queuedFrameOverhead is what a queued frame costs beyond its bytes (its
+// slice header in outQ and allocation rounding), so a flood of tiny
+// answers is bounded by memory, not by payload bytes.
+const queuedFrameOverhead = 48
+
+// waitOutput blocks while the output queue is over maxQueuedOutputBytes;
+// false when the connection closed meanwhile.
+func (c *conn) waitOutput() bool {
+	counted := false
+	for {
+		c.outMu.Lock()
+		n := c.outBytes
+		c.outMu.Unlock()
+		if n <= maxQueuedOutputBytes {
+			return true
+		}
+		if !counted {
+			c.b.limitExceeded(limitOutputQueue)
+			counted = true
+		}
+		select {
+		case <-c.outDrained:
+		case <-c.closed:
+			return false
 		}
 	}
 }
@@ -149,6 +212,7 @@ func (c *conn) writeLoop() {
 func (c *conn) enqueue(frame []byte) {
 	c.outMu.Lock()
 	c.outQ = append(c.outQ, frame)
+	c.outBytes += len(frame) + queuedFrameOverhead
 	c.outMu.Unlock()
 	select {
 	case c.outWake <- struct{}{}:
@@ -227,9 +291,11 @@ func (c *conn) handle(f codec.Frame) bool {
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
 	case pb.BaseCommand_PONG:
 	case pb.BaseCommand_PARTITIONED_METADATA:
-		go c.handlePartitionedMetadata(cmd.GetPartitionMetadata())
+		m := cmd.GetPartitionMetadata()
+		c.async(m.GetRequestId(), func() { c.handlePartitionedMetadata(m) })
 	case pb.BaseCommand_LOOKUP:
-		go c.handleLookup(cmd.GetLookupTopic())
+		m := cmd.GetLookupTopic()
+		c.async(m.GetRequestId(), func() { c.handleLookup(m) })
 	case pb.BaseCommand_PRODUCER:
 		c.handleProducer(cmd.GetProducer())
 	case pb.BaseCommand_SEND:
@@ -252,17 +318,22 @@ func (c *conn) handle(f codec.Frame) bool {
 	case pb.BaseCommand_CLOSE_CONSUMER:
 		c.handleCloseConsumer(cmd.GetCloseConsumer())
 	case pb.BaseCommand_UNSUBSCRIBE:
-		go c.handleUnsubscribe(cmd.GetUnsubscribe())
+		m := cmd.GetUnsubscribe()
+		c.async(m.GetRequestId(), func() { c.handleUnsubscribe(m) })
 	case pb.BaseCommand_SEEK:
-		go c.handleSeek(cmd.GetSeek())
+		m := cmd.GetSeek()
+		c.async(m.GetRequestId(), func() { c.handleSeek(m) })
 	case pb.BaseCommand_GET_LAST_MESSAGE_ID:
 		c.handleGetLastMessageID(cmd.GetGetLastMessageId())
 	case pb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
-		go c.handleGetTopics(cmd.GetGetTopicsOfNamespace())
+		m := cmd.GetGetTopicsOfNamespace()
+		c.async(m.GetRequestId(), func() { c.handleGetTopics(m) })
 	case pb.BaseCommand_GET_SCHEMA:
-		go c.handleGetSchema(cmd.GetGetSchema())
+		m := cmd.GetGetSchema()
+		c.async(m.GetRequestId(), func() { c.handleGetSchema(m) })
 	case pb.BaseCommand_GET_OR_CREATE_SCHEMA:
-		go c.handleGetOrCreateSchema(cmd.GetGetOrCreateSchema())
+		m := cmd.GetGetOrCreateSchema()
+		c.async(m.GetRequestId(), func() { c.handleGetOrCreateSchema(m) })
 	case pb.BaseCommand_CONSUMER_STATS:
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
 			RequestId: proto.Uint64(cmd.GetConsumerStats().GetRequestId()), Error: pb.ServerError_NotAllowedError.Enum(),
@@ -277,6 +348,35 @@ func (c *conn) handle(f codec.Frame) bool {
 		}
 	}
 	return true
+}
+
+// beginRequest admits one more request in progress on this connection,
+// or answers reqID with ERROR ServiceNotReady when
+// MaxPendingRequestsPerConnection are already in progress. Every true is
+// followed by one endRequest when the request is answered.
+func (c *conn) beginRequest(reqID uint64) bool {
+	limit := c.b.cfg.MaxPendingRequestsPerConnection
+	if n := c.pending.Add(1); limit >= 0 && n > int64(limit) {
+		c.pending.Add(-1)
+		c.b.limitExceeded(limitPendingRequests)
+		c.sendError(reqID, fmt.Errorf("%w: %d requests already in progress on this connection", ErrServiceNotReady, limit))
+		return false
+	}
+	return true
+}
+
+func (c *conn) endRequest() { c.pending.Add(-1) }
+
+// async runs a request's handler off the reader goroutine, within the
+// pending-request limit.
+func (c *conn) async(reqID uint64, f func()) {
+	if !c.beginRequest(reqID) {
+		return
+	}
+	go func() {
+		defer c.endRequest()
+		f()
+	}()
 }
 
 // requestIDOf finds a request_id in an unsupported command's body.

@@ -15,13 +15,19 @@ var (
 	// for names that are wrong (namespace does not exist, bad name), never
 	// for a standby or moving topic.
 	ErrTopicNotFound = errors.New("topic not found")
-	// ErrProducerBusy → ProducerBusy: an exclusive producer exists; retried.
+	// ErrProducerBusy → ProducerBusy: an exclusive producer exists, or the
+	// topic has MaxProducersPerTopic (as Pulsar answers its own limit). A
+	// new Go producer fails with it; a reconnecting one retries with
+	// back-off.
 	ErrProducerBusy = errors.New("producer busy")
 	// ErrConsumerBusy → ConsumerBusy: an exclusive subscription has a
-	// consumer; retried.
+	// consumer, or MaxConsumersPerTopic/-Subscription is reached (as
+	// Pulsar); a new Go consumer fails, a reconnecting one retries.
 	ErrConsumerBusy = errors.New("consumer busy")
-	// ErrServiceNotReady → ServiceNotReady: retried (in a lookup it also
-	// closes the connection).
+	// ErrServiceNotReady → ServiceNotReady: retried (the Go client also
+	// closes the connection on it). Also the answer past
+	// MaxPendingRequestsPerConnection: closing sheds the client's load and
+	// its retry starts over with nothing in progress.
 	ErrServiceNotReady = errors.New("service not ready")
 	// ErrTopicFenced → ServiceNotReady: the topic moved to another broker
 	// or is reloading; the client retries and looks it up again.

@@ -55,6 +55,9 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 	// Creation loads the topic (etcd, bookies): off the reader goroutine,
 	// but SENDs of this producer must wait for it.
 	id := m.GetProducerId()
+	if !c.beginRequest(m.GetRequestId()) {
+		return
+	}
 	done := make(chan struct{})
 	c.mu.Lock()
 	c.pendingProduce[id] = done
@@ -65,6 +68,7 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 			delete(c.pendingProduce, id)
 			c.mu.Unlock()
 			close(done)
+			c.endRequest()
 		}()
 		ctx, cancel := c.ctx()
 		defer cancel()
@@ -139,7 +143,11 @@ func (c *conn) handleCloseProducer(m *pb.CommandCloseProducer) {
 
 func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 	id := m.GetConsumerId()
+	if !c.beginRequest(m.GetRequestId()) {
+		return
+	}
 	go func() {
+		defer c.endRequest()
 		ctx, cancel := c.ctx()
 		defer cancel()
 		cs, err := c.b.subscribe(ctx, c, m)

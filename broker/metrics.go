@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -18,6 +20,7 @@ type metrics struct {
 	msgsOut        prometheus.Counter
 	dedupDropped   prometheus.Counter
 	rejectedFrames prometheus.Counter
+	limitExceeded  *prometheus.CounterVec // by limit (limits.go)
 	storageLatency prometheus.Histogram
 }
 
@@ -46,7 +49,9 @@ func (c *topicCollector) Collect(ch chan<- prometheus.Metric) {
 		subs := t.subscriptions()
 		ch <- prometheus.MustNewConstMetric(c.subCount, prometheus.GaugeValue, float64(len(subs)), name)
 		for _, s := range subs {
-			ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(s.cursor.Backlog()), name, s.name)
+			// A label must be UTF-8 or the whole scrape fails; names
+			// are validated, but a cursor may predate that.
+			ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(s.cursor.Backlog()), name, strings.ToValidUTF8(s.name, "\uFFFD"))
 		}
 	}
 }
@@ -71,11 +76,16 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		msgsOut:        c("entries_out_total", "Entries dispatched to consumers."),
 		dedupDropped:   c("dedup_dropped_total", "Sends dropped as duplicates (a producer resent what was already persisted or in flight)."),
 		rejectedFrames: c("rejected_frames_total", "Frames refused: malformed, oversize, unknown command, bad checksum."),
+		limitExceeded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "limit_exceeded_total",
+			Help: "Requests and connections refused by a per-client limit (Config.Max*), by limit.", ConstLabels: l}, []string{"limit"}),
 		storageLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "meridian", Subsystem: "broker", Name: "storage_write_latency_seconds",
 			Help: "Time from a SEND's append to its persistence on the ack quorum of bookies.", ConstLabels: l,
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16)}),
 	}
-	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.rejectedFrames, m.storageLatency)
+	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.rejectedFrames, m.limitExceeded, m.storageLatency)
+	for _, name := range limitLabels {
+		m.limitExceeded.WithLabelValues(name)
+	}
 	m.reg.MustRegister(&topicCollector{b: b,
 		backlog:  prometheus.NewDesc("meridian_broker_subscription_backlog_messages", "Unacknowledged entries of a subscription.", []string{"topic", "subscription"}, l),
 		entries:  prometheus.NewDesc("meridian_broker_topic_entries", "Entries stored for a topic.", []string{"topic"}, l),

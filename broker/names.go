@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ErrInvalidName is returned for a topic, tenant or namespace name that is
@@ -77,6 +79,25 @@ func validPart(what, v string) error {
 		default:
 			return fmt.Errorf("%w: %s name %q has character %q", ErrInvalidName, what, v, r)
 		}
+	}
+	return nil
+}
+
+// validSubscription checks a subscription name (ErrNotAllowed, not
+// ErrInvalidName, whose TopicNotFound would tell the client the topic is
+// gone). Cursor keys escape the name, so "/" and dots are allowed, but it
+// must be valid UTF-8 without control characters (it is a metrics label
+// and appears in admin JSON) and at most 1024 bytes.
+func validSubscription(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty subscription name", ErrNotAllowed)
+	case len(name) > 1024:
+		return fmt.Errorf("%w: subscription name longer than 1024 bytes", ErrNotAllowed)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: subscription name %q is not valid UTF-8", ErrNotAllowed, name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: subscription name %q has a control character", ErrNotAllowed, name)
 	}
 	return nil
 }

@@ -137,6 +137,16 @@ func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, 
 	if s.typ == pb.CommandSubscribe_Exclusive && len(s.consumers) > 0 {
 		return nil, fmt.Errorf("%w: exclusive subscription %s already has a consumer", ErrConsumerBusy, s.name)
 	}
+	cfg := s.topic.b.cfg
+	if !underLimit(len(s.consumers), cfg.MaxConsumersPerSubscription) {
+		s.topic.b.limitExceeded(limitConsumersPerSubscription)
+		return nil, fmt.Errorf("%w: subscription %s has reached the limit of %d consumers", ErrConsumerBusy, s.name, cfg.MaxConsumersPerSubscription)
+	}
+	if n := s.topic.consumers.Add(1); !underLimit(int(n-1), cfg.MaxConsumersPerTopic) {
+		s.topic.consumers.Add(-1)
+		s.topic.b.limitExceeded(limitConsumersPerTopic)
+		return nil, fmt.Errorf("%w: %s has reached the limit of %d consumers", ErrConsumerBusy, s.topic.name, cfg.MaxConsumersPerTopic)
+	}
 	cs := &Consumer{id: m.GetConsumerId(), name: m.GetConsumerName(), conn: c, sub: s, priority: m.GetPriorityLevel()}
 	s.consumers = append(s.consumers, cs)
 	s.topic.b.metrics.consumers.Inc()
@@ -205,6 +215,7 @@ func (s *Subscription) removeConsumer(cs *Consumer) {
 		return
 	}
 	s.consumers = append(s.consumers[:idx], s.consumers[idx+1:]...)
+	s.topic.consumers.Add(-1)
 	s.topic.b.metrics.consumers.Dec()
 	// Whatever it had not acknowledged goes to the others.
 	for pos, pe := range s.pending {

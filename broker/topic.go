@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/mledger"
@@ -27,6 +28,9 @@ type Topic struct {
 
 	mu        sync.Mutex
 	producers map[*Producer]struct{}
+	// consumers counts the consumers of all subscriptions (changed under
+	// the subscription's lock), for MaxConsumersPerTopic.
+	consumers atomic.Int64
 	subs      map[string]*Subscription
 	dedup     map[string]*dedupState
 	sinceSnap int
@@ -168,6 +172,10 @@ func (t *Topic) addProducer(p *Producer) (int64, error) {
 	}
 	if t.quotaErr != nil {
 		return 0, t.quotaErr
+	}
+	if !underLimit(len(t.producers), t.b.cfg.MaxProducersPerTopic) {
+		t.b.limitExceeded(limitProducersPerTopic)
+		return 0, fmt.Errorf("%w: %s has reached the limit of %d producers", ErrProducerBusy, t.name, t.b.cfg.MaxProducersPerTopic)
 	}
 	for q := range t.producers {
 		if q.exclusive || p.exclusive {
@@ -313,8 +321,8 @@ func (t *Topic) notifySubs() {
 // subscribe adds a consumer to (creating if needed) a subscription.
 func (t *Topic) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe) (*Consumer, error) {
 	name := m.GetSubscription()
-	if name == "" {
-		return nil, fmt.Errorf("%w: empty subscription name", ErrNotAllowed)
+	if err := validSubscription(name); err != nil {
+		return nil, err
 	}
 	durable := m.Durable == nil || m.GetDurable()
 	t.mu.Lock()

@@ -20,6 +20,7 @@ func newStandaloneCmd() *cobra.Command {
 	var bookies, bookieBasePort int
 	var listen, adminAddr string
 	var policyEvery time.Duration
+	var maxConnsPerIP, maxProducersPerTopic int
 	cmd := &cobra.Command{
 		Use:   "standalone",
 		Short: "Run one region in one process: embedded etcd, bookies and a broker on loopback",
@@ -95,6 +96,7 @@ every subscription's position.`,
 			bc := broker.Config{
 				Cluster: "standalone", ListenAddr: listen, AdminAddr: adminAddr,
 				Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery,
+				MaxConnectionsPerIP: maxConnsPerIP, MaxProducersPerTopic: maxProducersPerTopic,
 			}
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = min(bookies, 3), min(bookies, 3), min(bookies, 2)
 			brk, err := broker.New(bc)
@@ -126,6 +128,8 @@ every subscription's position.`,
 	f.StringVar(&listen, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
 	f.StringVar(&adminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address")
 	f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
+	f.IntVar(&maxConnsPerIP, "max-connections-per-ip", 0, "Pulsar connections allowed from one client IP (0: the broker default, 1000; -1: no limit)")
+	f.IntVar(&maxProducersPerTopic, "max-producers-per-topic", 0, "producers allowed on one topic (0: the broker default, 10000; -1: no limit)")
 	f.StringVar(&etcdClient, "etcd-client-url", "http://127.0.0.1:2379", "embedded etcd client URL")
 	f.StringVar(&etcdPeer, "etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd peer URL")
 	f.IntVar(&bookies, "bookies", 3, "number of bookies")

@@ -1,0 +1,158 @@
+package broker
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/meridian-mq/meridian/broker/codec"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// FuzzAdminJSON feeds hostile bodies to what the admin handlers decode and
+// validate before touching etcd (readJSON into each body type, the policy
+// checks, the name parsers): no panic, every refusal a 400 or
+// ErrInvalidName, and what is accepted is safe to use (a valid name
+// round-trips and holds no path tricks; valid policies build their bundle
+// boundaries).
+func FuzzAdminJSON(f *testing.F) {
+	for _, s := range []string{
+		``, `{}`, `null`, `4`, `-1`, `1e300`, `"x"`, `[]`,
+		`{"adminRoles":["a"],"allowedClusters":["standalone"]}`,
+		`{"replication_clusters":["standalone"],"numBundles":8,"retention_policies":{"retentionTimeInMinutes":-1,"retentionSizeInMB":10}}`,
+		`{"numBundles":1099511627776}`, `{"numBundles":-3}`,
+		`{"persistence":{"bookkeeperEnsemble":3,"bookkeeperWriteQuorum":2,"bookkeeperAckQuorum":2}}`,
+		`{"persistence":{"bookkeeperEnsemble":1,"bookkeeperWriteQuorum":2,"bookkeeperAckQuorum":0}}`,
+		`{"backlog_quota_map":{"destination_storage":{"limit":1024,"policy":"producer_exception"}}}`,
+		`{"limitSize":10,"limitTime":-1,"policy":"producer_request_hold"}`,
+		`{"auth_policies":{"x":[1,2,{"y":null}]},"deduplicationEnabled":true}`,
+		`{"a":` + strings.Repeat(`[`, 2000), `"\ud800"`, "\xff\xfe",
+		"persistent://public/default/t", "public/default", "t/ns/../x", "public/default/t-partition-3",
+		"non-persistent://a/b/c", "a//b", "%2e%2e/x",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := func() *http.Request { return httptest.NewRequest("PUT", "/admin/v2/x", bytes.NewReader(body)) }
+		check := func(what string, v any, err error) {
+			if err == nil {
+				if _, err := json.Marshal(v); err != nil {
+					t.Fatalf("%s: accepted %q but cannot marshal it back: %v", what, body, err)
+				}
+				return
+			}
+			var he httpError
+			if !errors.As(err, &he) || he.code != http.StatusBadRequest {
+				t.Fatalf("%s: error %v is not a 400", what, err)
+			}
+			w := httptest.NewRecorder()
+			writeAdmin(w, nil, err)
+			if w.Code != http.StatusBadRequest {
+				t.Fatalf("%s: answered %d, want 400", what, w.Code)
+			}
+		}
+		var ti TenantInfo
+		check("tenant", &ti, readJSON(req(), &ti, true))
+		var p Policies
+		if err := readJSON(req(), &p, true); err != nil {
+			check("policies", &p, err)
+		} else if err := validatePolicies(p); err != nil {
+			check("policies", &p, err)
+		} else if bs := evenBoundaries(p.Bundles); len(bs) < 2 || bs[len(bs)-1] != 0xffffffff {
+			t.Fatalf("policies %q: boundaries %v", body, bs)
+		}
+		var q BacklogQuota
+		check("backlog quota", &q, readJSON(req(), &q, false))
+		var ps Persistence
+		check("persistence", &ps, readJSON(req(), &ps, false))
+		var rt Retention
+		check("retention", &rt, readJSON(req(), &rt, false))
+		var n int
+		check("partitions", &n, readJSON(req(), &n, true))
+
+		s := string(body)
+		if tn, err := ParseTopic(s); err != nil {
+			if !errors.Is(err, ErrInvalidName) {
+				t.Fatalf("ParseTopic(%q): %v is not ErrInvalidName", s, err)
+			}
+		} else {
+			for _, part := range []string{tn.Tenant, tn.Namespace, tn.Local} {
+				if part == "" || part == "." || part == ".." || strings.ContainsAny(part, "/\\%\x00") {
+					t.Fatalf("ParseTopic(%q) accepted part %q", s, part)
+				}
+			}
+			if again, err := ParseTopic(tn.String()); err != nil || again != tn {
+				t.Fatalf("ParseTopic(%q) = %+v does not round-trip: %+v, %v", s, tn, again, err)
+			}
+			if err := ValidateNamespace(tn.NamespaceName()); err != nil {
+				t.Fatalf("ParseTopic(%q) accepted namespace %q that ValidateNamespace refuses: %v", s, tn.NamespaceName(), err)
+			}
+		}
+		if err := ValidateNamespace(s); err != nil && !errors.Is(err, ErrInvalidName) {
+			t.Fatalf("ValidateNamespace(%q): %v is not ErrInvalidName", s, err)
+		}
+		if err := ValidateTenant(s); err == nil && (strings.Contains(s, "/") || s == ".." || s == ".") {
+			t.Fatalf("ValidateTenant accepted %q", s)
+		}
+	})
+}
+
+// FuzzParseEntryMeta feeds hostile stored entries to the entry decoders
+// that dispatch and dedup replay run on every entry read: no panic; a
+// refusal is errBadEntry; an accepted entry re-encodes to the same bytes.
+func FuzzParseEntryMeta(f *testing.F) {
+	msg := func(md *pb.MessageMetadata, payload []byte) []byte {
+		b, err := codec.EncodeMessage(md, payload)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	base := func() *pb.MessageMetadata {
+		return &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(7), PublishTime: proto.Uint64(1)}
+	}
+	f.Add(encodeEntry(1700000000000, msg(base(), []byte("hello"))))
+	keyed := base()
+	keyed.PartitionKey = proto.String("k")
+	keyed.EventTime = proto.Uint64(5)
+	f.Add(encodeEntry(1, msg(keyed, nil)))
+	var batch []byte
+	for i := range 3 {
+		var err error
+		batch, err = codec.AppendBatchEntry(batch, &pb.SingleMessageMetadata{PartitionKey: proto.String("b"), SequenceId: proto.Uint64(uint64(i))}, []byte("x"))
+		if err != nil {
+			f.Fatal(err)
+		}
+	}
+	bm := base()
+	bm.NumMessagesInBatch = proto.Int32(3)
+	bm.HighestSequenceId = proto.Uint64(9)
+	f.Add(encodeEntry(2, msg(bm, batch)))
+	bm.NumMessagesInBatch = proto.Int32(-5)
+	f.Add(encodeEntry(2, msg(bm, batch)))
+	f.Add([]byte{})
+	f.Add([]byte{0x4d, 0x01})
+	f.Add(append(encodeEntry(3, nil), 0x0e, 0x01, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff))
+
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, derr := decodeEntry(b)
+		if derr == nil && !bytes.Equal(encodeEntry(d.PublishMs, d.Msg), b) {
+			t.Fatalf("entry %x does not re-encode", b)
+		}
+		m, err := parseEntryMeta(b)
+		if err != nil {
+			if !errors.Is(err, errBadEntry) {
+				t.Fatalf("parseEntryMeta: %v is not errBadEntry", err)
+			}
+			return
+		}
+		if derr != nil || m.PublishMs != d.PublishMs {
+			t.Fatalf("parseEntryMeta accepted what decodeEntry refused (%v) or changed the publish time", derr)
+		}
+	})
+}
