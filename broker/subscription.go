@@ -23,7 +23,10 @@ type Consumer struct {
 	ready    bool // SUCCESS sent: MESSAGE may follow once it has permits
 	permits  int
 	active   *bool // last ACTIVE_CONSUMER_CHANGE sent (Failover)
-	unacked  int
+	// ring: this consumer's points on the Key_Shared hash ring, computed
+	// once from its name and id.
+	ring    [ringPoints]uint32
+	unacked int
 }
 
 // Subscription dispatches a topic's entries to its consumers by type:
@@ -148,6 +151,9 @@ func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, 
 		return nil, fmt.Errorf("%w: %s has reached the limit of %d consumers", ErrConsumerBusy, s.topic.name, cfg.MaxConsumersPerTopic)
 	}
 	cs := &Consumer{id: m.GetConsumerId(), name: m.GetConsumerName(), conn: c, sub: s, priority: m.GetPriorityLevel()}
+	for i := range cs.ring {
+		cs.ring[i] = hash32(fmt.Sprintf("%s#%d#%d", cs.name, cs.id, i))
+	}
 	s.consumers = append(s.consumers, cs)
 	s.topic.b.metrics.consumers.Inc()
 	return cs, nil
@@ -511,8 +517,11 @@ func (s *Subscription) chooseLocked(pos mledger.Position, key string) *Consumer 
 	}
 }
 
-// keyOwnerLocked maps a key to a consumer by consistent hashing (100
-// points per consumer): adding a consumer moves only the keys it takes.
+// ringPoints is how many points each consumer has on the hash ring.
+const ringPoints = 100
+
+// keyOwnerLocked maps a key to a consumer by consistent hashing
+// (ringPoints per consumer): adding a consumer moves only the keys it takes.
 func (s *Subscription) keyOwnerLocked(key string) *Consumer {
 	if len(s.consumers) == 0 {
 		return nil
@@ -523,8 +532,7 @@ func (s *Subscription) keyOwnerLocked(key string) *Consumer {
 	var first *Consumer
 	var firstPoint uint32
 	for _, c := range s.consumers {
-		for i := 0; i < 100; i++ {
-			pt := hash32(fmt.Sprintf("%s#%d#%d", c.name, c.id, i))
+		for _, pt := range c.ring {
 			if first == nil || pt < firstPoint {
 				first, firstPoint = c, pt
 			}

@@ -49,6 +49,7 @@ type dedupState struct {
 	lastPersisted int64 // highest sequence id persisted
 	inflight      map[int64]*pendingPublish
 	recent        []recentPos // ring of the last positions, to answer resends
+	recentNext    int         // where the ring writes next once full
 }
 
 type recentPos struct {
@@ -141,17 +142,23 @@ func (t *Topic) dedupFor(name string) *dedupState {
 	return st
 }
 
+// remember records an entry's sequence range, overwriting the oldest once
+// the ring is full (constant work per publish).
 func (st *dedupState) remember(seq, highest int64, pos mledger.Position) {
-	if len(st.recent) >= recentPositions {
-		copy(st.recent, st.recent[1:])
-		st.recent = st.recent[:len(st.recent)-1]
+	r := recentPos{seq, highest, pos}
+	if len(st.recent) < recentPositions {
+		st.recent = append(st.recent, r)
+		return
 	}
-	st.recent = append(st.recent, recentPos{seq, highest, pos})
+	st.recent[st.recentNext] = r
+	st.recentNext = (st.recentNext + 1) % recentPositions
 }
 
+// find returns the position of the entry holding seq, if remembered (a
+// producer's sequence ranges do not overlap, so any match is the one).
 func (st *dedupState) find(seq int64) (mledger.Position, bool) {
-	for i := len(st.recent) - 1; i >= 0; i-- {
-		if r := st.recent[i]; r.seq <= seq && seq <= r.highest {
+	for _, r := range st.recent {
+		if r.seq <= seq && seq <= r.highest {
 			return r.pos, true
 		}
 	}
