@@ -15,10 +15,13 @@ package up
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 // Options describe the topology.
@@ -79,13 +82,36 @@ type Plan struct {
 	Control string     `json:"control"` // the up process's control address
 }
 
+// Ports are picked below the kernel's ephemeral range (Linux default
+// 32768-60999): a port handed out by the kernel for ":0" may be taken by
+// some process's outgoing connection (etcd peers dial each other) before
+// the planned process binds it. Each port is handed out once per process.
+const portLow, portHigh = 20000, 32000
+
+var (
+	portMu   sync.Mutex
+	portUsed = map[int]bool{}
+)
+
 func freePort(host string) (string, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return "", err
+	portMu.Lock()
+	defer portMu.Unlock()
+	start := portLow + rand.IntN(portHigh-portLow)
+	for i := 0; i < portHigh-portLow; i++ {
+		port := portLow + (start-portLow+i)%(portHigh-portLow)
+		if portUsed[port] {
+			continue
+		}
+		addr := net.JoinHostPort(host, strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portUsed[port] = true
+		return addr, nil
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", fmt.Errorf("up: no free port in %d-%d on %s", portLow, portHigh, host)
 }
 
 // NewPlan assigns names, racks and free ports.
