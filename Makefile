@@ -6,12 +6,12 @@ BIN     := bin/meridian
 PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
-PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pulsar.proto proto/mlpb/ml.proto
+PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pulsar.proto proto/mlpb/ml.proto proto/replpb/repl.proto
 
 # Pure packages run with the race detector; multi-process integration tests
 # without it (on 2 cores it slows processes enough to trip timeouts).
 RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/... ./broker/codec/ ./replicator/ ./failover/
-PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/up/ ./cmd/...
+PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/up/ ./cmd/... ./internal/georep/
 
 .PHONY: build run test test-race test-integration bench proto proto-tools lint drill fuzz clean
 

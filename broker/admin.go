@@ -68,6 +68,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		}
 		return b.cfg.Health(), nil
 	})
+	h("GET /admin/v2/meridian/replication", b.adminReplicationStatus)
 
 	// Tenants.
 	h("GET /admin/v2/tenants", func(r *http.Request) (any, error) { return b.meta.ListTenants(r.Context()) })
@@ -109,6 +110,13 @@ func (b *Broker) AdminHandler() http.Handler {
 		if len(p.ReplicationClusters) == 0 {
 			p.ReplicationClusters = []string{b.cfg.Cluster}
 		}
+		known, err := b.knownRegions(r.Context())
+		if err != nil {
+			return nil, err
+		}
+		if err := validateReplication(p, known); err != nil {
+			return nil, err
+		}
 		return nil, b.meta.CreateNamespace(r.Context(), ns(r), p)
 	})
 	h("GET /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return b.meta.GetPolicies(r.Context(), ns(r)) })
@@ -119,18 +127,31 @@ func (b *Broker) AdminHandler() http.Handler {
 		}
 		return b.meta.ListTopics(r.Context(), ns(r))
 	})
+	b.replicationHandlers(h, ns)
 	policy := func(path string, apply func(*Policies, []byte) error, clear func(*Policies)) {
 		h("POST /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
 				return nil, err
 			}
-			var aerr error
-			err = b.meta.UpdatePolicies(r.Context(), ns(r), func(p *Policies) { aerr = apply(p, body) })
-			if aerr != nil {
-				return nil, aerr
-			}
-			return nil, err
+			var known []string
+			// A refused change (apply's error) writes nothing.
+			return nil, b.meta.UpdatePoliciesErr(r.Context(), ns(r), func(p *Policies) error {
+				if err := apply(p, body); err != nil {
+					return err
+				}
+				if p.Replication == nil {
+					return nil
+				}
+				// A replication policy may depend on the others
+				// (stretched ledgers on the persistence quorums).
+				if known == nil {
+					if known, err = b.knownRegions(r.Context()); err != nil {
+						return err
+					}
+				}
+				return validateReplication(*p, known)
+			})
 		})
 		h("DELETE /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 			return nil, b.meta.UpdatePolicies(r.Context(), ns(r), clear)

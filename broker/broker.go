@@ -28,6 +28,7 @@ type Broker struct {
 	id      string // random per start: generated producer names stay unique
 
 	own       *ownership
+	repl      *replService
 	lis       net.Listener
 	adminSrv  *http.Server
 	adminLis  net.Listener
@@ -101,8 +102,16 @@ func (b *Broker) Start() error {
 			return err
 		}
 	}
+	if err := b.startReplication(); err != nil {
+		lis.Close()
+		if b.adminSrv != nil {
+			b.adminSrv.Close()
+		}
+		return err
+	}
 	if err := b.startOwnership(ctx); err != nil {
 		lis.Close()
+		b.repl.close()
 		if b.adminSrv != nil {
 			b.adminSrv.Close()
 		}
@@ -203,6 +212,9 @@ func (b *Broker) Close(ctx context.Context) error {
 	}
 	if b.adminSrv != nil {
 		b.adminSrv.Close()
+	}
+	if b.repl != nil {
+		b.repl.close()
 	}
 	if b.own != nil {
 		_ = b.own.lease.Revoke(ctx)
@@ -379,6 +391,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Top
 	}
 	b.metrics.topics.Inc()
 	b.log.Info("topic loaded", "topic", tn.String(), "entries", ml.NumberOfEntries())
+	t.syncReplication(ctx)
 	return t, nil
 }
 

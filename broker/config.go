@@ -95,6 +95,13 @@ type Config struct {
 	// means the default, 1000; -1 never splits.
 	BundleSplitTopics int
 
+	// ReplicationAddr is where the broker serves the replication gRPC
+	// service for other regions; "" = the Pulsar listener's host on a free
+	// port. ReplicationAdvertisedAddr is the address other regions dial
+	// ("" = the listener's).
+	ReplicationAddr           string
+	ReplicationAdvertisedAddr string
+
 	// Store is the region's metadata store. Required.
 	Store *cluster.Store
 	// GlobalStore is the store shared by every region (tenants, namespaces

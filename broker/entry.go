@@ -6,43 +6,98 @@ import (
 	"fmt"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/mledger"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
 
-// Stored entry format (one managed-ledger entry per SEND):
+// Stored entry format (one managed-ledger entry per SEND or replicated
+// entry), version 2:
 //
-//	[0x4d01 uint16][broker publish time, Unix ms, uint64]
+//	[0x4d02 uint16][broker publish time, Unix ms, uint64]
+//	[origin sequence number, uint64]
+//	[origin message id: ledger int64, entry int64]
+//	[origin region length uint8][origin region]
 //	[message part from the 0x0e01 magic on, verbatim as the producer sent it]
 //
-// The header carries what the broker adds (its own publish time: seek-by-
-// time, retention and TTL use it, never the client's clock); the message
-// part goes back to consumers byte-identical. The geo-replication issue
-// adds a header version with the origin region and id.
-const entryTagV1 uint16 = 0x4d01
+// The header carries what brokers add: the publish time (seek-by-time,
+// retention and TTL use it, never the client's clock) and the entry's
+// identity across regions (replicator/doc.go): the region where a producer
+// published it, the message id that region gave it and its place in that
+// region's dense sequence of the topic's entries. A local entry has an
+// empty origin region — its origin id is its own position, not known
+// before the append — and its sequence number is the topic's next local
+// one. An entry replicated from another region names that region and its
+// id there. The message part goes back to consumers byte-identical.
+// Version 1 ([0x4d01][publish ms][message]) is still read, as a local entry
+// without a sequence number.
+const (
+	entryTagV1 uint16 = 0x4d01
+	entryTagV2 uint16 = 0x4d02
+)
 
-const entryHeaderV1 = 2 + 8
+const (
+	entryHeaderV1    = 2 + 8
+	entryHeaderV2Min = 2 + 8 + 8 + 16 + 1
+)
 
 var errBadEntry = errors.New("broker: stored entry has an unknown format")
 
-func encodeEntry(publishMs int64, msg []byte) []byte {
-	b := make([]byte, 0, entryHeaderV1+len(msg))
-	b = binary.BigEndian.AppendUint16(b, entryTagV1)
+// originInfo is an entry's identity across regions.
+type originInfo struct {
+	Region string // "" for a local entry
+	Seq    uint64 // dense per origin region and topic; 0 in version 1
+	ID     mledger.Position
+}
+
+func encodeEntry(publishMs int64, o originInfo, msg []byte) []byte {
+	b := make([]byte, 0, entryHeaderV2Min+len(o.Region)+len(msg))
+	b = binary.BigEndian.AppendUint16(b, entryTagV2)
 	b = binary.BigEndian.AppendUint64(b, uint64(publishMs))
+	b = binary.BigEndian.AppendUint64(b, o.Seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(o.ID.Ledger))
+	b = binary.BigEndian.AppendUint64(b, uint64(o.ID.Entry))
+	b = append(b, byte(len(o.Region)))
+	b = append(b, o.Region...)
 	return append(b, msg...)
 }
 
 // decodedEntry is a stored entry split into its parts.
 type decodedEntry struct {
 	PublishMs int64
+	Origin    originInfo
 	Msg       []byte // from the 0x0e01 magic on
 }
 
 func decodeEntry(b []byte) (decodedEntry, error) {
-	if len(b) < entryHeaderV1 || binary.BigEndian.Uint16(b) != entryTagV1 {
+	if len(b) < 2 {
 		return decodedEntry{}, errBadEntry
 	}
-	return decodedEntry{PublishMs: int64(binary.BigEndian.Uint64(b[2:])), Msg: b[entryHeaderV1:]}, nil
+	switch binary.BigEndian.Uint16(b) {
+	case entryTagV1:
+		if len(b) < entryHeaderV1 {
+			return decodedEntry{}, errBadEntry
+		}
+		return decodedEntry{PublishMs: int64(binary.BigEndian.Uint64(b[2:])), Msg: b[entryHeaderV1:]}, nil
+	case entryTagV2:
+		if len(b) < entryHeaderV2Min {
+			return decodedEntry{}, errBadEntry
+		}
+		n := int(b[entryHeaderV2Min-1])
+		if len(b) < entryHeaderV2Min+n {
+			return decodedEntry{}, errBadEntry
+		}
+		return decodedEntry{
+			PublishMs: int64(binary.BigEndian.Uint64(b[2:])),
+			Origin: originInfo{
+				Seq:    binary.BigEndian.Uint64(b[10:]),
+				ID:     mledger.Position{Ledger: int64(binary.BigEndian.Uint64(b[18:])), Entry: int64(binary.BigEndian.Uint64(b[26:]))},
+				Region: string(b[entryHeaderV2Min : entryHeaderV2Min+n]),
+			},
+			Msg: b[entryHeaderV2Min+n:],
+		}, nil
+	}
+	return decodedEntry{}, errBadEntry
 }
 
 // entryMeta is what dispatch and dedup need from an entry's metadata.

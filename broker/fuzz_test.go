@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/mledger"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -106,6 +108,11 @@ func FuzzAdminJSON(f *testing.F) {
 // that dispatch and dedup replay run on every entry read: no panic; a
 // refusal is errBadEntry; an accepted entry re-encodes to the same bytes.
 func FuzzParseEntryMeta(f *testing.F) {
+	encodeEntryV1 := func(publishMs int64, msg []byte) []byte {
+		b := binary.BigEndian.AppendUint16(nil, entryTagV1)
+		b = binary.BigEndian.AppendUint64(b, uint64(publishMs))
+		return append(b, msg...)
+	}
 	msg := func(md *pb.MessageMetadata, payload []byte) []byte {
 		b, err := codec.EncodeMessage(md, payload)
 		if err != nil {
@@ -116,11 +123,13 @@ func FuzzParseEntryMeta(f *testing.F) {
 	base := func() *pb.MessageMetadata {
 		return &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(7), PublishTime: proto.Uint64(1)}
 	}
-	f.Add(encodeEntry(1700000000000, msg(base(), []byte("hello"))))
+	f.Add(encodeEntry(1700000000000, originInfo{Seq: 1}, msg(base(), []byte("hello"))))
+	f.Add(encodeEntry(1700000000000, originInfo{Region: "east", Seq: 9, ID: mledger.Position{Ledger: 12, Entry: 3}}, msg(base(), []byte("hello"))))
+	f.Add(encodeEntryV1(1700000000000, msg(base(), []byte("hello"))))
 	keyed := base()
 	keyed.PartitionKey = proto.String("k")
 	keyed.EventTime = proto.Uint64(5)
-	f.Add(encodeEntry(1, msg(keyed, nil)))
+	f.Add(encodeEntry(1, originInfo{}, msg(keyed, nil)))
 	var batch []byte
 	for i := range 3 {
 		var err error
@@ -132,16 +141,20 @@ func FuzzParseEntryMeta(f *testing.F) {
 	bm := base()
 	bm.NumMessagesInBatch = proto.Int32(3)
 	bm.HighestSequenceId = proto.Uint64(9)
-	f.Add(encodeEntry(2, msg(bm, batch)))
+	f.Add(encodeEntry(2, originInfo{}, msg(bm, batch)))
 	bm.NumMessagesInBatch = proto.Int32(-5)
-	f.Add(encodeEntry(2, msg(bm, batch)))
+	f.Add(encodeEntry(2, originInfo{}, msg(bm, batch)))
 	f.Add([]byte{})
 	f.Add([]byte{0x4d, 0x01})
-	f.Add(append(encodeEntry(3, nil), 0x0e, 0x01, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff))
+	f.Add(append(encodeEntry(3, originInfo{}, nil), 0x0e, 0x01, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff))
 
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, derr := decodeEntry(b)
-		if derr == nil && !bytes.Equal(encodeEntry(d.PublishMs, d.Msg), b) {
+		re := encodeEntry(d.PublishMs, d.Origin, d.Msg)
+		if derr == nil && binary.BigEndian.Uint16(b) == entryTagV1 {
+			re = encodeEntryV1(d.PublishMs, d.Msg)
+		}
+		if derr == nil && !bytes.Equal(re, b) {
 			t.Fatalf("entry %x does not re-encode", b)
 		}
 		m, err := parseEntryMeta(b)

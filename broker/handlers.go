@@ -226,7 +226,7 @@ func (c *conn) handleSeek(m *pb.CommandSeek) {
 	defer cancel()
 	var err error
 	if m.MessageId != nil {
-		err = cs.sub.seekTo(ctx, positionOf(m.MessageId), false)
+		err = cs.sub.seekTo(ctx, cs.sub.topic.localPos(positionOf(m.MessageId)), false)
 	} else {
 		err = cs.sub.seekTime(ctx, int64(m.GetMessagePublishTime()))
 	}
@@ -244,9 +244,9 @@ func (c *conn) handleGetLastMessageID(m *pb.CommandGetLastMessageId) {
 		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", ErrNotAllowed, m.GetConsumerId()))
 		return
 	}
-	last := cs.sub.topic.ml.LastConfirmed()
+	last, wire := cs.sub.topic.lastIDs()
 	md := cs.sub.cursor.MarkDeleted()
-	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(last.Ledger)), EntryId: proto.Uint64(uint64(last.Entry))}
+	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(wire.Ledger)), EntryId: proto.Uint64(uint64(wire.Entry))}
 	if part := cs.sub.topic.name.Partition; part >= 0 {
 		id.Partition = proto.Int32(int32(part))
 	}

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
 )
@@ -78,6 +81,49 @@ type Policies struct {
 	// Bundles is the number of hash ranges the namespace's topics are
 	// owned by; 0 means DefaultBundles.
 	Bundles int `json:"numBundles,omitempty"`
+	// Replication is Meridian's geo-replication policy; the regions are
+	// ReplicationClusters (Pulsar's field). nil means async,
+	// active-standby, primary = the first region.
+	Replication *ReplicationPolicy `json:"meridian_replication,omitempty"`
+}
+
+// Replication modes and failover modes of a namespace.
+const (
+	ReplicationAsync     = "async"
+	ReplicationSync      = "sync"
+	ReplicationStretched = "stretched"
+
+	FailoverActiveStandby = "active-standby"
+	FailoverActiveActive  = "active-active"
+)
+
+// ReplicationPolicy is how a namespace's topics travel between its regions
+// (Policies.ReplicationClusters).
+type ReplicationPolicy struct {
+	// Mode: async (receipt after local persistence), sync (receipt after
+	// the regions of the sync set persisted it too) or stretched (each
+	// ledger written to bookies of several regions).
+	Mode string `json:"mode,omitempty"`
+	// Failover: active-standby (one region takes produce at a time; the
+	// failover issue) or active-active (every region takes produce).
+	Failover string `json:"failover,omitempty"`
+	// Primary is the active region of an active-standby namespace
+	// (default: the first region).
+	Primary string `json:"primary,omitempty"`
+	// SyncOnUnreachable: strict (sends wait, then fail with a retriable
+	// error after SyncTimeoutMs) or degrade (fall back to async, alert).
+	SyncOnUnreachable string `json:"syncOnUnreachable,omitempty"`
+	SyncTimeoutMs     int64  `json:"syncTimeoutMs,omitempty"`
+	// MinRegions: the fewest regions (the local one included) an entry
+	// must be persisted in before its receipt (sync, stretched).
+	MinRegions int `json:"minRegions,omitempty"`
+	// StartAt: where a new region's replication starts: earliest (all
+	// retained data, the default) or latest (only new messages).
+	StartAt string `json:"startAt,omitempty"`
+	// BacklogQuotaBytes bounds each remote region's replication backlog
+	// (0: no quota); past it an alert fires and data is kept only up to
+	// the namespace's retention.
+	BacklogQuotaBytes int64 `json:"backlogQuotaBytes,omitempty"`
 }
 
 // Metadata stores tenants, namespaces, partitioned-topic counts and the
@@ -229,14 +275,78 @@ func (m *Metadata) SetPolicies(ctx context.Context, ns string, p Policies) error
 	return m.putJSON(ctx, keyNamespaces+ns, p, false)
 }
 
-// UpdatePolicies applies f to the namespace's policies.
+// UpdatePolicies applies f to the namespace's policies: a read-modify-write
+// that compare-and-swaps on the key's revision and retries (calling f again
+// on the fresh value) when another writer got in between, so concurrent
+// updates — several regions' brokers starting at once, two admin calls —
+// never lose each other's changes.
 func (m *Metadata) UpdatePolicies(ctx context.Context, ns string, f func(*Policies)) error {
-	p, err := m.GetPolicies(ctx, ns)
-	if err != nil {
-		return err
+	return m.UpdatePoliciesErr(ctx, ns, func(p *Policies) error { f(p); return nil })
+}
+
+// UpdatePoliciesErr is UpdatePolicies with an f that may refuse the change:
+// when f returns an error nothing is written and the error is returned.
+func (m *Metadata) UpdatePoliciesErr(ctx context.Context, ns string, f func(*Policies) error) error {
+	return casUpdateJSON(ctx, m, keyNamespaces+ns, f)
+}
+
+// updateTenant is UpdatePoliciesErr for a tenant's record.
+func (m *Metadata) updateTenant(ctx context.Context, name string, f func(*TenantInfo) error) error {
+	return casUpdateJSON(ctx, m, keyTenants+name, f)
+}
+
+// casMaxAttempts bounds the retries of a read-modify-write that keeps
+// losing its compare-and-swap (each loss means another writer succeeded).
+const casMaxAttempts = 100
+
+// casUpdateJSON reads key's JSON into a T, applies f, and writes it back
+// only if the key did not change meanwhile; otherwise it retries from the
+// read. ErrNotFound if the key does not exist (or is deleted meanwhile).
+func casUpdateJSON[T any](ctx context.Context, m *Metadata, key string, f func(*T) error) error {
+	name := strings.TrimPrefix(key, "/admin/")
+	var lastErr error
+	for attempt := 0; attempt < casMaxAttempts; attempt++ {
+		kv, err := m.s.Get(ctx, key)
+		if errors.Is(err, cluster.ErrNotFound) {
+			return fmt.Errorf("%w: %s", ErrNotFound, name)
+		}
+		if err != nil {
+			return err
+		}
+		var v T
+		if err := json.Unmarshal(kv.Value, &v); err != nil {
+			return fmt.Errorf("broker: %s: %w", name, err)
+		}
+		if err := f(&v); err != nil {
+			return err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = m.s.CAS(ctx, key, b, kv.ModRevision)
+		switch {
+		case err == nil:
+			m.mu.Lock()
+			m.cache[key] = b
+			m.mu.Unlock()
+			return nil
+		case errors.Is(err, cluster.ErrNotFound):
+			return fmt.Errorf("%w: %s", ErrNotFound, name)
+		case errors.Is(err, cluster.ErrVersionMismatch):
+			lastErr = err
+			// Another writer won; back off a little (jittered by the
+			// attempt count) so a crowd of starters does not spin.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(1+attempt%10) * time.Millisecond):
+			}
+		default:
+			return err
+		}
 	}
-	f(&p)
-	return m.putJSON(ctx, keyNamespaces+ns, p, false)
+	return fmt.Errorf("broker: update %s: gave up after %d conflicting writes: %w", name, casMaxAttempts, lastErr)
 }
 
 // ListNamespaces lists "tenant/ns" names of a tenant.
@@ -350,14 +460,94 @@ func (m *Metadata) ListTopics(ctx context.Context, ns string) ([]string, error) 
 	return names, err
 }
 
-// EnsureDefaults creates tenant "public" and namespace "public/default"
-// if missing.
+// EnsureDefaults registers this broker's region in the global store and
+// creates tenant "public" and namespace "public/default" if missing. The
+// region is added to public's allowed clusters. A new namespace
+// public/default replicates to this region, async and active-standby with
+// it as the primary; when the region was registered just now (its first
+// broker ever starting) and public/default already exists (another region
+// created it), the region is appended to public/default's regions, so the
+// regions `meridian up` starts together all replicate public/default.
+// A region that an operator later removes from public/default is not put
+// back by its brokers' restarts (it is registered already then). Every
+// change is a compare-and-swap, safe with brokers of several regions
+// starting at once; whichever region creates public/default first is its
+// primary.
 func (m *Metadata) EnsureDefaults(ctx context.Context, cluster string) error {
-	if err := m.CreateTenant(ctx, "public", TenantInfo{AllowedClusters: []string{cluster}}); err != nil && !errors.Is(err, ErrAlreadyExists) {
+	created, err := m.RegisterRegion(ctx, cluster)
+	if err != nil {
 		return err
 	}
-	if err := m.CreateNamespace(ctx, "public/default", Policies{ReplicationClusters: []string{cluster}}); err != nil && !errors.Is(err, ErrAlreadyExists) {
+	err = m.CreateTenant(ctx, "public", TenantInfo{AdminRoles: []string{}, AllowedClusters: []string{cluster}})
+	if errors.Is(err, ErrAlreadyExists) {
+		err = m.updateTenant(ctx, "public", func(t *TenantInfo) error {
+			if slices.Contains(t.AllowedClusters, cluster) {
+				return errNoChange
+			}
+			t.AllowedClusters = append(t.AllowedClusters, cluster)
+			return nil
+		})
+	}
+	if err != nil && !errors.Is(err, errNoChange) {
+		return err
+	}
+	err = m.CreateNamespace(ctx, "public/default", Policies{
+		ReplicationClusters: []string{cluster},
+		Replication:         &ReplicationPolicy{Mode: ReplicationAsync, Failover: FailoverActiveStandby, Primary: cluster},
+	})
+	if errors.Is(err, ErrAlreadyExists) {
+		if !created {
+			return nil
+		}
+		err = m.UpdatePoliciesErr(ctx, "public/default", func(p *Policies) error {
+			if slices.Contains(p.ReplicationClusters, cluster) {
+				return errNoChange
+			}
+			p.ReplicationClusters = append(p.ReplicationClusters, cluster)
+			return nil
+		})
+	}
+	if err != nil && !errors.Is(err, errNoChange) {
 		return err
 	}
 	return nil
+}
+
+// errNoChange: a read-modify-write found nothing to change (nothing written).
+var errNoChange = errors.New("broker: no change")
+
+// keyRegions holds one key per region known to the global store.
+const keyRegions = "/regions/"
+
+// RegionInfo is a registered region's record.
+type RegionInfo struct {
+	Name string `json:"name"`
+}
+
+// RegisterRegion records a region in the global store if it is not there
+// yet; created reports whether this call added it.
+func (m *Metadata) RegisterRegion(ctx context.Context, name string) (created bool, err error) {
+	if err := validateRegionName(name); err != nil {
+		return false, err
+	}
+	b, err := json.Marshal(RegionInfo{Name: name})
+	if err != nil {
+		return false, err
+	}
+	if _, err := m.s.Create(ctx, keyRegions+name, b); errors.Is(err, cluster.ErrExists) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// ListRegions returns the registered regions' names, sorted.
+func (m *Metadata) ListRegions(ctx context.Context) ([]string, error) {
+	names, err := m.list(ctx, keyRegions)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	return names, nil
 }

@@ -22,6 +22,10 @@ type metrics struct {
 	rejectedFrames prometheus.Counter
 	limitExceeded  *prometheus.CounterVec // by limit (limits.go)
 	storageLatency prometheus.Histogram
+	replSent       prometheus.Counter
+	replApplied    prometheus.Counter
+	replDuplicates prometheus.Counter
+	replAlerts     *prometheus.CounterVec // by alert kind
 }
 
 // topicCollector exports per-topic and per-subscription figures of the
@@ -82,6 +86,17 @@ func newMetrics(cluster string, b *Broker) *metrics {
 			Help: "Time from a SEND's append to its persistence on the ack quorum of bookies.", ConstLabels: l,
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16)}),
 	}
+	m.replSent = c("replication_sent_entries_total", "Entries sent to other regions (resends included).")
+	m.replApplied = c("replication_applied_entries_total", "Entries from other regions persisted here.")
+	m.replDuplicates = c("replication_duplicate_entries_total", "Entries from other regions received again and dropped (already persisted).")
+	m.replAlerts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "replication_alerts_total",
+		Help: "Replication alerts (over-quota, needs-resync, ...), by kind.", ConstLabels: l}, []string{"kind"})
+	m.reg.MustRegister(m.replSent, m.replApplied, m.replDuplicates, m.replAlerts, &replCollector{b: b,
+		entries: prometheus.NewDesc("meridian_replication_backlog_entries", "Local entries not yet acknowledged by a remote region.", []string{"topic", "remote"}, l),
+		bytes:   prometheus.NewDesc("meridian_replication_backlog_bytes", "Bytes of local entries not yet acknowledged by a remote region.", []string{"topic", "remote"}, l),
+		age:     prometheus.NewDesc("meridian_replication_seconds_behind", "Age of the oldest local entry a remote region has not acknowledged.", []string{"topic", "remote"}, l),
+		up:      prometheus.NewDesc("meridian_replication_connected", "1 while the replication stream to the remote region is open.", []string{"topic", "remote"}, l),
+	})
 	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.rejectedFrames, m.limitExceeded, m.storageLatency)
 	for _, name := range limitLabels {
 		m.limitExceeded.WithLabelValues(name)
@@ -117,4 +132,30 @@ func (t *Topic) subscriptions() []*Subscription {
 		out = append(out, s)
 	}
 	return out
+}
+
+// replCollector exports each replicator's backlog at scrape time.
+type replCollector struct {
+	b                       *Broker
+	entries, bytes, age, up *prometheus.Desc
+}
+
+func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.entries
+	ch <- c.bytes
+	ch <- c.age
+	ch <- c.up
+}
+
+func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.b.replicationStatus("") {
+		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.BacklogEntries), st.Topic, st.Remote)
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.BacklogBytes), st.Topic, st.Remote)
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, st.SecondsBehind, st.Topic, st.Remote)
+		up := 0.0
+		if st.Connected {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, st.Topic, st.Remote)
+	}
 }

@@ -42,6 +42,8 @@ type BrokerInfo struct {
 	ID         string `json:"id"`
 	ServiceURL string `json:"serviceUrl"`
 	AdminURL   string `json:"adminUrl"`
+	// ReplicationAddr is where other regions stream replicated entries.
+	ReplicationAddr string `json:"replicationAddr,omitempty"`
 }
 
 type bundle struct {
@@ -104,7 +106,7 @@ func (b *Broker) startOwnership(ctx context.Context) error {
 		return err
 	}
 	o := &ownership{b: b, lease: lease, owned: map[string]bundle{},
-		info: BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL()}}
+		info: BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.addr}}
 	v, _ := json.Marshal(o.info)
 	if _, err := b.cfg.Store.PutWithLease(ctx, "/brokers/"+b.cfg.BrokerID, v, lease.ID); err != nil {
 		return err

@@ -68,6 +68,7 @@ func (t *Topic) refreshPolicies(ctx context.Context) Policies {
 
 func (t *Topic) enforcePolicies(ctx context.Context, now time.Time) {
 	pol := t.refreshPolicies(ctx)
+	t.syncReplication(ctx)
 	// Retention by time must also expire on a topic nobody writes to.
 	if err := t.ml.Trim(ctx); err != nil {
 		t.b.log.Debug("trim", "topic", t.name.String(), "err", err)

@@ -334,7 +334,7 @@ func (s *Subscription) ack(cs *Consumer, m *pb.CommandAck) {
 			s.mu.Unlock()
 			return
 		}
-		p := positionOf(m.MessageId[0])
+		p := s.topic.localPos(positionOf(m.MessageId[0]))
 		if m.MessageId[0].AckSet != nil && len(m.MessageId[0].AckSet) > 0 {
 			// Cumulative ack inside a batch: everything before this entry.
 			p = mledger.Position{Ledger: p.Ledger, Entry: p.Entry - 1}
@@ -359,7 +359,7 @@ func (s *Subscription) ack(cs *Consumer, m *pb.CommandAck) {
 		return
 	}
 	for _, id := range m.MessageId {
-		p := positionOf(id)
+		p := s.topic.localPos(positionOf(id))
 		if len(id.AckSet) > 0 {
 			pe := s.pending[p]
 			if pe == nil || !s.batchAckLocked(p, id.AckSet, pe.size) {
@@ -419,7 +419,7 @@ func (s *Subscription) redeliver(cs *Consumer, ids []*pb.MessageIdData) {
 		}
 	}
 	for _, id := range ids {
-		p := positionOf(id)
+		p := s.topic.localPos(positionOf(id))
 		if pe := s.pending[p]; pe != nil && pe.c == cs {
 			s.dropPendingLocked(p)
 			s.replay[p] = pe.hash
@@ -733,7 +733,8 @@ func (s *Subscription) deliver(out []delivery) {
 		if err != nil {
 			continue
 		}
-		id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(d.pos.Ledger)), EntryId: proto.Uint64(uint64(d.pos.Entry))}
+		w := s.topic.wireID(d.pos, de)
+		id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(w.Ledger)), EntryId: proto.Uint64(uint64(w.Entry))}
 		if part >= 0 {
 			id.Partition = proto.Int32(int32(part))
 		}

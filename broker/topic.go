@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,30 @@ type Topic struct {
 	lastBatch int   // messages in the last entry appended (GET_LAST_MESSAGE_ID)
 	quotaErr  error // set while a backlog quota blocks producers
 	msgsIn    int64 // messages persisted since the topic was loaded
+
+	// Identity across regions (entry.go, replicator/doc.go), under mu and
+	// moved only by append callbacks, in log order: the last local
+	// sequence number persisted and the bytes of local entries, each
+	// origin's highest sequence number persisted here, the position and
+	// wire id of the last entry, and origin id → local position.
+	localSeq   uint64
+	localBytes int64
+	applied    map[string]uint64
+	lastPos    mledger.Position
+	lastWire   mledger.Position
+	index      originIndex
+
+	// seqMu orders local sequence numbers with appends: a number is taken
+	// and its entry handed to the managed ledger under it, so numbers
+	// follow log order. nextSeq is the last number taken.
+	seqMu   sync.Mutex
+	nextSeq uint64
+	// seqBroken: an append failed after its sequence number was taken, so
+	// the numbers may have a hole; the topic unloads and the next load
+	// recovers them from the log.
+	seqBroken atomic.Bool
+
+	repl *topicRepl // senders and appliers (replication.go)
 }
 
 // dedupState is one producer name's deduplication state. Ordering
@@ -69,6 +94,9 @@ func newTopic(b *Broker, tn TopicName, ml *mledger.ManagedLedger, pol Policies) 
 		producers: map[*Producer]struct{}{},
 		subs:      map[string]*Subscription{},
 		dedup:     map[string]*dedupState{},
+		applied:   map[string]uint64{},
+		lastPos:   mledger.Position{Ledger: -1, Entry: -1},
+		lastWire:  mledger.Position{Ledger: -1, Entry: -1},
 	}
 }
 
@@ -79,6 +107,12 @@ func (t *Topic) dedupKey() string { return "/dedup/" + t.name.ManagedLedgerName(
 type dedupSnapshot struct {
 	Position  mledger.Position `json:"position"`
 	Producers map[string]int64 `json:"producers"`
+	// LocalSeq and LocalBytes: the topic's local sequence number and
+	// local bytes as of Position; Applied: each origin's highest sequence
+	// number persisted here.
+	LocalSeq   uint64            `json:"localSeq,omitempty"`
+	LocalBytes int64             `json:"localBytes,omitempty"`
+	Applied    map[string]uint64 `json:"applied,omitempty"`
 }
 
 // load rebuilds the deduplication state: the last snapshot, then a replay
@@ -96,7 +130,13 @@ func (t *Topic) load(ctx context.Context) error {
 		for name, seq := range snap.Producers {
 			t.dedup[name] = &dedupState{lastPushed: seq, lastPersisted: seq, inflight: map[int64]*pendingPublish{}}
 		}
-		if next := t.ml.Next(snap.Position); from.Less(next) {
+		t.localSeq, t.localBytes = snap.LocalSeq, snap.LocalBytes
+		for o, n := range snap.Applied {
+			t.applied[o] = n
+		}
+		// A replicated topic replays everything retained: the origin-id
+		// index is rebuilt from the entries (not persisted yet).
+		if next := t.ml.Next(snap.Position); from.Less(next) && !t.replicated() {
 			from = next
 		}
 	case errors.Is(err, cluster.ErrNotFound):
@@ -114,6 +154,11 @@ func (t *Topic) load(ctx context.Context) error {
 			break
 		}
 		for _, e := range entries {
+			d, err := decodeEntry(e.Data)
+			if err != nil {
+				continue
+			}
+			t.noteEntryLocked(e.Pos, d)
 			m, err := parseEntryMeta(e.Data)
 			if err != nil {
 				continue
@@ -130,7 +175,68 @@ func (t *Topic) load(ctx context.Context) error {
 	if replayed > 0 {
 		t.b.log.Debug("dedup state replayed", "topic", t.name.String(), "entries", replayed)
 	}
+	// A replicator's cursor knows the sequence number of the last local
+	// entry it passed, which retention may have deleted since.
+	for _, c := range t.ml.Cursors() {
+		if isReplCursor(c.Name()) {
+			if n := c.Properties()[propSeq]; n > 0 && uint64(n) > t.localSeq {
+				t.localSeq = uint64(n)
+			}
+		}
+	}
+	t.nextSeq = t.localSeq
 	return nil
+}
+
+// noteEntryLocked records a persisted entry's identity: sequence numbers,
+// the last position and its wire id, the origin-id index. Called in log
+// order (load replay, append callbacks).
+func (t *Topic) noteEntryLocked(pos mledger.Position, d decodedEntry) {
+	t.lastPos, t.lastWire = pos, pos
+	if d.Origin.Region == "" {
+		if d.Origin.Seq > t.localSeq {
+			t.localSeq = d.Origin.Seq
+		}
+		t.localBytes += int64(len(d.Msg))
+		return
+	}
+	if d.Origin.Seq > t.applied[d.Origin.Region] {
+		t.applied[d.Origin.Region] = d.Origin.Seq
+	}
+	t.lastWire = d.Origin.ID
+	t.index.add(d.Origin.ID, pos)
+}
+
+// wireID is the message id clients see for the entry at pos: a
+// replicated entry keeps the id its origin region gave it.
+func (t *Topic) wireID(pos mledger.Position, d decodedEntry) mledger.Position {
+	if d.Origin.Region != "" {
+		return d.Origin.ID
+	}
+	return pos
+}
+
+// localPos maps a message id a client sent (an ack, a seek, a reader's
+// start) to the local position: ids of entries replicated here name their
+// origin's ledgers, which never collide with local ones (ledger ids come
+// from the global allocator).
+func (t *Topic) localPos(id mledger.Position) mledger.Position {
+	if p, ok := t.index.lookup(id); ok {
+		return p
+	}
+	return id
+}
+
+// lastIDs returns the last entry's position and the id clients know it by
+// (LastConfirmed when nothing was appended since the load).
+func (t *Topic) lastIDs() (pos, wire mledger.Position) {
+	lc := t.ml.LastConfirmed()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lastPos == lc {
+		return lc, t.lastWire
+	}
+	return lc, lc
 }
 
 func (t *Topic) dedupFor(name string) *dedupState {
@@ -246,15 +352,33 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte,
 	t.mu.Unlock()
 
 	start := time.Now()
-	entry := encodeEntry(start.UnixMilli(), msg)
+	t.seqMu.Lock()
+	if t.seqBroken.Load() {
+		t.seqMu.Unlock()
+		t.mu.Lock()
+		delete(st.inflight, seq)
+		st.lastPushed = st.lastPersisted
+		t.mu.Unlock()
+		cb(mledger.Position{}, errDropSilently)
+		return
+	}
+	t.nextSeq++
+	origin := originInfo{Seq: t.nextSeq}
+	entry := encodeEntry(start.UnixMilli(), origin, msg)
 	t.ml.AppendAsync(entry, func(pos mledger.Position, err error) {
 		if err == nil {
 			t.b.metrics.storageLatency.Observe(time.Since(start).Seconds())
+		} else if !t.seqBroken.Swap(true) {
+			// The sequence may have a hole now: reload to recover it from
+			// the log (the client resends what was not acknowledged).
+			t.b.log.Warn("append failed; reloading the topic", "topic", t.name.String(), "err", err)
+			go t.close(context.Background())
 		}
 		t.mu.Lock()
 		delete(st.inflight, seq)
 		var snap *dedupSnapshot
 		if err == nil {
+			t.noteEntryLocked(pos, decodedEntry{Origin: origin, Msg: msg})
 			st.lastPersisted = max(st.lastPersisted, highest)
 			st.remember(seq, highest, pos)
 			t.lastBatch = max(numMsgs, 1)
@@ -283,10 +407,12 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte,
 			w(pos, err)
 		}
 	})
+	t.seqMu.Unlock()
 }
 
 func (t *Topic) snapshotLocked(pos mledger.Position) *dedupSnapshot {
-	s := &dedupSnapshot{Position: pos, Producers: make(map[string]int64, len(t.dedup))}
+	s := &dedupSnapshot{Position: pos, Producers: make(map[string]int64, len(t.dedup)),
+		LocalSeq: t.localSeq, LocalBytes: t.localBytes, Applied: maps.Clone(t.applied)}
 	for name, st := range t.dedup {
 		if st.lastPersisted >= 0 {
 			s.Producers[name] = st.lastPersisted
@@ -323,6 +449,7 @@ func (t *Topic) notifySubs() {
 	for _, s := range subs {
 		s.wake()
 	}
+	t.wakeSenders()
 }
 
 // subscribe adds a consumer to (creating if needed) a subscription.
@@ -386,7 +513,7 @@ func (t *Topic) startPosition(m *pb.CommandSubscribe) mledger.Position {
 	}
 	// Start AT the entry holding the message: the client discards what is
 	// at or before its start id (or before it, for inclusive readers).
-	return mledger.Position{Ledger: l, Entry: e}
+	return t.localPos(mledger.Position{Ledger: l, Entry: e})
 }
 
 // unsubscribe deletes the subscription if cs is its only consumer.
@@ -460,9 +587,10 @@ func (t *Topic) unload(ctx context.Context) (notify func(target string), err err
 	for _, s := range subs {
 		s.stop()
 	}
+	t.stopReplication()
 	err = t.ml.Close(ctx)
 	t.mu.Lock()
-	snap := t.snapshotLocked(t.ml.LastConfirmed())
+	snap := t.snapshotLocked(t.lastPos)
 	t.mu.Unlock()
 	if err == nil {
 		t.writeSnapshot(snap)

@@ -150,6 +150,34 @@ func (c *Cursor) AckCumulative(p Position) {
 	}
 }
 
+// AckCumulativeWith acknowledges every entry at or before p (as
+// AckCumulative; Earliest acknowledges nothing) and sets props, in one
+// change: a persisted record never holds the new position with the old
+// properties or the reverse (a replicator's cursor keeps the sequence
+// number of the entry at its position as a property).
+func (c *Cursor) AckCumulativeWith(p Position, props map[string]int64) {
+	v, lc := c.ml.snapshot()
+	c.mu.Lock()
+	changed := false
+	if p != Earliest {
+		changed = c.core.ackCumulative(v, lc, p)
+	}
+	if c.props == nil {
+		c.props = map[string]int64{}
+	}
+	for k, val := range props {
+		if old, ok := c.props[k]; !ok || old != val {
+			c.props[k] = val
+			changed = true
+		}
+	}
+	c.changedLocked(changed)
+	c.mu.Unlock()
+	if changed {
+		c.ml.scheduleFlush(c)
+	}
+}
+
 func (c *Cursor) changedLocked(changed bool) {
 	if changed && c.durable {
 		c.dirty = true

@@ -84,7 +84,48 @@ func newAdminCmd() *cobra.Command {
 
 	namespaces := &cobra.Command{Use: "namespaces", Short: "Namespaces and their policies"}
 	sub(namespaces, "list TENANT", "List a tenant's namespaces", 1, func(a []string) error { return call("GET", "/admin/v2/namespaces/"+a[0], nil) })
-	sub(namespaces, "create TENANT/NS", "Create a namespace", 1, func(a []string) error { return call("PUT", "/admin/v2/namespaces/"+a[0], map[string]any{}) })
+	var rf replFlags
+	create := &cobra.Command{
+		Use:   "create TENANT/NS",
+		Short: "Create a namespace (with its regions and replication policy)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, a []string) error {
+			u, err := rf.update(c)
+			if err != nil {
+				return err
+			}
+			body := map[string]any{}
+			if u.Regions != nil {
+				body["replication_clusters"] = *u.Regions
+			}
+			if rp := u.policy(); len(rp) > 0 {
+				body["meridian_replication"] = rp
+			}
+			return call("PUT", "/admin/v2/namespaces/"+a[0], body)
+		},
+	}
+	rf.register(create)
+	update := &cobra.Command{
+		Use:   "update TENANT/NS",
+		Short: "Change a namespace's regions and replication policy (only the flags given change)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, a []string) error {
+			u, err := rf.update(c)
+			if err != nil {
+				return err
+			}
+			body := u.policy()
+			if u.Regions != nil {
+				body["regions"] = *u.Regions
+			}
+			if len(body) == 0 {
+				return fmt.Errorf("nothing to update: give at least one of --regions, --replication, --failover, --primary, --sync-on-unreachable, --sync-timeout, --min-regions, --start-at, --replication-backlog-quota")
+			}
+			return call("POST", "/admin/v2/namespaces/"+a[0]+"/meridian-replication", body)
+		},
+	}
+	rf.register(update)
+	namespaces.AddCommand(create, update)
 	sub(namespaces, "get TENANT/NS", "Show a namespace's policies as JSON", 1, func(a []string) error { return call("GET", "/admin/v2/namespaces/"+a[0], nil) })
 	sub(namespaces, "delete TENANT/NS", "Delete a namespace without topics", 1, func(a []string) error { return call("DELETE", "/admin/v2/namespaces/"+a[0], nil) })
 	sub(namespaces, "topics TENANT/NS", "List a namespace's topics", 1, func(a []string) error { return call("GET", "/admin/v2/namespaces/"+a[0]+"/topics", nil) })
@@ -173,7 +214,134 @@ func newAdminCmd() *cobra.Command {
 		}
 		return call("POST", p+"/subscription/"+a[1]+"/resetcursor/"+a[2], nil)
 	})
-	cmd.AddCommand(tenants, namespaces, topics, subs)
+	regions := &cobra.Command{Use: "regions", Short: "Regions registered in the global store"}
+	sub(regions, "list", "List the registered regions", 0, func(a []string) error { return call("GET", "/admin/v2/clusters", nil) })
+	cmd.AddCommand(tenants, namespaces, topics, subs, regions)
 	cmd.AddCommand(newAdminStorageCmds()...)
 	return cmd
+}
+
+// replFlags are the replication flags of `namespaces create|update`.
+type replFlags struct {
+	regions           string
+	mode              string
+	failover          string
+	primary           string
+	syncOnUnreachable string
+	syncTimeout       time.Duration
+	minRegions        int
+	startAt           string
+	backlogQuota      string
+}
+
+func (f *replFlags) register(c *cobra.Command) {
+	fl := c.Flags()
+	fl.StringVar(&f.regions, "regions", "", "comma-separated regions the namespace replicates to, e.g. east,west (default on create: the broker's region)")
+	fl.StringVar(&f.mode, "replication", "", "replication mode: async | sync | stretched (default async)")
+	fl.StringVar(&f.failover, "failover", "", "active-standby | active-active (default active-standby)")
+	fl.StringVar(&f.primary, "primary", "", "the active region of an active-standby namespace (default: the first region)")
+	fl.StringVar(&f.syncOnUnreachable, "sync-on-unreachable", "", "sync/stretched while a region is unreachable: strict (sends fail after --sync-timeout) | degrade (fall back to async, alert) (default strict)")
+	fl.DurationVar(&f.syncTimeout, "sync-timeout", 0, "how long a sync send waits for an unreachable region before failing, e.g. 30s (default 30s)")
+	fl.IntVar(&f.minRegions, "min-regions", 0, "regions (the local one included) an entry must be persisted in before its receipt, sync/stretched (0 = all)")
+	fl.StringVar(&f.startAt, "start-at", "", "where a newly added region's replication starts: earliest | latest (default earliest)")
+	fl.StringVar(&f.backlogQuota, "replication-backlog-quota", "", "bound on each remote region's replication backlog, in bytes or with a unit (10GiB, 500MB); 0 = none")
+}
+
+// replUpdate holds the flags given on the command line (nil = not given).
+type replUpdate struct {
+	Regions *[]string
+	fields  map[string]any
+}
+
+// policy returns the ReplicationPolicy fields given, by JSON name.
+func (u replUpdate) policy() map[string]any {
+	out := map[string]any{}
+	for k, v := range u.fields {
+		out[k] = v
+	}
+	return out
+}
+
+// update collects the flags the user gave (cmd.Flags().Changed).
+func (f *replFlags) update(c *cobra.Command) (replUpdate, error) {
+	u := replUpdate{fields: map[string]any{}}
+	changed := c.Flags().Changed
+	if changed("regions") {
+		r := splitList(f.regions)
+		if len(r) == 0 {
+			return u, fmt.Errorf("--regions: give at least one region")
+		}
+		u.Regions = &r
+	}
+	str := func(flag, field, val string) {
+		if changed(flag) {
+			u.fields[field] = val
+		}
+	}
+	str("replication", "mode", f.mode)
+	str("failover", "failover", f.failover)
+	str("primary", "primary", f.primary)
+	str("sync-on-unreachable", "syncOnUnreachable", f.syncOnUnreachable)
+	str("start-at", "startAt", f.startAt)
+	if changed("sync-timeout") {
+		if f.syncTimeout < 0 {
+			return u, fmt.Errorf("--sync-timeout %s: must not be negative", f.syncTimeout)
+		}
+		if f.syncTimeout > 0 && f.syncTimeout < time.Millisecond {
+			return u, fmt.Errorf("--sync-timeout %s: at least 1ms", f.syncTimeout)
+		}
+		u.fields["syncTimeoutMs"] = f.syncTimeout.Milliseconds()
+	}
+	if changed("min-regions") {
+		u.fields["minRegions"] = f.minRegions
+	}
+	if changed("replication-backlog-quota") {
+		n, err := parseByteSize(f.backlogQuota)
+		if err != nil {
+			return u, fmt.Errorf("--replication-backlog-quota: %w", err)
+		}
+		u.fields["backlogQuotaBytes"] = n
+	}
+	return u, nil
+}
+
+// parseByteSize parses "1073741824", "10GiB", "500MB", "64k": binary units
+// (KiB, MiB, GiB, TiB; K, M, G, T alone are binary too) and decimal ones
+// (KB, MB, GB, TB), case-insensitive, an optional B.
+func parseByteSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	if num == "" {
+		return 0, fmt.Errorf("size %q: want bytes or a number with a unit such as 10GiB", s)
+	}
+	mult := map[string]float64{
+		"": 1, "b": 1,
+		"k": 1 << 10, "kib": 1 << 10, "ki": 1 << 10, "kb": 1e3,
+		"m": 1 << 20, "mib": 1 << 20, "mi": 1 << 20, "mb": 1e6,
+		"g": 1 << 30, "gib": 1 << 30, "gi": 1 << 30, "gb": 1e9,
+		"t": 1 << 40, "tib": 1 << 40, "ti": 1 << 40, "tb": 1e12,
+	}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("size %q: unknown unit %q (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s, t[i:])
+	}
+	if unit == "" || unit == "b" {
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("size %q: %w", s, err)
+		}
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: %w", s, err)
+	}
+	v := f * mult
+	if v >= 1<<63 {
+		return 0, fmt.Errorf("size %q: too large", s)
+	}
+	return int64(v), nil
 }

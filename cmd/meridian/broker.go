@@ -17,6 +17,8 @@ type BrokerFileConfig struct {
 	ListenAddr          string        `yaml:"listen_addr"`
 	AdvertisedAddr      string        `yaml:"advertised_addr"`
 	AdminAddr           string        `yaml:"admin_addr"`
+	ReplicationAddr     string        `yaml:"replication_addr"`
+	ReplicationAdvAddr  string        `yaml:"replication_advertised_addr"`
 	MaxMessageSize      int           `yaml:"max_message_size"`
 	OwnershipTTL        time.Duration `yaml:"ownership_ttl"`
 	EnsembleSize        int           `yaml:"ensemble_size"`
@@ -49,6 +51,8 @@ func newBrokerCmd() *cobra.Command {
 			set("listen", &c.ListenAddr, bf.ListenAddr)
 			set("advertise", &c.AdvertisedAddr, bf.AdvertisedAddr)
 			set("admin", &c.AdminAddr, bf.AdminAddr)
+			set("replication-listen", &c.ReplicationAddr, bf.ReplicationAddr)
+			set("replication-advertise", &c.ReplicationAdvAddr, bf.ReplicationAdvAddr)
 			set("rack", &c.Rack, bf.Rack)
 			if f.Changed("ownership-ttl") || c.OwnershipTTL == 0 {
 				c.OwnershipTTL = bf.OwnershipTTL
@@ -120,6 +124,7 @@ func newBrokerCmd() *cobra.Command {
 				Cluster: fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
 				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Logger: log,
 				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
+				ReplicationAddr: c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
 			}
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 			b, err := broker.New(bc)
@@ -149,6 +154,8 @@ func newBrokerCmd() *cobra.Command {
 	f.StringVar(&bf.ListenAddr, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
 	f.StringVar(&bf.AdvertisedAddr, "advertise", "", "address clients are told to connect to (default: the listen address)")
 	f.StringVar(&bf.AdminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address (empty: off)")
+	f.StringVar(&bf.ReplicationAddr, "replication-listen", "", "replication gRPC listen address, for other regions (default: the listen host, a free port)")
+	f.StringVar(&bf.ReplicationAdvAddr, "replication-advertise", "", "replication address other regions dial (default: the replication listen address)")
 	f.StringVar(&bf.Rack, "rack", "", "rack of this broker (read locality)")
 	f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
 	f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")

@@ -56,6 +56,8 @@ type ProcEndpoint struct {
 	Pid   int    `json:"pid"`
 	Addr  string `json:"addr"`
 	Admin string `json:"admin,omitempty"`
+	// Replication is a broker's replication (gRPC) address.
+	Replication string `json:"replication,omitempty"`
 }
 
 // Start starts every process of the plan with the meridian binary bin and
@@ -219,7 +221,7 @@ func (d *Deployment) Endpoints() Endpoints {
 			if ps.Region != r && !(ps.Role == "global-etcd" && ps.Region == r) {
 				continue
 			}
-			pe := ProcEndpoint{Name: ps.Name, Role: ps.Role, Rack: ps.Rack, Pid: d.Pid(ps.Name), Addr: ps.Addr, Admin: ps.Admin}
+			pe := ProcEndpoint{Name: ps.Name, Role: ps.Role, Rack: ps.Rack, Pid: d.Pid(ps.Name), Addr: ps.Addr, Admin: ps.Admin, Replication: ps.Repl}
 			re.Processes = append(re.Processes, pe)
 			switch ps.Role {
 			case "broker":

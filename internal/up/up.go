@@ -72,6 +72,7 @@ type ProcSpec struct {
 	Admin  string   `json:"admin,omitempty"` // broker admin address
 	Peer   string   `json:"peer,omitempty"`  // etcd peer address
 	Gossip string   `json:"gossip,omitempty"`
+	Repl   string   `json:"replication,omitempty"` // broker replication (gRPC) address
 	Args   []string `json:"args"`
 }
 
@@ -179,17 +180,17 @@ func NewPlan(o Options) (*Plan, error) {
 					"--listen", a[0], "--data-dir", filepath.Join(o.DataDir, name)}})
 		}
 		for i := 1; i <= o.BrokersPerRegion; i++ {
-			a, err := ports(3)
+			a, err := ports(4)
 			if err != nil {
 				return nil, err
 			}
 			name := fmt.Sprintf("%s-broker-%d", r, i)
 			args := []string{"broker", "--region", r, "--etcd", "http://" + etcd.Addr, "--id", name,
-				"--listen", a[0], "--admin", a[1], "--global-etcd", globalURLs(globals, r)}
+				"--listen", a[0], "--admin", a[1], "--replication-listen", a[3], "--global-etcd", globalURLs(globals, r)}
 			if o.OwnershipTTL != "" {
 				args = append(args, "--ownership-ttl", o.OwnershipTTL)
 			}
-			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "broker", Region: r, Addr: a[0], Admin: a[1], Gossip: a[2], Args: args})
+			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "broker", Region: r, Addr: a[0], Admin: a[1], Gossip: a[2], Repl: a[3], Args: args})
 		}
 	}
 	for _, g := range globals {

@@ -74,14 +74,14 @@ func TestUpTwoRegions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: "up-test"})
+		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: "up-test-" + r.Name})
 		if err != nil {
 			t.Fatalf("%s: %v", r.Name, err)
 		}
 		if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(r.Name)}); err != nil {
 			t.Fatalf("%s: %v", r.Name, err)
 		}
-		c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: "up-test", SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: "up-test-" + r.Name, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
 		if err != nil {
 			t.Fatal(err)
 		}
