@@ -217,7 +217,7 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.repl.close()
 	}
 	if b.own != nil {
-		_ = b.own.lease.Revoke(ctx)
+		_ = b.own.currentLease().Revoke(ctx)
 	}
 	b.cancel()
 	b.wg.Wait()

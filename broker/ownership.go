@@ -101,38 +101,92 @@ type ownership struct {
 }
 
 func (b *Broker) startOwnership(ctx context.Context) error {
-	lease, err := b.cfg.Store.GrantLease(b.ctx, b.cfg.OwnershipTTL)
+	o := &ownership{b: b, owned: map[string]bundle{},
+		info: BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.addr}}
+	lease, err := o.register(ctx)
 	if err != nil {
 		return err
 	}
-	o := &ownership{b: b, lease: lease, owned: map[string]bundle{},
-		info: BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.addr}}
+	o.lease = lease
+	b.own = o
+	go o.keep(lease)
+	return nil
+}
+
+// register grants a lease and puts the broker's registration under it.
+func (o *ownership) register(ctx context.Context) (*cluster.Lease, error) {
+	b := o.b
+	lease, err := b.cfg.Store.GrantLease(b.ctx, b.cfg.OwnershipTTL)
+	if err != nil {
+		return nil, err
+	}
 	v, _ := json.Marshal(o.info)
 	if _, err := b.cfg.Store.PutWithLease(ctx, "/brokers/"+b.cfg.BrokerID, v, lease.ID); err != nil {
-		return err
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = lease.Revoke(rctx)
+		cancel()
+		return nil, err
 	}
-	b.own = o
-	go func() {
+	return lease, nil
+}
+
+// currentLease is the lease bundles are acquired under.
+func (o *ownership) currentLease() *cluster.Lease {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.lease
+}
+
+// keep watches the lease. When it is lost (etcd unreachable, or the
+// broker paused past its TTL) every topic closes at once — another broker
+// may own them now — and the broker registers again under a new lease, so
+// it serves again once etcd answers.
+func (o *ownership) keep(lease *cluster.Lease) {
+	b := o.b
+	for {
 		select {
 		case <-lease.Lost():
-			b.mu.Lock()
-			closing := b.closed
-			b.mu.Unlock()
-			if !closing && b.ctx.Err() == nil {
-				b.log.Error("broker lost its etcd lease: closing every topic (another broker may own them now)")
-				o.mu.Lock()
-				o.owned = map[string]bundle{}
-				o.mu.Unlock()
-				for _, t := range b.loadedTopics() {
-					cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					t.close(cctx)
-					cancel()
-				}
-			}
 		case <-b.ctx.Done():
+			return
 		}
-	}()
-	return nil
+		b.mu.Lock()
+		closing := b.closed
+		b.mu.Unlock()
+		if closing || b.ctx.Err() != nil {
+			return
+		}
+		b.log.Error("broker lost its etcd lease: closing every topic (another broker may own them now)")
+		o.mu.Lock()
+		o.owned = map[string]bundle{}
+		o.mu.Unlock()
+		for _, t := range b.loadedTopics() {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			t.close(cctx)
+			cancel()
+		}
+		for {
+			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+			nl, err := o.register(ctx)
+			cancel()
+			if err == nil {
+				o.mu.Lock()
+				o.lease = nl
+				o.mu.Unlock()
+				lease = nl
+				b.log.Info("broker registered again under a new lease")
+				break
+			}
+			if b.ctx.Err() != nil {
+				return
+			}
+			b.log.Warn("broker registration failed; retrying", "err", err)
+			select {
+			case <-b.ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
 }
 
 func (o *ownership) brokers(ctx context.Context) ([]BrokerInfo, error) {
@@ -205,7 +259,7 @@ func (o *ownership) acquire(ctx context.Context, bd bundle) (bool, BrokerInfo, e
 		return true, o.info, nil
 	}
 	v, _ := json.Marshal(o.info)
-	_, err := o.b.cfg.Store.CreateWithLease(ctx, bd.key(), v, o.lease.ID)
+	_, err := o.b.cfg.Store.CreateWithLease(ctx, bd.key(), v, o.currentLease().ID)
 	if err == nil {
 		o.mu.Lock()
 		o.owned[bd.key()] = bd

@@ -462,6 +462,7 @@ func (t *Topic) syncReplication(ctx context.Context) {
 	if closed {
 		return
 	}
+	t.refreshSync()
 	eff := pol.Effective()
 	want := map[string]bool{}
 	if len(pol.ReplicationClusters) > 1 && slices.Contains(pol.ReplicationClusters, t.b.cfg.Cluster) && eff.Mode != ReplicationStretched {
@@ -508,6 +509,9 @@ func (t *Topic) syncReplication(ctx context.Context) {
 		}
 		r.senders[name] = s
 		r.mu.Unlock()
+		if ss := t.syncState(); ss != nil {
+			ss.acked(name, s.s.Status().Cursor.Seq)
+		}
 		go s.run()
 		t.b.log.Info("replicator started", "topic", t.name.String(), "remote", name, "cursor", s.s.Status().Cursor.String())
 	}
@@ -723,8 +727,10 @@ func (rs *replSender) run() {
 	lastStatus := time.Time{}
 	for {
 		rs.s.Appended(rs.t.logEnd())
-		rs.s.Tick(time.Now())
+		now := time.Now()
+		rs.s.Tick(now)
 		rs.drive()
+
 		if time.Since(lastStatus) > 200*time.Millisecond {
 			rs.publishStatus()
 			lastStatus = time.Now()
@@ -802,6 +808,11 @@ func (rs *replSender) drive() {
 		if r.Cursor != nil {
 			rs.cur.AckCumulativeWith(toMLPos(r.Cursor.Pos), cursorProps(*r.Cursor))
 		}
+		if r.Acked > 0 {
+			if ss := rs.t.syncState(); ss != nil {
+				ss.acked(rs.remote, r.Acked)
+			}
+		}
 		for _, a := range r.Alerts {
 			rs.t.b.metrics.replAlerts.WithLabelValues(a.Kind.String()).Inc()
 			rs.log.Warn("replication alert", "topic", rs.t.name.String(), "remote", rs.remote, "alert", a.String())
@@ -857,6 +868,9 @@ func (rs *replSender) send(batches []replicator.Batch) {
 			return
 		}
 	}
+	if faultReplDelay > 0 {
+		time.Sleep(faultReplDelay)
+	}
 	for i, b := range batches {
 		if rs.dropped < faultDropReplBatches {
 			// Fault injection: the batch is lost on the way; later ones
@@ -883,6 +897,11 @@ func (rs *replSender) send(batches []replicator.Batch) {
 // drills: each sender silently drops its first N batches
 // (MERIDIAN_FAULT_DROP_REPL_BATCHES=N in the broker's environment).
 var faultDropReplBatches, _ = strconv.Atoi(os.Getenv("MERIDIAN_FAULT_DROP_REPL_BATCHES"))
+
+// faultReplDelay (MERIDIAN_FAULT_REPL_DELAY=500ms) delays every send of
+// batches: a slow WAN link, so tests can tell a receipt that waited for
+// the remote region from one that did not.
+var faultReplDelay, _ = time.ParseDuration(os.Getenv("MERIDIAN_FAULT_REPL_DELAY"))
 
 // connect opens a stream to the topic's owner in the remote region: any
 // registered broker of that region, following at most a few redirects.

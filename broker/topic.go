@@ -63,6 +63,9 @@ type Topic struct {
 	seqBroken atomic.Bool
 
 	repl *topicRepl // senders and appliers (replication.go)
+
+	syncMu sync.Mutex
+	sync   *syncState // sync mode: receipts held for remote regions (replsync.go)
 }
 
 // dedupState is one producer name's deduplication state. Ordering
@@ -342,6 +345,12 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte,
 			pos, _ := st.find(seq)
 			t.mu.Unlock()
 			t.b.metrics.dedupDropped.Inc()
+			if ss := t.syncState(); ss != nil {
+				// Not known to be in the other regions yet: answer
+				// after everything tracked so far is.
+				ss.hold(0, func() { cb(pos, nil) })
+				return
+			}
 			cb(pos, nil)
 			return
 		}
@@ -402,6 +411,14 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte,
 			t.b.metrics.msgsIn.Add(float64(max(numMsgs, 1)))
 			t.b.metrics.bytesIn.Add(float64(len(msg)))
 			t.notifySubs()
+			if ss := t.syncState(); ss != nil {
+				ss.hold(origin.Seq, func() {
+					for _, w := range waiters {
+						w(pos, nil)
+					}
+				})
+				return
+			}
 		}
 		for _, w := range waiters {
 			w(pos, err)
@@ -588,6 +605,7 @@ func (t *Topic) unload(ctx context.Context) (notify func(target string), err err
 		s.stop()
 	}
 	t.stopReplication()
+	t.stopSync()
 	err = t.ml.Close(ctx)
 	t.mu.Lock()
 	snap := t.snapshotLocked(t.lastPos)

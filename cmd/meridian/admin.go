@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,32 +21,41 @@ func newAdminCmd() *cobra.Command {
 	var url string
 	cmd := &cobra.Command{Use: "admin", Short: "Administer tenants, namespaces, topics and subscriptions over the admin API"}
 	cmd.PersistentFlags().StringVar(&url, "url", "http://127.0.0.1:8080", "admin API URL of any broker")
-	call := func(method, path string, body any) error {
+	// do sends one request and returns the answer's body; an HTTP error
+	// becomes an error with the broker's reason.
+	do := func(method, path string, body any) ([]byte, error) {
 		var rd io.Reader
 		if body != nil {
 			b, err := json.Marshal(body)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			rd = bytes.NewReader(b)
 		}
 		req, err := http.NewRequest(method, strings.TrimRight(url, "/")+path, rd)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer resp.Body.Close()
 		out, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode >= 300 {
 			var e struct{ Reason string }
 			if json.Unmarshal(out, &e) == nil && e.Reason != "" {
-				return fmt.Errorf("%s (HTTP %d)", e.Reason, resp.StatusCode)
+				return nil, fmt.Errorf("%s (HTTP %d)", e.Reason, resp.StatusCode)
 			}
-			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(out)))
+			return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(out)))
+		}
+		return out, nil
+	}
+	call := func(method, path string, body any) error {
+		out, err := do(method, path, body)
+		if err != nil {
+			return err
 		}
 		if len(out) > 0 {
 			var v any
@@ -216,9 +227,120 @@ func newAdminCmd() *cobra.Command {
 	})
 	regions := &cobra.Command{Use: "regions", Short: "Regions registered in the global store"}
 	sub(regions, "list", "List the registered regions", 0, func(a []string) error { return call("GET", "/admin/v2/clusters", nil) })
-	cmd.AddCommand(tenants, namespaces, topics, subs, regions)
+	cmd.AddCommand(tenants, namespaces, topics, subs, regions, newReplicationCmd(do))
 	cmd.AddCommand(newAdminStorageCmds()...)
 	return cmd
+}
+
+// newReplicationCmd is `admin replication`: the replicators' state as a
+// table (GET /admin/v2/meridian/replication), over the admin API of any
+// broker (--url); that broker gathers the answers of its region's brokers.
+func newReplicationCmd(do func(method, path string, body any) ([]byte, error)) *cobra.Command {
+	repl := &cobra.Command{Use: "replication", Short: "Geo-replication: the state of each (topic, remote region) replicator"}
+	var raw bool
+	status := &cobra.Command{
+		Use:   "status [NAMESPACE|TOPIC]",
+		Short: "Show, for the region of --url, each replicator's connection, backlog, lag and errors as a table",
+		Long: `status shows one row per (topic, remote region) replicator of the region
+whose broker --url names: CONNECTED (the stream to the remote is open),
+TARGET (the remote broker streamed to), BACKLOG and BYTES (local entries
+the remote has not acknowledged), BEHIND (age of the oldest of them),
+ACKED/LOCAL (the remote's acknowledged and the local sequence numbers),
+INFLIGHT (batches sent, not acknowledged), QUOTA (over the replication
+backlog quota), RESYNC (the remote needs a resync) and the last error.
+A replicator runs only while its topic is loaded on its owner broker.
+
+NAMESPACE is tenant/ns; TOPIC is persistent://tenant/ns/topic, tenant/ns/topic
+or a bare topic name (in public/default); a partitioned topic's name
+matches all its partitions.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(_ *cobra.Command, a []string) error {
+			path := "/admin/v2/meridian/replication"
+			if len(a) == 1 {
+				path += "?filter=" + neturl.QueryEscape(replFilter(a[0]))
+			}
+			out, err := do("GET", path, nil)
+			if err != nil {
+				return err
+			}
+			if raw {
+				os.Stdout.Write(out)
+				if len(out) > 0 && out[len(out)-1] != '\n' {
+					fmt.Println()
+				}
+				return nil
+			}
+			var rows []replRow
+			if err := json.Unmarshal(out, &rows); err != nil {
+				return fmt.Errorf("replication status: %w", err)
+			}
+			printReplTable(os.Stdout, rows)
+			return nil
+		},
+	}
+	status.Flags().BoolVar(&raw, "json", false, "print the raw JSON answer")
+	repl.AddCommand(status)
+	return repl
+}
+
+// replFilter turns a NAMESPACE or TOPIC argument into the broker's filter:
+// tenant/ns, or a full persistent:// topic name.
+func replFilter(s string) string {
+	if strings.Contains(s, "://") {
+		return s
+	}
+	switch parts := strings.Split(s, "/"); len(parts) {
+	case 1:
+		return "persistent://public/default/" + s
+	case 3:
+		return "persistent://" + s
+	}
+	return s
+}
+
+// replRow is one replicator's status (the broker's replStatus).
+type replRow struct {
+	Topic           string  `json:"topic"`
+	Remote          string  `json:"remote"`
+	Connected       bool    `json:"connected"`
+	Target          string  `json:"target"`
+	BacklogEntries  int64   `json:"backlogEntries"`
+	BacklogBytes    int64   `json:"backlogBytes"`
+	SecondsBehind   float64 `json:"secondsBehind"`
+	AckedSeq        uint64  `json:"ackedSeq"`
+	LocalSeq        uint64  `json:"localSeq"`
+	InflightBatches int     `json:"inflightBatches"`
+	OverQuota       bool    `json:"overQuota"`
+	NeedsResync     string  `json:"needsResync"`
+	LastError       string  `json:"lastError"`
+}
+
+func printReplTable(w io.Writer, rows []replRow) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "no replicators (a replicator runs only while its topic is loaded on its owner broker, and only for namespaces of several regions)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tREMOTE\tCONNECTED\tTARGET\tBACKLOG\tBYTES\tBEHIND\tACKED\tLOCAL\tINFLIGHT\tQUOTA\tRESYNC\tLAST ERROR")
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	yes := func(b bool, y, n string) string {
+		if b {
+			return y
+		}
+		return n
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.1fs\t%d\t%d\t%d\t%s\t%s\t%s\n",
+			r.Topic, r.Remote, yes(r.Connected, "yes", "no"), dash(r.Target), r.BacklogEntries, r.BacklogBytes,
+			r.SecondsBehind, r.AckedSeq, r.LocalSeq, r.InflightBatches, yes(r.OverQuota, "OVER", "ok"),
+			dash(r.NeedsResync), dash(strings.ReplaceAll(r.LastError, "\n", " ")))
+	}
+	tw.Flush()
 }
 
 // replFlags are the replication flags of `namespaces create|update`.

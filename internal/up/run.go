@@ -1,10 +1,12 @@
 package up
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -90,11 +92,69 @@ func Start(ctx context.Context, p *Plan, bin string, log *slog.Logger) (*Deploym
 			}
 		}
 	}
+	if err := d.SetDefaultReplication(ctx, 90*time.Second); err != nil {
+		d.Stop(10 * time.Second)
+		return nil, err
+	}
 	if err := d.startControl(); err != nil {
 		d.Stop(10 * time.Second)
 		return nil, err
 	}
 	return d, d.WriteEndpoints()
+}
+
+// DefaultNamespace replicates across every region of a deployment.
+const DefaultNamespace = "public/default"
+
+// SetDefaultReplication makes public/default's replication deterministic:
+// its regions are all the regions of the plan and its primary is the
+// first one. (Each region's first broker adds its region to
+// public/default, and whichever region created it first would otherwise
+// be its primary.) It POSTs to every broker's admin API in turn until one
+// accepts — brokers may still be registering their regions — or timeout
+// passes. Only the regions and the primary are set; the namespace's other
+// policies are kept.
+func (d *Deployment) SetDefaultReplication(ctx context.Context, timeout time.Duration) error {
+	regions := d.Plan.Options.Regions
+	body, _ := json.Marshal(map[string]any{"regions": regions, "primary": regions[0]})
+	var admins []string
+	for _, ps := range d.Plan.Procs {
+		if ps.Role == "broker" && ps.Admin != "" {
+			admins = append(admins, "http://"+ps.Admin)
+		}
+	}
+	if len(admins) == 0 {
+		return errors.New("up: no broker to set the replication of " + DefaultNamespace)
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	var last error
+	deadline := time.Now().Add(timeout)
+	for i := 0; ; i++ {
+		u := admins[i%len(admins)] + "/admin/v2/namespaces/" + DefaultNamespace + "/meridian-replication"
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return nil
+			}
+			err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))
+		}
+		last = fmt.Errorf("POST %s: %w", u, err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("up: set %s to regions %v with primary %s: not done in %v: %w", DefaultNamespace, regions, regions[0], timeout, last)
+		}
+		d.log.Debug("up: setting the default namespace's replication", "err", last)
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 func contains(s []string, v string) bool {

@@ -1,0 +1,208 @@
+package broker
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meridian-mq/meridian/replicator"
+)
+
+// Sync replication (namespace mode sync): a producer's receipt goes out
+// only after the entry is persisted here and in every other region of the
+// namespace (the sync set), as replicator.SyncTracker decides from the
+// senders' acknowledgements. While a region does not acknowledge:
+//
+//   - strict (default): receipts wait. Past the namespace's sync timeout
+//     an alert fires (meridian_broker_replication_alerts_total
+//     {kind="sync-stalled"}); the producer's own send timeout then fails
+//     its sends with a timeout error, which is retriable, and the
+//     broker's pending-send limit pushes back.
+//   - degrade: past the timeout the region leaves the sync set (alert
+//     sync-degraded), receipts go out without it, and it rejoins once it
+//     acknowledged everything tracked meanwhile (sync-restored).
+//
+// A topic that loads in sync mode tracks every local entry already in its
+// log as not yet confirmed remotely (one waiting mark at its last local
+// sequence number) until the senders report them acknowledged, so a
+// producer resending to a new owner does not get an early receipt.
+type syncState struct {
+	mu      sync.Mutex
+	tr      *replicator.SyncTracker
+	regions []string
+	held    []heldReceipt // ascending seq
+	b       *Broker
+	topic   string
+	stop    chan struct{}
+}
+
+type heldReceipt struct {
+	seq     uint64
+	release func()
+}
+
+// refreshSync creates, keeps or drops the topic's sync state to match its
+// policies. Dropping it (the namespace left sync mode) releases every
+// held receipt.
+func (t *Topic) refreshSync() {
+	t.mu.Lock()
+	pol := t.pol
+	localSeq := t.localSeq
+	t.mu.Unlock()
+	eff := pol.Effective()
+	var remotes []string
+	if eff.Mode == ReplicationSync && slices.Contains(pol.ReplicationClusters, t.b.cfg.Cluster) {
+		for _, r := range pol.ReplicationClusters {
+			if r != t.b.cfg.Cluster {
+				remotes = append(remotes, r)
+			}
+		}
+	}
+	t.syncMu.Lock()
+	defer t.syncMu.Unlock()
+	old := t.sync
+	if old != nil && len(remotes) > 0 && slices.Equal(old.regions, remotes) {
+		return
+	}
+	if len(remotes) > 0 {
+		cfg := replicator.SyncConfig{Timeout: time.Duration(eff.SyncTimeoutMs) * time.Millisecond}
+		if eff.SyncOnUnreachable == SyncDegrade {
+			cfg.Policy = replicator.SyncDegrade
+		}
+		ss := &syncState{tr: replicator.NewSyncTracker(cfg, remotes, 0, time.Now()), regions: remotes, b: t.b, topic: t.name.String(),
+			stop: make(chan struct{})}
+		if localSeq > 0 {
+			ss.tr.Track(localSeq, time.Now())
+			ss.tr.Ready()
+		}
+		t.sync = ss
+		go ss.loop()
+	} else {
+		t.sync = nil
+	}
+	if old != nil {
+		close(old.stop)
+		old.releaseAll()
+	}
+}
+
+// stopSync stops the sync state's clock on unload. Held receipts are not
+// released: their producers resend to the next owner.
+func (t *Topic) stopSync() {
+	t.syncMu.Lock()
+	defer t.syncMu.Unlock()
+	if t.sync != nil {
+		close(t.sync.stop)
+		t.sync = nil
+	}
+}
+
+// loop ticks the tracker (timeouts act even while a sender is stuck
+// dialling an unreachable region).
+func (ss *syncState) loop() {
+	tk := time.NewTicker(100 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ss.stop:
+			return
+		case now := <-tk.C:
+			ss.tick(now)
+		}
+	}
+}
+
+func (t *Topic) syncState() *syncState {
+	t.syncMu.Lock()
+	defer t.syncMu.Unlock()
+	return t.sync
+}
+
+// hold keeps release until the entry with local sequence number seq is
+// persisted in the sync set (seq 0: behind every entry tracked so far).
+func (ss *syncState) hold(seq uint64, release func()) {
+	ss.mu.Lock()
+	now := time.Now()
+	if seq == 0 {
+		if ss.tr.Waiting() == 0 {
+			ss.mu.Unlock()
+			release()
+			return
+		}
+		seq = ss.lastTracked()
+	} else {
+		ss.tr.Track(seq, now)
+	}
+	ss.held = append(ss.held, heldReceipt{seq: seq, release: release})
+	out := ss.stepLocked()
+	ss.mu.Unlock()
+	run(out)
+}
+
+func (ss *syncState) lastTracked() uint64 {
+	if n := len(ss.held); n > 0 {
+		return ss.held[n-1].seq
+	}
+	// Only the load-time mark is waiting: it is the highest tracked.
+	return ^uint64(0) >> 1
+}
+
+func (ss *syncState) acked(region string, seq uint64) {
+	ss.mu.Lock()
+	ss.tr.Acked(region, seq)
+	out := ss.stepLocked()
+	ss.mu.Unlock()
+	run(out)
+}
+
+func (ss *syncState) tick(now time.Time) {
+	ss.mu.Lock()
+	ss.tr.Tick(now)
+	out := ss.stepLocked()
+	ss.mu.Unlock()
+	run(out)
+}
+
+// stepLocked applies the tracker's decisions: the receipts to release
+// (returned, to run without the lock) and its events.
+func (ss *syncState) stepLocked() []func() {
+	rd := ss.tr.Ready()
+	for _, ev := range rd.Events {
+		ss.b.metrics.replAlerts.WithLabelValues("sync-" + ev.Kind.String()).Inc()
+		ss.b.log.Warn("sync replication: "+ev.Kind.String(), "topic", ss.topic, "region", ev.Region, "seq", ev.Seq, "waited", ev.Waited)
+	}
+	if rd.ReceiptThrough == 0 {
+		return nil
+	}
+	if ss.tr.Waiting() == 0 {
+		// Everything tracked is confirmed: receipts held behind the
+		// load-time mark go too.
+		rd.ReceiptThrough = ^uint64(0)
+	}
+	i := 0
+	for i < len(ss.held) && ss.held[i].seq <= rd.ReceiptThrough {
+		i++
+	}
+	out := make([]func(), i)
+	for j := range i {
+		out[j] = ss.held[j].release
+	}
+	ss.held = ss.held[i:]
+	return out
+}
+
+func (ss *syncState) releaseAll() {
+	ss.mu.Lock()
+	held := ss.held
+	ss.held = nil
+	ss.mu.Unlock()
+	for _, h := range held {
+		h.release()
+	}
+}
+
+func run(fs []func()) {
+	for _, f := range fs {
+		f()
+	}
+}
