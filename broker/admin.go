@@ -481,7 +481,7 @@ func (b *Broker) deleteTopic(ctx context.Context, tn TopicName, force bool) erro
 	if err := ml.Delete(ctx); err != nil {
 		return err
 	}
-	_ = b.cfg.Store.Delete(ctx, t.dedupKey())
+	_ = t.store.Delete(ctx, t.dedupKey())
 	return b.meta.UnregisterTopic(ctx, tn)
 }
 

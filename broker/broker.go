@@ -28,6 +28,8 @@ type Broker struct {
 	id      string // random per start: generated producer names stay unique
 
 	own       *ownership
+	gown      *ownership // stretched namespaces' bundles, in the global store
+	stretched *stretched
 	repl      *replService
 	lis       net.Listener
 	adminSrv  *http.Server
@@ -107,6 +109,11 @@ func (b *Broker) Start() error {
 		if b.adminSrv != nil {
 			b.adminSrv.Close()
 		}
+		return err
+	}
+	if err := b.startStretched(); err != nil {
+		lis.Close()
+		b.repl.close()
 		return err
 	}
 	if err := b.startOwnership(ctx); err != nil {
@@ -219,8 +226,14 @@ func (b *Broker) Close(ctx context.Context) error {
 	if b.own != nil {
 		_ = b.own.currentLease().Revoke(ctx)
 	}
+	if b.gown != nil {
+		_ = b.gown.currentLease().Revoke(ctx)
+	}
 	b.cancel()
 	b.wg.Wait()
+	if b.stretched != nil {
+		b.stretched.close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -272,7 +285,8 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 	if err != nil {
 		return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
 	}
-	if bi, ok, err := b.own.owner(ctx, bd); err != nil {
+	own := b.ownershipFor(pol)
+	if bi, ok, err := own.owner(ctx, bd); err != nil {
 		return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
 	} else if ok {
 		return bi.ServiceURL, false, nil
@@ -286,7 +300,7 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 	if target.ID != b.cfg.BrokerID {
 		return target.ServiceURL, true, nil
 	}
-	mine, owner, err := b.own.acquire(ctx, bd)
+	mine, owner, err := own.acquire(ctx, bd)
 	if err != nil {
 		return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
 	}
@@ -341,7 +355,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Top
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
 	}
-	if mine, owner, err := b.own.acquire(ctx, bd); err != nil {
+	if mine, owner, err := b.ownershipFor(pol).acquire(ctx, bd); err != nil {
 		return nil, fmt.Errorf("%w: bundle %s: %v", ErrServiceNotReady, bd, err)
 	} else if !mine {
 		return nil, fmt.Errorf("%w: bundle %s is owned by %s", ErrTopicFenced, bd, owner.ID)
@@ -379,12 +393,18 @@ func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Top
 			mlc.RetentionSizeBytes = -1
 		}
 	}
+	if pol.Effective().Mode == ReplicationStretched {
+		if err := b.stretchedLedgerConfig(&mlc, pol); err != nil {
+			return nil, err
+		}
+	}
 	ml, err := mledger.Open(ctx, tn.ManagedLedgerName(), mlc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %v", ErrServiceNotReady, tn, err)
 	}
 	t := newTopic(b, tn, ml, pol)
 	t.bundle = bd
+	t.store = mlc.Store
 	if err := t.load(ctx); err != nil {
 		ml.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("%w: load %s: %v", ErrServiceNotReady, tn, err)

@@ -108,6 +108,10 @@ type Config struct {
 	// and their policies, partition counts, schemas, the topic registry).
 	// nil means Store (a single region).
 	GlobalStore *cluster.Store
+	// Bookies, if set, is the region's bookie source (the one Ledgers
+	// uses): with a separate GlobalStore it enables stretched namespaces
+	// (ledgers over bookies of several regions).
+	Bookies ledger.BookieSource
 	// Ledgers is the ledger client. Required.
 	Ledgers *ledger.Client
 	// ManagedLedger is the template of every topic's managed-ledger

@@ -98,11 +98,17 @@ type ownership struct {
 
 	mu    sync.Mutex
 	owned map[string]bundle // by key
+
+	// store holds the registration and the bundle keys: the region's store,
+	// or for stretched namespaces (whose topics one broker of any region
+	// owns at a time) the global store. regKey is the registration's key.
+	store  *cluster.Store
+	regKey string
 }
 
 func (b *Broker) startOwnership(ctx context.Context) error {
-	o := &ownership{b: b, owned: map[string]bundle{},
-		info: BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.addr}}
+	info := BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.addr}
+	o := &ownership{b: b, owned: map[string]bundle{}, info: info, store: b.cfg.Store, regKey: "/brokers/" + b.cfg.BrokerID}
 	lease, err := o.register(ctx)
 	if err != nil {
 		return err
@@ -110,18 +116,37 @@ func (b *Broker) startOwnership(ctx context.Context) error {
 	o.lease = lease
 	b.own = o
 	go o.keep(lease)
+	if b.cfg.GlobalStore != b.cfg.Store {
+		g := &ownership{b: b, owned: map[string]bundle{}, info: info, store: b.cfg.GlobalStore,
+			regKey: "/stretched/brokers/" + b.cfg.Cluster + "/" + b.cfg.BrokerID}
+		lease, err := g.register(ctx)
+		if err != nil {
+			return fmt.Errorf("register in the global store: %w", err)
+		}
+		g.lease = lease
+		b.gown = g
+		go g.keep(lease)
+	}
 	return nil
+}
+
+// ownershipFor is the ownership a namespace's bundles are held under.
+func (b *Broker) ownershipFor(pol Policies) *ownership {
+	if b.gown != nil && pol.Replication != nil && pol.Replication.Mode == ReplicationStretched {
+		return b.gown
+	}
+	return b.own
 }
 
 // register grants a lease and puts the broker's registration under it.
 func (o *ownership) register(ctx context.Context) (*cluster.Lease, error) {
 	b := o.b
-	lease, err := b.cfg.Store.GrantLease(b.ctx, b.cfg.OwnershipTTL)
+	lease, err := o.store.GrantLease(b.ctx, b.cfg.OwnershipTTL)
 	if err != nil {
 		return nil, err
 	}
 	v, _ := json.Marshal(o.info)
-	if _, err := b.cfg.Store.PutWithLease(ctx, "/brokers/"+b.cfg.BrokerID, v, lease.ID); err != nil {
+	if _, err := o.store.PutWithLease(ctx, o.regKey, v, lease.ID); err != nil {
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = lease.Revoke(rctx)
 		cancel()
@@ -206,7 +231,7 @@ func (o *ownership) brokers(ctx context.Context) ([]BrokerInfo, error) {
 
 // owner returns the owner of a bundle, if any.
 func (o *ownership) owner(ctx context.Context, bd bundle) (BrokerInfo, bool, error) {
-	kv, err := o.b.cfg.Store.Get(ctx, bd.key())
+	kv, err := o.store.Get(ctx, bd.key())
 	if errors.Is(err, cluster.ErrNotFound) {
 		return BrokerInfo{}, false, nil
 	}
@@ -259,7 +284,7 @@ func (o *ownership) acquire(ctx context.Context, bd bundle) (bool, BrokerInfo, e
 		return true, o.info, nil
 	}
 	v, _ := json.Marshal(o.info)
-	_, err := o.b.cfg.Store.CreateWithLease(ctx, bd.key(), v, o.currentLease().ID)
+	_, err := o.store.CreateWithLease(ctx, bd.key(), v, o.currentLease().ID)
 	if err == nil {
 		o.mu.Lock()
 		o.owned[bd.key()] = bd
@@ -289,7 +314,7 @@ func (o *ownership) release(ctx context.Context, bd bundle) error {
 	o.mu.Lock()
 	delete(o.owned, bd.key())
 	o.mu.Unlock()
-	return o.b.cfg.Store.Delete(ctx, bd.key())
+	return o.store.Delete(ctx, bd.key())
 }
 
 func (o *ownership) ownedBundles() []bundle {

@@ -23,6 +23,9 @@ type Topic struct {
 	name TopicName
 	ml   *mledger.ManagedLedger
 	pol  Policies
+	// store holds the topic's own records (its managed ledger's store: the
+	// region's, or the global store for a stretched namespace).
+	store *cluster.Store
 	// bundle the topic was loaded under (a split may narrow it; the topic
 	// stays on this broker unless its new bundle moves).
 	bundle bundle
@@ -93,7 +96,7 @@ const recentPositions = 1024
 
 func newTopic(b *Broker, tn TopicName, ml *mledger.ManagedLedger, pol Policies) *Topic {
 	return &Topic{
-		b: b, name: tn, ml: ml, pol: pol,
+		b: b, name: tn, ml: ml, pol: pol, store: b.cfg.Store,
 		producers: map[*Producer]struct{}{},
 		subs:      map[string]*Subscription{},
 		dedup:     map[string]*dedupState{},
@@ -123,7 +126,7 @@ type dedupSnapshot struct {
 // sequence ids).
 func (t *Topic) load(ctx context.Context) error {
 	from := t.ml.FirstPosition()
-	kv, err := t.b.cfg.Store.Get(ctx, t.dedupKey())
+	kv, err := t.store.Get(ctx, t.dedupKey())
 	switch {
 	case err == nil:
 		var snap dedupSnapshot
@@ -445,7 +448,7 @@ func (t *Topic) writeSnapshot(s *dedupSnapshot) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := t.b.cfg.Store.Put(ctx, t.dedupKey(), b); err != nil {
+	if _, err := t.store.Put(ctx, t.dedupKey(), b); err != nil {
 		t.b.log.Warn("dedup snapshot not written", "topic", t.name.String(), "err", err)
 	}
 }

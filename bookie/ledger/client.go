@@ -92,6 +92,13 @@ type Config struct {
 	// MaxEntryBytes: the largest payload accepted. Default 5 MiB + 64 KiB (a
 	// 5 MiB message plus its metadata). Must not exceed the bookies' limit.
 	MaxEntryBytes int
+	// DegradedRecovery lets recovery close a ledger whose last entries it
+	// could re-write to fewer than the ack quorum — but to at least
+	// Qw-Qa+1 bookies of each write set, the replicas recovery itself
+	// needs to decide — instead of failing. For stretched ledgers after a
+	// region loss: the survivor's copies are all there is until the region
+	// returns and auto-recovery restores the write quorum. Logged.
+	DegradedRecovery bool
 	// DialOptions are added to every bookie connection (TLS, a later issue).
 	DialOptions []grpc.DialOption
 	// Logger receives ensemble changes and recovery decisions. Default: discard.

@@ -220,8 +220,18 @@ func (c *Client) recoveryAdd(ctx context.Context, m Metadata, id int64, src *boo
 			return ctx.Err()
 		case <-timeout:
 			errs = append(errs, fmt.Errorf("no answer within %s", c.cfg.AddTimeout))
+			if c.cfg.DegradedRecovery && ok >= qw-qa+1 {
+				c.cfg.Logger.Warn("ledger recovery: entry re-written to fewer bookies than the ack quorum (degraded recovery; auto-recovery restores it)",
+					"ledger", m.Meta.LedgerId, "entry", id, "bookies", ok, "ack_quorum", qa, "errors", errors.Join(errs...))
+				return nil
+			}
 			return fmt.Errorf("%w: ledger %d entry %d: re-replicated to %d bookies, need %d: %w", ErrRecovery, m.Meta.LedgerId, id, ok, qa, errors.Join(errs...))
 		}
+	}
+	if c.cfg.DegradedRecovery && ok >= qw-qa+1 {
+		c.cfg.Logger.Warn("ledger recovery: entry re-written to fewer bookies than the ack quorum (degraded recovery; auto-recovery restores it)",
+			"ledger", m.Meta.LedgerId, "entry", id, "bookies", ok, "ack_quorum", qa, "errors", errors.Join(errs...))
+		return nil
 	}
 	return fmt.Errorf("%w: ledger %d entry %d: re-replicated to %d bookies, need %d: %w", ErrRecovery, m.Meta.LedgerId, id, ok, qa, errors.Join(errs...))
 }

@@ -336,22 +336,33 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 		keep = append(keep, l)
 	}
 
-	// 3. Create the next ledger.
+	// 3. Create the next ledger. If no ledger can be placed now (a
+	// stretched ledger's other region is gone) the log still opens, for
+	// reads: the first append retries the creation.
 	w, err := ml.lc.Create(ctx, ml.createOptions())
-	if err != nil {
+	if err != nil && len(keep) == 0 {
 		return fmt.Errorf("mledger: %s: create ledger: %w", ml.name, err)
 	}
 	now := ml.now()
-	list := append(keep, LedgerInfo{ID: w.ID(), CreatedAt: now})
+	list := keep
+	if err != nil {
+		ml.log.Warn("opened without a ledger to write: creation failed; appends retry it", "err", err)
+	} else {
+		list = append(keep, LedgerInfo{ID: w.ID(), CreatedAt: now})
+	}
 	// 4. Record it.
 	rec.ledgers = list
 	if b, err = encodeInfo(rec); err != nil {
-		ml.discardLedger(w)
+		if w != nil {
+			ml.discardLedger(w)
+		}
 		return err
 	}
 	newRev, err := ml.store.CAS(ctx, key, b, rev)
 	if err != nil {
-		ml.discardLedger(w)
+		if w != nil {
+			ml.discardLedger(w)
+		}
 		if errors.Is(err, cluster.ErrVersionMismatch) || errors.Is(err, cluster.ErrNotFound) {
 			return fmt.Errorf("%w: %v", errLostRace, err)
 		}
@@ -365,8 +376,11 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 	}
 	ml.infoRev, ml.epoch = newRev, rec.epoch
 	ml.ledgers = list
-	ml.cur = &curLedger{id: w.ID(), w: w, createdAt: now, readableLAC: -1}
-	ml.state = stWriting
+	ml.state = stNoLedger
+	if w != nil {
+		ml.cur = &curLedger{id: w.ID(), w: w, createdAt: now, readableLAC: -1}
+		ml.state = stWriting
+	}
 	ml.lastConfirmed = Position{list[0].ID, -1}
 	for _, l := range keep {
 		ml.entries += l.Entries
@@ -374,7 +388,11 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 		ml.lastConfirmed = Position{l.ID, l.Entries - 1}
 	}
 	ml.rebuildViewLocked()
-	ml.log.Info("opened", "epoch", rec.epoch, "ledgers", len(list), "entries", ml.entries, "writing", w.ID(), "last_confirmed", ml.lastConfirmed)
+	writing := int64(-1)
+	if w != nil {
+		writing = w.ID()
+	}
+	ml.log.Info("opened", "epoch", rec.epoch, "ledgers", len(list), "entries", ml.entries, "writing", writing, "last_confirmed", ml.lastConfirmed)
 	return nil
 }
 

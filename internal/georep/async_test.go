@@ -102,6 +102,7 @@ func TestAsyncReplicationSurvivesLossOfSourceRegion(t *testing.T) {
 	d.waitReplicated("east", topic, []string{"west"}, 2*time.Minute)
 	t.Logf("east reports west caught up %v after the first send", time.Since(start))
 
+	name := p.Name()
 	d.killRegion("east")
 
 	west := d.client("west")
@@ -130,5 +131,19 @@ func TestAsyncReplicationSurvivesLossOfSourceRegion(t *testing.T) {
 				t.Fatalf("key %s: message %d after %d", key, idx[j], idx[j-1])
 			}
 		}
+	}
+
+	// The producer's sequence ids travelled with its entries: re-created in
+	// west under its name, it continues after its last one persisted in
+	// east (so a resend of anything east persisted is deduplicated).
+	wp, err := west.CreateProducer(pulsar.ProducerOptions{Topic: topic, Name: name, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wp.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := wp.LastSequenceID(); got != n {
+		t.Fatalf("producer %s re-created in west sent sequence id %d, want %d (after east's last, %d)", name, got, n, n-1)
 	}
 }

@@ -147,4 +147,5 @@ func TestSyncReplication(t *testing.T) {
 			t.Fatalf("receipted message %d delivered %d times in west", i, len(r.ids[pl]))
 		}
 	}
+	checkHandshakeRefusals(t, d.proc("west-broker-1").Replication, "west", topic)
 }
