@@ -60,7 +60,7 @@ func newGeorepBenchCmd() *cobra.Command {
 	f.StringVar(&o.Out, "out", "", "also write the table into this markdown file (BENCHMARKS.md)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the deployment's data (default: a temp dir under the current directory)")
 	f.DurationVar(&o.Duration, "duration", 15*time.Second, "duration of each measurement (7 of them: about 2.5 min in all at 15s)")
-	f.StringVar(&modes, "modes", "async,sync", "replication modes to measure, comma-separated (async, sync, stretched)")
+	f.StringVar(&modes, "modes", "async,sync,stretched", "replication modes to measure, comma-separated (async, sync, stretched)")
 	f.IntVar(&o.Size, "size", 1024, "payload bytes per message (at least 16)")
 	f.IntVar(&o.Producers, "producers", 1, "producers per max-rate measurement, each on its own topic and connection")
 	f.IntVar(&o.MaxPending, "max-pending", 2000, "producers' MaxPendingMessages")
