@@ -61,7 +61,7 @@ func (o *GeorepOptions) defaults() {
 		o.Duration = 15 * time.Second
 	}
 	if len(o.Modes) == 0 {
-		o.Modes = []string{"async", "sync"}
+		o.Modes = []string{"async", "sync", "stretched"}
 	}
 	if o.Size == 0 {
 		o.Size = msgSize
