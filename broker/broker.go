@@ -43,6 +43,7 @@ type Broker struct {
 	closed bool
 
 	producerSeq atomic.Int64
+	limiters    sync.Map // namespace + remote region → *nsLimiter
 	wg          sync.WaitGroup
 }
 

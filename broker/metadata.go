@@ -124,6 +124,9 @@ type ReplicationPolicy struct {
 	// (0: no quota); past it an alert fires and data is kept only up to
 	// the namespace's retention.
 	BacklogQuotaBytes int64 `json:"backlogQuotaBytes,omitempty"`
+	// RateBytesPerSecond bounds the namespace's replication to each remote
+	// region (all its topics together; 0: no limit).
+	RateBytesPerSecond int64 `json:"rateBytesPerSecond,omitempty"`
 }
 
 // Metadata stores tenants, namespaces, partitioned-topic counts and the

@@ -43,6 +43,7 @@ func (b *Broker) policyLoop() {
 		case <-t.C:
 			mctx, mcancel := context.WithTimeout(b.ctx, 30*time.Second)
 			b.maintainBundles(mctx)
+			b.loadBacklogged(mctx)
 			mcancel()
 			for _, tp := range b.loadedTopics() {
 				ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)

@@ -472,6 +472,9 @@ func (t *Topic) syncReplication(ctx context.Context) {
 			}
 		}
 	}
+	for remote := range want {
+		t.b.replLimiter(t.name.NamespaceName(), remote, eff.RateBytesPerSecond) // a changed rate applies at once
+	}
 	r := t.replState()
 	r.mu.Lock()
 	var stop []*replSender
@@ -595,11 +598,13 @@ type replSender struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	st      *outStream
-	gen     int
-	dropped int // batches dropped by fault injection
-	status  atomic.Pointer[replStatus]
-	lastErr atomic.Pointer[string]
+	st       *outStream
+	gen      int
+	dropped  int       // batches dropped by fault injection
+	marked   bool      // the backlog marker is set
+	caughtUp time.Time // since when the remote region has acked everything
+	status   atomic.Pointer[replStatus]
+	lastErr  atomic.Pointer[string]
 }
 
 type outStream struct {
@@ -654,6 +659,7 @@ func (t *Topic) newReplSender(ctx context.Context, remote string, eff Replicatio
 			Stream: uint64(props[propStream]), Base: uint64(props[propBase])}
 	}
 	cfg := replicator.DefaultSenderConfig(t.b.cfg.Cluster, remote)
+	cfg.Limiter = t.b.replLimiter(t.name.NamespaceName(), remote, eff.RateBytesPerSecond)
 	if eff.BacklogQuotaBytes > 0 {
 		cfg.Quota.MaxBytes = eff.BacklogQuotaBytes
 	}
@@ -664,6 +670,14 @@ func (t *Topic) newReplSender(ctx context.Context, remote string, eff Replicatio
 	rs := &replSender{t: t, remote: remote, cur: cur, s: s, log: t.b.log,
 		wake: make(chan struct{}, 1), events: make(chan senderEvent, 256), done: make(chan struct{})}
 	rs.ctx, rs.cancel = context.WithCancel(t.b.ctx)
+	// The backlog marker is set before anything is sent and cleared only
+	// once the remote region caught up, so a crash at any moment leaves it
+	// for the next owner's loader (loadBacklogged).
+	if _, err := t.b.cfg.Store.Put(ctx, backlogMarker(t.name.String()), nil); err != nil {
+		rs.cancel()
+		return nil, fmt.Errorf("set the replication backlog marker: %w", err)
+	}
+	rs.marked = true
 	rs.publishStatus()
 	return rs, nil
 }
@@ -997,6 +1011,80 @@ func (rs *replSender) publishStatus() {
 	}
 	st.LocalSeq = rs.t.logEnd().Seq
 	rs.status.Store(st)
+	// A backlog marker in the region's store lets a broker that owns the
+	// topic later load it to replicate even if no client ever comes back.
+	// Cleared only after the remote region has been caught up for a while
+	// (an idle topic), set again at the first entry behind: a crash in the
+	// moment between a new entry and the marker's write is the one case a
+	// client (or a stream) must load the topic again.
+	behind := st.AckedSeq < st.LocalSeq
+	if behind {
+		rs.caughtUp = time.Time{}
+	} else if rs.caughtUp.IsZero() {
+		rs.caughtUp = time.Now()
+	}
+	if !behind && time.Since(rs.caughtUp) < markerIdle {
+		behind = rs.marked // keep it for now
+	}
+	if behind != rs.marked {
+		ctx, cancel := context.WithTimeout(rs.ctx, 5*time.Second)
+		var err error
+		if behind {
+			_, err = rs.t.b.cfg.Store.Put(ctx, backlogMarker(rs.t.name.String()), nil)
+		} else {
+			err = rs.t.b.cfg.Store.Delete(ctx, backlogMarker(rs.t.name.String()))
+		}
+		cancel()
+		if err == nil {
+			rs.marked = behind
+		}
+	}
+}
+
+const backlogMarkersKey = "/replication/backlog/"
+
+// markerIdle: how long a replicator must be caught up before its backlog
+// marker is cleared.
+const markerIdle = 30 * time.Second
+
+func backlogMarker(topic string) string { return backlogMarkersKey + url.PathEscape(topic) }
+
+// loadBacklogged loads, on the broker that owns them (or becomes their
+// owner now), the topics whose replicators still have a backlog but that
+// no client or stream has loaded: after a restart, replication resumes by
+// itself. Called from the policy loop.
+func (b *Broker) loadBacklogged(ctx context.Context) {
+	kvs, _, err := b.cfg.Store.List(ctx, backlogMarkersKey)
+	if err != nil {
+		return
+	}
+	for _, kv := range kvs {
+		name, err := url.PathUnescape(strings.TrimPrefix(kv.Key, backlogMarkersKey))
+		if err != nil {
+			continue
+		}
+		b.mu.Lock()
+		_, loaded := b.topics[name]
+		b.mu.Unlock()
+		if loaded {
+			continue
+		}
+		u, _, err := b.lookup(ctx, name, false)
+		if err != nil {
+			b.log.Warn("replication backlog: lookup failed", "topic", name, "err", err)
+			continue
+		}
+		if u != b.serverURL {
+			continue
+		}
+		if _, err := b.getTopic(ctx, name, false); errors.Is(err, ErrTopicNotFound) {
+			_ = b.cfg.Store.Delete(ctx, kv.Key)
+		} else if err != nil {
+			b.log.Warn("replication backlog: topic not loaded", "topic", name, "err", err)
+		} else {
+			b.log.Warn("loaded a topic to resume its replication", "topic", name)
+		}
+	}
 }
 
 // replicationStatus lists the senders of the loaded topics, optionally of
@@ -1109,4 +1197,37 @@ func (b *Broker) adminReplicationStatus(r *http.Request) (any, error) {
 		return strings.Compare(a.Remote, b.Remote)
 	})
 	return out, nil
+}
+
+// nsLimiter is a namespace's replication rate limit towards one remote
+// region, shared by the senders of all its topics on this broker.
+type nsLimiter struct {
+	mu   sync.Mutex
+	rate int64
+	tb   *replicator.TokenBucket
+}
+
+func (l *nsLimiter) Take(now time.Time, entries, bytes int) (bool, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tb == nil {
+		return true, time.Time{}
+	}
+	return l.tb.Take(now, entries, bytes)
+}
+
+// replLimiter returns the limiter of (namespace, remote), set to rate
+// bytes per second (0: none).
+func (b *Broker) replLimiter(ns, remote string, rate int64) *nsLimiter {
+	v, _ := b.limiters.LoadOrStore(ns+"\x00"+remote, &nsLimiter{})
+	l := v.(*nsLimiter)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rate != l.rate {
+		l.rate, l.tb = rate, nil
+		if rate > 0 {
+			l.tb = replicator.NewTokenBucket(replicator.RateLimit{BytesPerSecond: rate}, time.Now())
+		}
+	}
+	return l
 }

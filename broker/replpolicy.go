@@ -160,6 +160,9 @@ func validateReplication(p Policies, known []string) error {
 	default:
 		return bad("replication: startAt %q: want earliest or latest", rp.StartAt)
 	}
+	if rp.RateBytesPerSecond < 0 {
+		return bad("replication: rateBytesPerSecond %d: must be >= 0 (0 = no limit)", rp.RateBytesPerSecond)
+	}
 	if rp.BacklogQuotaBytes < 0 {
 		return bad("replication: backlogQuotaBytes %d: must be >= 0 (0 = no quota)", rp.BacklogQuotaBytes)
 	}
@@ -226,6 +229,7 @@ type replicationUpdate struct {
 	MinRegions        *int      `json:"minRegions"`
 	StartAt           *string   `json:"startAt"`
 	BacklogQuotaBytes *int64    `json:"backlogQuotaBytes"`
+	RateBytesPerSec   *int64    `json:"rateBytesPerSecond"`
 }
 
 // apply sets the fields present in u on p.
@@ -252,6 +256,9 @@ func (u replicationUpdate) apply(p *Policies) {
 	}
 	if u.MinRegions != nil {
 		rp.MinRegions = *u.MinRegions
+	}
+	if u.RateBytesPerSec != nil {
+		rp.RateBytesPerSecond = *u.RateBytesPerSec
 	}
 	if u.BacklogQuotaBytes != nil {
 		rp.BacklogQuotaBytes = *u.BacklogQuotaBytes

@@ -130,7 +130,7 @@ func newAdminCmd() *cobra.Command {
 				body["regions"] = *u.Regions
 			}
 			if len(body) == 0 {
-				return fmt.Errorf("nothing to update: give at least one of --regions, --replication, --failover, --primary, --sync-on-unreachable, --sync-timeout, --min-regions, --start-at, --replication-backlog-quota")
+				return fmt.Errorf("nothing to update: give at least one of --regions, --replication, --failover, --primary, --sync-on-unreachable, --sync-timeout, --min-regions, --start-at, --replication-backlog-quota, --replication-rate")
 			}
 			return call("POST", "/admin/v2/namespaces/"+a[0]+"/meridian-replication", body)
 		},
@@ -354,6 +354,7 @@ type replFlags struct {
 	minRegions        int
 	startAt           string
 	backlogQuota      string
+	rate              string
 }
 
 func (f *replFlags) register(c *cobra.Command) {
@@ -366,6 +367,7 @@ func (f *replFlags) register(c *cobra.Command) {
 	fl.DurationVar(&f.syncTimeout, "sync-timeout", 0, "how long a sync send waits for an unreachable region before failing, e.g. 30s (default 30s)")
 	fl.IntVar(&f.minRegions, "min-regions", 0, "regions (the local one included) an entry must be persisted in before its receipt, sync/stretched (0 = all)")
 	fl.StringVar(&f.startAt, "start-at", "", "where a newly added region's replication starts: earliest | latest (default earliest)")
+	fl.StringVar(&f.rate, "replication-rate", "", "replication rate limit of the namespace to each remote region, bytes per second or with a unit (50MiB); 0 = none")
 	fl.StringVar(&f.backlogQuota, "replication-backlog-quota", "", "bound on each remote region's replication backlog, in bytes or with a unit (10GiB, 500MB); 0 = none")
 }
 
@@ -416,6 +418,13 @@ func (f *replFlags) update(c *cobra.Command) (replUpdate, error) {
 	}
 	if changed("min-regions") {
 		u.fields["minRegions"] = f.minRegions
+	}
+	if changed("replication-rate") {
+		n, err := parseByteSize(f.rate)
+		if err != nil {
+			return u, fmt.Errorf("--replication-rate: %w", err)
+		}
+		u.fields["rateBytesPerSecond"] = n
 	}
 	if changed("replication-backlog-quota") {
 		n, err := parseByteSize(f.backlogQuota)

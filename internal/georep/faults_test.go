@@ -118,6 +118,30 @@ func TestReplicationSurvivesOwnerKillAndLostBatch(t *testing.T) {
 			}
 		}
 	}
+
+	// A namespace's replication rate limit holds: 200 messages of 1 KiB at
+	// 50,000 bytes/s need about 3 s beyond the one-second burst.
+	d.createNamespace("public/slow", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-active", "rateBytesPerSecond": 50000})
+	const slow = "persistent://public/slow/t"
+	sc, err := west.Subscribe(pulsar.ConsumerOptions{Topic: slow, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := east.CreateProducer(pulsar.ProducerOptions{Topic: slow, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := range 200 {
+		sp.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: append(fmt.Appendf(nil, "k/%d/east/", i), make([]byte, 1024)...)}, nil)
+	}
+	sp.Flush()
+	got := consumeAll(t, sc, 200, time.Minute, 2*time.Second)
+	took := time.Since(start) - 2*time.Second // consumeAll waited 2 s for more
+	if got.count != 200 || took < 2500*time.Millisecond {
+		t.Fatalf("rate-limited namespace replicated %d messages in %v; want 200 in at least 2.5 s", got.count, took)
+	}
+	t.Logf("rate-limited replication of 200 KiB at 50,000 B/s took %v", took)
 }
 
 // Issue 4, test 3: three regions, active-active, producers in all three:
@@ -175,5 +199,40 @@ func TestThreeRegionsActiveActive(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A replicator resumes by itself: east's owner restarts with a backlog
+// to west and no client ever comes back to load the topic; once west is
+// back, the backlog drains anyway (the topic is loaded because of its
+// backlog marker).
+func TestReplicationResumesWithoutClients(t *testing.T) {
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d.createNamespace("public/geo", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-active"})
+	const topic = "persistent://public/geo/quiet"
+	d.kill("west-broker-1")
+	east := d.client("east")
+	p, err := east.CreateProducer(pulsar.ProducerOptions{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, "east", 500, 5)
+	east.Close()
+	d.kill("east-broker-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, name := range []string{"east-broker-1", "west-broker-1"} {
+		if err := d.d.Restart(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.waitReplicated("east", topic, []string{"west"}, 90*time.Second)
+	d.killRegion("east")
+	c, err := d.client("west").Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := consumeAll(t, c, 500, time.Minute, 2*time.Second); r.count != 500 {
+		t.Fatalf("west has %d of 500 messages", r.count)
 	}
 }

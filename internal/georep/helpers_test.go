@@ -105,12 +105,27 @@ func (d *deployment) admin(region, method, path string, body, out any) error {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, d.region(region).AdminURL+path, rd)
-	if err != nil {
-		return err
+	var resp *http.Response
+	var err error
+	// Any broker of the region answers; some may have been killed.
+	for _, p := range d.region(region).Processes {
+		if p.Role != "broker" {
+			continue
+		}
+		var req *http.Request
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = bytes.NewReader(b)
+		}
+		req, err = http.NewRequest(method, "http://"+p.Admin+path, rd)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			break
+		}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
