@@ -827,9 +827,17 @@ func (rs *replSender) drive() {
 				ss.acked(rs.remote, r.Acked)
 			}
 		}
+		resync := false
 		for _, a := range r.Alerts {
 			rs.t.b.metrics.replAlerts.WithLabelValues(a.Kind.String()).Inc()
 			rs.log.Warn("replication alert", "topic", rs.t.name.String(), "remote", rs.remote, "alert", a.String())
+			if a.Kind == replicator.AlertNeedsResync && a.Reason == replicator.ResyncTrimmed {
+				resync = true
+			}
+		}
+		if resync {
+			rs.resync()
+			continue
 		}
 		if len(r.Send) > 0 {
 			rs.send(r.Send)
@@ -849,11 +857,23 @@ func (rs *replSender) read(req replicator.ReadRequest) ([]replicator.Entry, erro
 	ml := rs.t.ml
 	ctx, cancel := context.WithTimeout(rs.ctx, 30*time.Second)
 	defer cancel()
-	es, err := ml.ReadEntries(ctx, ml.Next(toMLPos(req.After)), req.MaxEntries, req.MaxBytes)
+	after := toMLPos(req.After)
+	if after != mledger.Earliest && !slices.ContainsFunc(ml.Ledgers(), func(l mledger.LedgerInfo) bool { return l.ID == after.Ledger }) {
+		// The ledger the cursor is in was deleted: retention trimmed
+		// entries the region had not received (the cursor had stopped
+		// holding them, over its backlog quota).
+		return nil, fmt.Errorf("%w: ledger %d of %s", replicator.ErrTrimmed, after.Ledger, rs.t.name)
+	}
+	es, err := ml.ReadEntries(ctx, ml.Next(after), req.MaxEntries, req.MaxBytes)
 	out := make([]replicator.Entry, 0, len(es))
 	local := rs.t.b.cfg.Cluster
-	for _, e := range es {
+	for i, e := range es {
 		d, derr := decodeEntry(e.Data)
+		if i == 0 && after == mledger.Earliest && derr == nil && d.Origin.Region == "" && d.Origin.Seq > rs.s.Status().Cursor.Seq+1 {
+			// From the start of the log, and its first local entries are
+			// gone: trimmed before the region received them.
+			return nil, fmt.Errorf("%w: %s starts at local sequence number %d", replicator.ErrTrimmed, rs.t.name, d.Origin.Seq)
+		}
 		re := replicator.Entry{Pos: toReplPos(e.Pos)}
 		switch {
 		case derr != nil:
@@ -1011,6 +1031,7 @@ func (rs *replSender) publishStatus() {
 	}
 	st.LocalSeq = rs.t.logEnd().Seq
 	rs.status.Store(st)
+	rs.cur.SetHoldsRetention(s.HoldsRetention)
 	// A backlog marker in the region's store lets a broker that owns the
 	// topic later load it to replicate even if no client ever comes back.
 	// Cleared only after the remote region has been caught up for a while
@@ -1230,4 +1251,45 @@ func (b *Broker) replLimiter(ns, remote string, rate int64) *nsLimiter {
 		}
 	}
 	return l
+}
+
+// resync restarts replication to the remote region as a new stream from
+// the first entry still retained, after retention trimmed entries the
+// region never received (the namespace's default backlog-quota policy:
+// keep data up to retention, then resync). The target adopts the new
+// stream and logs the skipped sequence numbers as declared loss; the
+// alert needs-resync was counted.
+func (rs *replSender) resync() {
+	ctx, cancel := context.WithTimeout(rs.ctx, 30*time.Second)
+	defer cancel()
+	st := rs.s.Status()
+	rs.t.mu.Lock()
+	eff := rs.t.pol.Effective()
+	rs.t.mu.Unlock()
+	eff.StartAt = StartAtEarliest
+	start, err := rs.t.initialReplCursor(ctx, eff)
+	if err != nil {
+		rs.log.Warn("replication resync: cannot find the first retained entry", "topic", rs.t.name.String(), "remote", rs.remote, "err", err)
+		return
+	}
+	next := st.Cursor.NextStream(start.Pos, start.Seq, start.Bytes)
+	cfg := replicator.DefaultSenderConfig(rs.t.b.cfg.Cluster, rs.remote)
+	cfg.Limiter = rs.t.b.replLimiter(rs.t.name.NamespaceName(), rs.remote, eff.RateBytesPerSecond)
+	if eff.BacklogQuotaBytes > 0 {
+		cfg.Quota.MaxBytes = eff.BacklogQuotaBytes
+	}
+	s, err := replicator.NewSender(cfg, next, time.Now())
+	if err != nil {
+		rs.log.Warn("replication resync", "topic", rs.t.name.String(), "remote", rs.remote, "err", err)
+		return
+	}
+	rs.cur.AckCumulativeWith(toMLPos(next.Pos), cursorProps(next))
+	if err := rs.cur.Flush(ctx); err != nil {
+		rs.log.Warn("replication resync: cursor not persisted", "topic", rs.t.name.String(), "remote", rs.remote, "err", err)
+		return
+	}
+	rs.closeStream()
+	rs.s = s
+	rs.log.Warn("replication resynced: a new stream from the first retained entry (the region lacks what retention trimmed)",
+		"topic", rs.t.name.String(), "remote", rs.remote, "from_seq", next.Base+1, "stream", next.Stream)
 }

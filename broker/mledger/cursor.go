@@ -31,6 +31,18 @@ type Cursor struct {
 	rev       int64
 	persisted Position
 	deleted   bool
+	// released: the cursor does not hold back trimming (a replicator over
+	// its backlog quota); kept in memory only.
+	released bool
+}
+
+// SetHoldsRetention says whether the cursor holds back trimming, as every
+// durable cursor does by default. A replicator whose region is gone past
+// its backlog quota stops holding it, so retention decides what stays.
+func (c *Cursor) SetHoldsRetention(hold bool) {
+	c.mu.Lock()
+	c.released = !hold
+	c.mu.Unlock()
 }
 
 // Name returns the cursor's name ("" for a non-durable cursor).

@@ -36,7 +36,7 @@ func (ml *ManagedLedger) trim(ctx context.Context) error {
 	}
 	for _, c := range ml.Cursors() {
 		c.mu.Lock()
-		if !c.deleted {
+		if !c.deleted && !c.released {
 			if !in.hasDurable || c.persisted.Less(in.slowest) {
 				in.slowest = c.persisted
 			}

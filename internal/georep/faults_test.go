@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,6 +202,27 @@ func TestThreeRegionsActiveActive(t *testing.T) {
 			}
 		}
 	}
+
+	// A region added to a namespace later gets the whole retained history
+	// (start-at earliest, the default), not only what comes after.
+	d.createNamespace("public/late", []string{"east"}, map[string]any{"mode": "async", "failover": "active-active"})
+	const late = "persistent://public/late/history"
+	lp, err := d.client("east").CreateProducer(pulsar.ProducerOptions{Topic: late})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, lp, "east", 300, 3)
+	if err := d.admin("east", "POST", "/admin/v2/namespaces/public/late/replication", []string{"east", "north"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	d.waitReplicated("east", late, []string{"north"}, time.Minute)
+	lc, err := d.client("north").Subscribe(pulsar.ConsumerOptions{Topic: late, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := consumeAll(t, lc, 300, time.Minute, 2*time.Second); got.count != 300 {
+		t.Fatalf("north, added later, has %d of the 300 messages produced before it joined", got.count)
+	}
 }
 
 // A replicator resumes by itself: east's owner restarts with a backlog
@@ -234,5 +257,110 @@ func TestReplicationResumesWithoutClients(t *testing.T) {
 	}
 	if r := consumeAll(t, c, 500, time.Minute, 2*time.Second); r.count != 500 {
 		t.Fatalf("west has %d of 500 messages", r.count)
+	}
+}
+
+// A region gone for long does not take the survivor down: past the
+// namespace's replication backlog quota an alert fires, the replication
+// cursor stops holding data beyond retention (here 0), retention trims
+// what the region never received, and when the region returns it is
+// resynced as a new stream from the first retained entry (the loss is
+// declared and counted) — east's producers were never blocked.
+func TestReplicationBacklogQuotaThenResync(t *testing.T) {
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	body := map[string]any{"replication_clusters": []string{"east", "west"},
+		"meridian_replication": map[string]any{"mode": "async", "failover": "active-active", "backlogQuotaBytes": 20000}}
+	if err := d.admin("east", "PUT", "/admin/v2/namespaces/public/quota", body, nil); err != nil {
+		t.Fatal(err)
+	}
+	const topic = "persistent://public/quota/t"
+	d.kill("west-broker-1")
+	send := func(tag string, n int) {
+		c := d.client("east")
+		p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var failed atomic.Int64
+		for i := range n {
+			p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: append(fmt.Appendf(nil, "k/%d/%s/", i, tag), make([]byte, 1000)...)},
+				func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+					if err != nil {
+						failed.Add(1)
+					}
+				})
+		}
+		p.Flush()
+		if n := failed.Load(); n > 0 {
+			t.Fatalf("east blocked while west is gone: %d sends failed", n)
+		}
+		c.Close()
+	}
+	// More entries than a sender reads ahead (its window), so some are
+	// only on disk when retention trims them.
+	send("old", 2000)
+	eastAdmin := d.proc("east-broker-1").Admin
+	deadline := time.Now().Add(30 * time.Second)
+	for alerts(t, eastAdmin, "over-quota") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no over-quota alert")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// A restart rolls the ledger over, so retention can trim the old one.
+	d.kill("east-broker-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := d.d.Restart(ctx, "east-broker-1"); err != nil {
+		t.Fatal(err)
+	}
+	send("new", 50)
+	// Retention (0) trims the old ledger once the replicator, over its
+	// quota, no longer holds it.
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		var st struct{ Entries int64 }
+		err := d.admin("east", "GET", "/admin/v2/persistent/public/quota/t/stats", nil, &st)
+		if err == nil && st.Entries <= 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old ledger was not trimmed: %+v %v", st, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err := d.d.Restart(ctx, "west-broker-1"); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := d.client("west").Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]int{}
+	deadline = time.Now().Add(90 * time.Second)
+	for len(got) < 50 && time.Now().Before(deadline) {
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m, err := wc.Receive(rctx)
+		rcancel()
+		if err != nil {
+			continue
+		}
+		wc.Ack(m)
+		var i int
+		var tag string
+		parts := strings.SplitN(string(m.Payload()), "/", 4)
+		fmt.Sscan(parts[1], &i)
+		tag = parts[2]
+		if tag == "new" {
+			got[i]++
+		}
+	}
+	for i := range 50 {
+		if got[i] != 1 {
+			t.Fatalf("west has message new/%d %d times after the resync, want once (got %d of 50)", i, got[i], len(got))
+		}
+	}
+	if n := alerts(t, d.proc("east-broker-1").Admin, "needs-resync"); n < 1 {
+		t.Fatal("no needs-resync alert")
 	}
 }
