@@ -69,6 +69,23 @@ func (b *Broker) AdminHandler() http.Handler {
 		return b.cfg.Health(), nil
 	})
 	h("GET /admin/v2/meridian/replication", b.adminReplicationStatus)
+	h("GET /admin/v2/meridian/failover", func(r *http.Request) (any, error) { return b.failoverStatus(r.Context(), "") })
+	h("GET /admin/v2/meridian/failover/{tenant}/{ns}", func(r *http.Request) (any, error) {
+		return b.failoverStatus(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"))
+	})
+	h("POST /admin/v2/meridian/failover/{tenant}/{ns}", func(r *http.Request) (any, error) {
+		var req struct {
+			To     string `json:"to"`
+			Reason string `json:"reason"`
+		}
+		if err := readJSON(r, &req, true); err != nil {
+			return nil, err
+		}
+		if req.Reason == "" {
+			req.Reason = "manual"
+		}
+		return b.Failover(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"), req.To, req.Reason)
+	})
 
 	// Tenants.
 	h("GET /admin/v2/tenants", func(r *http.Request) (any, error) { return b.meta.ListTenants(r.Context()) })

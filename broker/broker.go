@@ -30,6 +30,7 @@ type Broker struct {
 	own       *ownership
 	gown      *ownership // stretched namespaces' bundles, in the global store
 	stretched *stretched
+	fo        *failoverState
 	repl      *replService
 	lis       net.Listener
 	adminSrv  *http.Server
@@ -112,6 +113,7 @@ func (b *Broker) Start() error {
 		}
 		return err
 	}
+	b.startFailover()
 	if err := b.startStretched(); err != nil {
 		lis.Close()
 		b.repl.close()
@@ -451,6 +453,9 @@ func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProdu
 		}
 		p.schemaVersion = v
 	}
+	if err := b.checkActive(t.name, t.policies()); err != nil {
+		return nil, 0, err
+	}
 	last, err := t.addProducer(p)
 	if err != nil {
 		return nil, 0, err
@@ -462,6 +467,9 @@ func (b *Broker) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe)
 	create := m.ForceTopicCreation == nil || m.GetForceTopicCreation()
 	t, err := b.getTopic(ctx, m.GetTopic(), create)
 	if err != nil {
+		return nil, err
+	}
+	if err := b.checkActive(t.name, t.policies()); err != nil {
 		return nil, err
 	}
 	return t.subscribe(ctx, c, m)

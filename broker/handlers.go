@@ -31,6 +31,20 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(m.GetRequestId())}
+	if other, err := c.b.crossRegionLookup(ctx, m.GetTopic()); other != "" || err != nil {
+		// The namespace is active in another region: ask a broker there.
+		if err != nil {
+			resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
+			resp.Error = serverError(err).Enum()
+			resp.Message = proto.String(err.Error())
+		} else {
+			resp.Response = pb.CommandLookupTopicResponse_Redirect.Enum()
+			resp.BrokerServiceUrl = proto.String(other)
+			resp.Authoritative = proto.Bool(false)
+		}
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
+		return
+	}
 	url, redirect, err := c.b.lookup(ctx, m.GetTopic(), m.GetAuthoritative())
 	switch {
 	case err != nil:

@@ -125,6 +125,11 @@ func (rs *replService) registerLoop() {
 		if err == nil {
 			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 			_, err = b.cfg.GlobalStore.PutWithLease(ctx, key, []byte(rs.addr), lease.ID)
+			if err == nil {
+				// The region's brokers, for lookups redirected from other
+				// regions (failover.go).
+				_, err = b.cfg.GlobalStore.PutWithLease(ctx, regionBrokersKey(b.cfg.Cluster)+b.cfg.BrokerID, []byte(b.serverURL), lease.ID)
+			}
 			cancel()
 			if err == nil {
 				select {

@@ -213,6 +213,13 @@ func (t *Topic) noteEntryLocked(pos mledger.Position, d decodedEntry) {
 	t.index.add(d.Origin.ID, pos)
 }
 
+// policies returns the namespace's policies as last read.
+func (t *Topic) policies() Policies {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pol
+}
+
 // wireID is the message id clients see for the entry at pos: a
 // replicated entry keeps the id its origin region gave it.
 func (t *Topic) wireID(pos mledger.Position, d decodedEntry) mledger.Position {

@@ -227,7 +227,35 @@ func newAdminCmd() *cobra.Command {
 	})
 	regions := &cobra.Command{Use: "regions", Short: "Regions registered in the global store"}
 	sub(regions, "list", "List the registered regions", 0, func(a []string) error { return call("GET", "/admin/v2/clusters", nil) })
-	cmd.AddCommand(tenants, namespaces, topics, subs, regions, newReplicationCmd(do))
+	var to, reason string
+	failover := &cobra.Command{
+		Use:   "failover TENANT/NS --to REGION",
+		Short: "Make REGION the active region of an active-standby namespace now (drills, maintenance)",
+		Long: `failover moves an active-standby namespace to REGION: the global store's
+record of its active region goes to the next epoch (compare-and-swap, so
+one region is active per epoch); the old active region's brokers close the
+namespace's producers and consumers and redirect their lookups, so
+unmodified clients with a multi-region service URL land in REGION.
+Async replication: what the old region acknowledged and had not
+replicated yet is not in REGION.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, a []string) error {
+			if to == "" {
+				return fmt.Errorf("--to REGION is required")
+			}
+			return call("POST", "/admin/v2/meridian/failover/"+a[0], map[string]string{"to": to, "reason": reason})
+		},
+	}
+	failover.Flags().StringVar(&to, "to", "", "the region to make active")
+	failover.Flags().StringVar(&reason, "reason", "manual", "recorded with the new epoch")
+	failover.AddCommand(&cobra.Command{Use: "status [TENANT/NS]", Short: "Show the active region and epoch of active-standby namespaces",
+		Args: cobra.MaximumNArgs(1), RunE: func(_ *cobra.Command, a []string) error {
+			if len(a) == 1 {
+				return call("GET", "/admin/v2/meridian/failover/"+a[0], nil)
+			}
+			return call("GET", "/admin/v2/meridian/failover", nil)
+		}})
+	cmd.AddCommand(tenants, namespaces, topics, subs, regions, failover, newReplicationCmd(do))
 	cmd.AddCommand(newAdminStorageCmds()...)
 	return cmd
 }
