@@ -31,6 +31,7 @@ type Broker struct {
 	gown      *ownership // stretched namespaces' bundles, in the global store
 	stretched *stretched
 	fo        *failoverState
+	serving   *servingState
 	repl      *replService
 	lis       net.Listener
 	adminSrv  *http.Server
@@ -127,6 +128,7 @@ func (b *Broker) Start() error {
 		}
 		return err
 	}
+	b.startFailoverControl()
 	b.wg.Add(2)
 	go b.acceptLoop()
 	go b.policyLoop()
@@ -453,7 +455,7 @@ func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProdu
 		}
 		p.schemaVersion = v
 	}
-	if err := b.checkActive(t.name, t.policies()); err != nil {
+	if err := b.checkActive(ctx, t.name, t.policies()); err != nil {
 		return nil, 0, err
 	}
 	last, err := t.addProducer(p)
@@ -469,7 +471,7 @@ func (b *Broker) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.checkActive(t.name, t.policies()); err != nil {
+	if err := b.checkActive(ctx, t.name, t.policies()); err != nil {
 		return nil, err
 	}
 	return t.subscribe(ctx, c, m)

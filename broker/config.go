@@ -8,6 +8,7 @@ import (
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/failover"
 )
 
 // Config configures a Broker. Read once by New.
@@ -117,6 +118,14 @@ type Config struct {
 	// ManagedLedger is the template of every topic's managed-ledger
 	// config (quorums, rollover, cache); Store and Ledgers are filled in.
 	ManagedLedger mledger.Config
+
+	// HealthView, if set with a separate GlobalStore, turns on automatic
+	// failover of active-standby namespaces (failoverctl.go): the gossip
+	// view of every region.
+	HealthView func() cluster.HealthView
+	// FailoverLease: the rules of the regions' leases (zero: failover's
+	// defaults, a 5 s TTL).
+	FailoverLease failover.LeaseRules
 
 	// Health, if set, answers GET /admin/v2/meridian/health (the gossip
 	// health view of every region).

@@ -46,6 +46,7 @@ type FailoverRecord struct {
 	Active    string `json:"active"`
 	Epoch     uint64 `json:"epoch"`
 	Previous  string `json:"previous,omitempty"`
+	CatchUp   bool   `json:"catchUp,omitempty"`
 	SinceMs   int64  `json:"sinceMs"`
 	Reason    string `json:"reason,omitempty"`
 }
@@ -145,9 +146,27 @@ func (b *Broker) activeRegion(ns string, pol Policies) string {
 
 // errNotActive refuses a producer or subscription outside the active
 // region: ServiceNotReady, which the Go client retries with a new lookup.
-func (b *Broker) checkActive(tn TopicName, pol Policies) error {
+func (b *Broker) checkActive(ctx context.Context, tn TopicName, pol Policies) error {
 	if a := b.activeRegion(tn.NamespaceName(), pol); a != "" && a != b.cfg.Cluster {
 		return fmt.Errorf("%w: namespace %s is active in region %s (this is %s): look the topic up again", ErrServiceNotReady, tn.NamespaceName(), a, b.cfg.Cluster)
+	}
+	if !b.mayServe(tn.NamespaceName(), pol) {
+		// The region may be about to serve (a new namespace's first epoch,
+		// a lease being acquired): wake the controller and wait a little,
+		// since the Go client does not retry a refused creation.
+		b.nudgeControl()
+		wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for wait.Err() == nil && !b.mayServe(tn.NamespaceName(), pol) {
+			select {
+			case <-wait.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if b.mayServe(tn.NamespaceName(), pol) {
+			return nil
+		}
+		return fmt.Errorf("%w: region %s does not hold the lease of namespace %s now (acquiring it, or cut off from the global store)", ErrServiceNotReady, b.cfg.Cluster, tn.NamespaceName())
 	}
 	return nil
 }

@@ -656,6 +656,13 @@ func (p *Producer) publish(m *pb.CommandSend, msg []byte) {
 		if errors.Is(err, errDropSilently) {
 			return
 		}
+		if err == nil && !p.topic.b.mayServe(p.topic.name.NamespaceName(), p.topic.policies()) {
+			// The self-fence: this region's lease may have run out, so
+			// another region may be acknowledging now. The entry is stored
+			// here (and replicates), but its receipt must come from the
+			// active region: the client resends there.
+			err = fmt.Errorf("%w: region %s may not acknowledge for namespace %s now", ErrServiceNotReady, p.topic.b.cfg.Cluster, p.topic.name.NamespaceName())
+		}
 		if err != nil {
 			p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
 				ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(seq), Error: serverError(err).Enum(), Message: proto.String(err.Error())}})

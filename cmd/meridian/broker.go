@@ -127,6 +127,9 @@ func newBrokerCmd() *cobra.Command {
 				ReplicationAddr: c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
 			}
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
+			if m != nil {
+				bc.HealthView = m.Snapshot // automatic failover of active-standby namespaces
+			}
 			b, err := broker.New(bc)
 			if err != nil {
 				return err

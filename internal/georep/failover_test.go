@@ -3,6 +3,7 @@ package georep
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,12 +74,16 @@ func TestManualFailoverSteersClients(t *testing.T) {
 		}
 	}
 
+	var before []failoverRecord
+	if err := d.admin("east", "GET", "/admin/v2/meridian/failover/public/as", nil, &before); err != nil || len(before) != 1 || before[0].Active != "east" {
+		t.Fatalf("before the failover: %+v %v", before, err)
+	}
 	var rec failoverRecord
 	if err := d.admin("west", "POST", "/admin/v2/meridian/failover/public/as", map[string]string{"to": "west", "reason": "test"}, &rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Active != "west" || rec.Epoch != 1 || rec.Previous != "east" {
-		t.Fatalf("failover record %+v", rec)
+	if rec.Active != "west" || rec.Epoch != before[0].Epoch+1 || rec.Previous != "east" {
+		t.Fatalf("failover record %+v after %+v", rec, before[0])
 	}
 	if err := d.admin("west", "POST", "/admin/v2/meridian/failover/public/as", map[string]string{"to": "west"}, nil); err == nil {
 		t.Fatal("a second failover to the active region was accepted")
@@ -122,5 +127,130 @@ func TestManualFailoverSteersClients(t *testing.T) {
 	var recs []failoverRecord
 	if err := d.admin("east", "GET", "/admin/v2/meridian/failover/public/as", nil, &recs); err != nil || len(recs) != 1 || recs[0].Active != "west" {
 		t.Fatalf("east's view of the failover: %+v %v", recs, err)
+	}
+}
+
+// Issue 5, test 1 (first form): async, active-standby east→west. A
+// producer and a consumer with the multi-region service URL run
+// continuously; every east process is kill -9ed; both carry on in west on
+// their own (gossip detection, the failover delay, east's lease running
+// out, the client's reconnect). Printed: the RTO of produce and consume,
+// and what east acknowledged but west never got, beside east's
+// replication backlog sampled just before the kill.
+func TestAutomaticFailoverOnRegionLoss(t *testing.T) {
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d.createNamespace("public/auto", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"})
+	const topic = "persistent://public/auto/payments"
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: d.e.ServiceURL, ConnectionTimeout: 2 * time.Second, OperationTimeout: 30 * time.Second, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, SendTimeout: 60 * time.Second, BatchingMaxPublishDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "dr", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	receipts := map[int]time.Time{} // index → receipt time
+	received := map[int]time.Time{} // index → first receive time
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "k/%d/east", i)},
+				func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+					if err == nil {
+						mu.Lock()
+						receipts[i] = time.Now()
+						mu.Unlock()
+					}
+				})
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			m, err := c.Receive(ctx)
+			cancel()
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err != nil {
+				continue
+			}
+			c.Ack(m)
+			_, i, _ := parsePayload(m.Payload())
+			mu.Lock()
+			if _, ok := received[i]; !ok {
+				received[i] = time.Now()
+			}
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(3 * time.Second)
+	var backlog int64
+	if st, err := d.replication("east", topic); err == nil {
+		for _, s := range st {
+			backlog += s.BacklogEntries
+		}
+	}
+	killed := time.Now()
+	d.killRegion("east")
+	deadline := time.Now().Add(90 * time.Second)
+	var produceRTO, consumeRTO time.Duration
+	for time.Now().Before(deadline) && (produceRTO == 0 || consumeRTO == 0) {
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		for _, at := range receipts {
+			if at.After(killed) && (produceRTO == 0 || at.Sub(killed) < produceRTO) {
+				produceRTO = at.Sub(killed)
+			}
+		}
+		for i, at := range received {
+			if r, ok := receipts[i]; ok && r.After(killed) && (consumeRTO == 0 || at.Sub(killed) < consumeRTO) {
+				consumeRTO = at.Sub(killed)
+			}
+		}
+		mu.Unlock()
+	}
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	if produceRTO == 0 || consumeRTO == 0 {
+		t.Fatalf("no receipt or no delivery in west within 90 s of the kill (produce RTO %v, consume RTO %v)", produceRTO, consumeRTO)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lost, after, missingAfter := 0, 0, 0
+	for i, at := range receipts {
+		_, got := received[i]
+		switch {
+		case at.Before(killed) && !got:
+			lost++
+		case at.After(killed):
+			after++
+			if !got {
+				missingAfter++
+			}
+		}
+	}
+	t.Logf("RTO produce %v, consume %v; receipts %d (%d after the kill); acknowledged in east, never delivered: %d (east's replication backlog just before the kill: %d entries)",
+		produceRTO.Round(time.Millisecond), consumeRTO.Round(time.Millisecond), len(receipts), after, lost, backlog)
+	if missingAfter > after/10 {
+		t.Fatalf("%d of the %d messages receipted in west were not delivered", missingAfter, after)
 	}
 }
