@@ -88,7 +88,9 @@ func (b *Broker) nudgeControl() {
 	}
 }
 
-func (b *Broker) failoverAuto() bool { return b.cfg.HealthView != nil && b.cfg.GlobalStore != b.cfg.Store }
+func (b *Broker) failoverAuto() bool {
+	return b.cfg.HealthView != nil && b.cfg.GlobalStore != b.cfg.Store
+}
 
 func (b *Broker) startFailoverControl() {
 	if !b.failoverAuto() {
