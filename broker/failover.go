@@ -155,7 +155,7 @@ func (b *Broker) checkActive(ctx context.Context, tn TopicName, pol Policies) er
 		// a lease being acquired): wake the controller and wait a little,
 		// since the Go client does not retry a refused creation.
 		b.nudgeControl()
-		wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+		wait, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 		for wait.Err() == nil && !b.mayServe(tn.NamespaceName(), pol) {
 			select {

@@ -313,7 +313,7 @@ func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]
 	}
 	out := c.core.Step(in)
 	if out.Instruction.Kind != c.lastKind {
-		b.log.Info("failover: instruction", "namespace", ns, "instruction", out.String())
+		b.log.Warn("failover: instruction", "namespace", ns, "instruction", out.String())
 		c.lastKind = out.Instruction.Kind
 	}
 	if out.ReleaseLease {

@@ -337,7 +337,8 @@ func (d *decision) refuse(why string) {
 }
 
 // initial: no record yet. Every region proposes the first region that is
-// up; the CAS from epoch 0 lets one win.
+// up (a later one only after the earlier ones were not up for
+// FailoverDelay); the CAS from epoch 0 lets one win.
 func (d *decision) initial() {
 	d.retry("namespace has no active region yet")
 	if cmd := d.in.Command; cmd != nil {
@@ -348,6 +349,19 @@ func (d *decision) initial() {
 	if to == "" {
 		d.out.Instruction.Reason += "; no region is up"
 		return
+	}
+	// A region that is not the first choice is proposed only once every
+	// region preferred to it has been seen not up for FailoverDelay, as a
+	// failover would: at a deployment's start, a region whose members have
+	// not all joined gossip yet is not passed over.
+	for _, r := range d.policy().Regions {
+		if r == to {
+			break
+		}
+		if !d.elapsed(d.region(r).badSince, d.policy().FailoverDelay) {
+			d.out.Instruction.Reason += fmt.Sprintf("; %s is preferred and not up for %s yet", r, d.policy().FailoverDelay)
+			return
+		}
 	}
 	d.out.Proposal = &Proposal{Kind: Initial, From: 0, NewEpoch: 1, NewActive: to, Reason: fmt.Sprintf("first region up in %s", strings.Join(d.policy().Regions, ","))}
 }
