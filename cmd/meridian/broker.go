@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/failover"
 	"github.com/spf13/cobra"
 )
 
@@ -21,6 +23,7 @@ type BrokerFileConfig struct {
 	ReplicationAdvAddr  string        `yaml:"replication_advertised_addr"`
 	MaxMessageSize      int           `yaml:"max_message_size"`
 	OwnershipTTL        time.Duration `yaml:"ownership_ttl"`
+	FailoverLeaseTTL    time.Duration `yaml:"failover_lease_ttl"`
 	EnsembleSize        int           `yaml:"ensemble_size"`
 	BundleSplitTopics   int           `yaml:"bundle_split_topics"`
 	PolicyCheckInterval time.Duration `yaml:"policy_check_interval"`
@@ -56,6 +59,9 @@ func newBrokerCmd() *cobra.Command {
 			set("rack", &c.Rack, bf.Rack)
 			if f.Changed("ownership-ttl") || c.OwnershipTTL == 0 {
 				c.OwnershipTTL = bf.OwnershipTTL
+			}
+			if f.Changed("failover-lease-ttl") || c.FailoverLeaseTTL == 0 {
+				c.FailoverLeaseTTL = bf.FailoverLeaseTTL
 			}
 			if f.Changed("bundle-split-topics") || c.BundleSplitTopics == 0 {
 				c.BundleSplitTopics = bf.BundleSplitTopics
@@ -130,6 +136,14 @@ func newBrokerCmd() *cobra.Command {
 			if m != nil {
 				bc.HealthView = m.Snapshot // automatic failover of active-standby namespaces
 			}
+			if c.FailoverLeaseTTL > 0 {
+				r := failover.DefaultLeaseRules()
+				r.TTL, r.RenewEvery = c.FailoverLeaseTTL, c.FailoverLeaseTTL/3
+				if err := r.Validate(); err != nil {
+					return fmt.Errorf("--failover-lease-ttl: %w", err)
+				}
+				bc.FailoverLease = r
+			}
 			b, err := broker.New(bc)
 			if err != nil {
 				return err
@@ -160,6 +174,7 @@ func newBrokerCmd() *cobra.Command {
 	f.StringVar(&bf.ReplicationAddr, "replication-listen", "", "replication gRPC listen address, for other regions (default: the listen host, a free port)")
 	f.StringVar(&bf.ReplicationAdvAddr, "replication-advertise", "", "replication address other regions dial (default: the replication listen address)")
 	f.StringVar(&bf.Rack, "rack", "", "rack of this broker (read locality)")
+	f.DurationVar(&bf.FailoverLeaseTTL, "failover-lease-ttl", 0, "TTL of a region's lease on an active-standby namespace (0: 5s); a dead active region's namespaces move after about this long at least")
 	f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
 	f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")
 	f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")

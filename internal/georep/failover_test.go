@@ -3,6 +3,7 @@ package georep
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -137,8 +138,12 @@ func TestManualFailoverSteersClients(t *testing.T) {
 // out, the client's reconnect). Printed: the RTO of produce and consume,
 // and what east acknowledged but west never got, beside east's
 // replication backlog sampled just before the kill.
+//
+// MERIDIAN_TEST_FAILOVER_LEASE_TTL (e.g. 3s) runs it with a shorter region
+// lease, to measure tuned settings.
 func TestAutomaticFailoverOnRegionLoss(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3,
+		FailoverLeaseTTL: os.Getenv("MERIDIAN_TEST_FAILOVER_LEASE_TTL")})
 	d.createNamespace("public/auto", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"})
 	const topic = "persistent://public/auto/payments"
 	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: d.e.ServiceURL, ConnectionTimeout: 2 * time.Second, OperationTimeout: 30 * time.Second, Logger: quietLogger()})

@@ -34,6 +34,8 @@ type Options struct {
 	Host             string   // default 127.0.0.1
 	// OwnershipTTL for brokers, e.g. "5s" (empty: broker default).
 	OwnershipTTL string
+	// FailoverLeaseTTL for brokers, e.g. "3s" (empty: broker default).
+	FailoverLeaseTTL string
 	// GossipProfile: "lan" (default) or "fast" (loopback tests).
 	GossipProfile string
 }
@@ -189,6 +191,9 @@ func NewPlan(o Options) (*Plan, error) {
 				"--listen", a[0], "--admin", a[1], "--replication-listen", a[3], "--global-etcd", globalURLs(globals, r)}
 			if o.OwnershipTTL != "" {
 				args = append(args, "--ownership-ttl", o.OwnershipTTL)
+			}
+			if o.FailoverLeaseTTL != "" {
+				args = append(args, "--failover-lease-ttl", o.FailoverLeaseTTL)
 			}
 			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "broker", Region: r, Addr: a[0], Admin: a[1], Gossip: a[2], Repl: a[3], Args: args})
 		}
