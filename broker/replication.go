@@ -663,12 +663,7 @@ func (t *Topic) newReplSender(ctx context.Context, remote string, eff Replicatio
 		c = replicator.Cursor{Pos: toReplPos(cur.MarkDeleted()), Seq: uint64(props[propSeq]), Bytes: props[propBytes],
 			Stream: uint64(props[propStream]), Base: uint64(props[propBase])}
 	}
-	cfg := replicator.DefaultSenderConfig(t.b.cfg.Cluster, remote)
-	cfg.Limiter = t.b.replLimiter(t.name.NamespaceName(), remote, eff.RateBytesPerSecond)
-	if eff.BacklogQuotaBytes > 0 {
-		cfg.Quota.MaxBytes = eff.BacklogQuotaBytes
-	}
-	s, err := replicator.NewSender(cfg, c, time.Now())
+	s, err := replicator.NewSender(t.senderConfig(remote, eff), c, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -685,6 +680,17 @@ func (t *Topic) newReplSender(ctx context.Context, remote string, eff Replicatio
 	rs.marked = true
 	rs.publishStatus()
 	return rs, nil
+}
+
+// senderConfig is the sender configuration towards remote under the
+// namespace's replication policy: its rate limit and backlog quota.
+func (t *Topic) senderConfig(remote string, eff ReplicationPolicy) replicator.SenderConfig {
+	cfg := replicator.DefaultSenderConfig(t.b.cfg.Cluster, remote)
+	cfg.Limiter = t.b.replLimiter(t.name.NamespaceName(), remote, eff.RateBytesPerSecond)
+	if eff.BacklogQuotaBytes > 0 {
+		cfg.Quota.MaxBytes = eff.BacklogQuotaBytes
+	}
+	return cfg
 }
 
 func cursorProps(c replicator.Cursor) map[string]int64 {
@@ -1278,12 +1284,7 @@ func (rs *replSender) resync() {
 		return
 	}
 	next := st.Cursor.NextStream(start.Pos, start.Seq, start.Bytes)
-	cfg := replicator.DefaultSenderConfig(rs.t.b.cfg.Cluster, rs.remote)
-	cfg.Limiter = rs.t.b.replLimiter(rs.t.name.NamespaceName(), rs.remote, eff.RateBytesPerSecond)
-	if eff.BacklogQuotaBytes > 0 {
-		cfg.Quota.MaxBytes = eff.BacklogQuotaBytes
-	}
-	s, err := replicator.NewSender(cfg, next, time.Now())
+	s, err := replicator.NewSender(rs.t.senderConfig(rs.remote, eff), next, time.Now())
 	if err != nil {
 		rs.log.Warn("replication resync", "topic", rs.t.name.String(), "remote", rs.remote, "err", err)
 		return
