@@ -216,6 +216,14 @@ func regionBrokersKey(region string) string { return "/regions/" + region + "/br
 func (b *Broker) activeChanged(ns string, r FailoverRecord) {
 	b.log.Info("namespace active region", "namespace", ns, "active", r.Active, "epoch", r.Epoch)
 	if r.Active == b.cfg.Cluster {
+		// Entries produced here from now on get a new ledger, so their ids
+		// sort above every id the previous active region issued. (A topic
+		// loaded later opens a new ledger anyway.)
+		for _, t := range b.loadedTopics() {
+			if t.name.NamespaceName() == ns {
+				t.ml.RollNext()
+			}
+		}
 		return
 	}
 	for _, t := range b.loadedTopics() {

@@ -63,6 +63,17 @@ func (ml *ManagedLedger) AppendAsync(payload []byte, cb func(Position, error)) {
 	}
 }
 
+// RollNext makes the next append start a new ledger, whose id the
+// allocator hands out after every id issued before: a region that becomes
+// active gives its new entries ids that sort above everything acknowledged
+// elsewhere (the Go client drops a message at or below its last cumulative
+// ack as a duplicate).
+func (ml *ManagedLedger) RollNext() {
+	ml.mu.Lock()
+	ml.rollNext = true
+	ml.mu.Unlock()
+}
+
 // Append appends payload and waits for the outcome. If ctx ends first the
 // outcome is unknown (the append may still complete).
 func (ml *ManagedLedger) Append(ctx context.Context, payload []byte) (Position, error) {
@@ -87,7 +98,12 @@ func (ml *ManagedLedger) placeLocked(op *appendOp) bool {
 	switch ml.state {
 	case stWriting:
 		cur := ml.cur
-		if r := rollReason(&ml.cfg, cur.submitted, cur.submittedBytes, cur.createdAt, ml.now()); r != "" {
+		r := rollReason(&ml.cfg, cur.submitted, cur.submittedBytes, cur.createdAt, ml.now())
+		if r == "" && ml.rollNext {
+			r = "requested"
+		}
+		if r != "" {
+			ml.rollNext = false
 			ml.queued = append(ml.queued, op)
 			ml.startSwitchLocked(cur, r)
 			return false
@@ -98,6 +114,7 @@ func (ml *ManagedLedger) placeLocked(op *appendOp) bool {
 		cur.inflight++
 		return true
 	case stNoLedger:
+		ml.rollNext = false
 		ml.queued = append(ml.queued, op)
 		ml.startSwitchLocked(nil, "no ledger")
 		return false

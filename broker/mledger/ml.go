@@ -159,6 +159,7 @@ type ManagedLedger struct {
 	err           error // terminal error (stFenced, stFailed, stClosed)
 	closing       bool  // Close called: new appends fail
 	switching     bool  // a switch goroutine is running
+	rollNext      bool  // the next append starts a new ledger (RollNext)
 	ledgers       []LedgerInfo
 	v             *view
 	cur           *curLedger
