@@ -16,14 +16,16 @@ import (
 // concurrent use.
 type originIndex struct {
 	mu       sync.RWMutex
-	byLedger map[int64][]indexRun // by origin ledger, runs ascending
+	byLedger map[int64][]*indexRun // by origin ledger, runs ascending
+	byLocal  map[int64][]*indexRun // the same runs by local ledger, ascending
 	runs     int
 }
 
 type indexRun struct {
-	originEntry int64
-	local       mledger.Position
-	n           int64
+	originLedger int64
+	originEntry  int64
+	local        mledger.Position
+	n            int64
 }
 
 // add records that origin id lives at local position p. Ids of one origin
@@ -32,11 +34,11 @@ func (x *originIndex) add(id, p mledger.Position) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.byLedger == nil {
-		x.byLedger = map[int64][]indexRun{}
+		x.byLedger, x.byLocal = map[int64][]*indexRun{}, map[int64][]*indexRun{}
 	}
 	rs := x.byLedger[id.Ledger]
 	if k := len(rs) - 1; k >= 0 {
-		r := &rs[k]
+		r := rs[k]
 		if r.originEntry+r.n == id.Entry && r.local.Ledger == p.Ledger && r.local.Entry+r.n == p.Entry {
 			r.n++
 			return
@@ -45,8 +47,24 @@ func (x *originIndex) add(id, p mledger.Position) {
 			return // already indexed (a replay)
 		}
 	}
-	x.byLedger[id.Ledger] = append(rs, indexRun{originEntry: id.Entry, local: p, n: 1})
+	r := &indexRun{originLedger: id.Ledger, originEntry: id.Entry, local: p, n: 1}
+	x.byLedger[id.Ledger] = append(rs, r)
+	x.byLocal[p.Ledger] = append(x.byLocal[p.Ledger], r)
 	x.runs++
+}
+
+// origin returns the origin id of the replicated entry at local position
+// p, if p holds one.
+func (x *originIndex) origin(p mledger.Position) (mledger.Position, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	rs := x.byLocal[p.Ledger]
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].local.Entry+rs[i].n > p.Entry })
+	if i == len(rs) || p.Entry < rs[i].local.Entry {
+		return mledger.Position{}, false
+	}
+	r := rs[i]
+	return mledger.Position{Ledger: r.originLedger, Entry: r.originEntry + p.Entry - r.local.Entry}, true
 }
 
 // lookup returns the local position of origin id, if indexed.

@@ -33,6 +33,16 @@ func TestOriginIndexRuns(t *testing.T) {
 			t.Errorf("lookup(%v) = %v, %v; want %v", id, got, ok, p)
 		}
 	}
+	for id, p := range want {
+		if got, ok := x.origin(p); !ok || got != id {
+			t.Errorf("origin(%v) = %v, %v; want %v", p, got, ok, id)
+		}
+	}
+	for _, p := range []mledger.Position{pos(7, 10), pos(9, 2), pos(8, 0)} {
+		if got, ok := x.origin(p); ok {
+			t.Errorf("origin(%v) = %v; want not found (not a replicated entry)", p, got)
+		}
+	}
 	for _, id := range []mledger.Position{pos(100, 10), pos(100, -1), pos(300, 0), pos(200, 2)} {
 		if got, ok := x.lookup(id); ok {
 			t.Errorf("lookup(%v) = %v; want not found", id, got)

@@ -248,9 +248,15 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 		if err != nil {
 			return err
 		}
+		if su := req.GetSubscription(); su != nil {
+			sctx, scancel := context.WithTimeout(st.Context(), 10*time.Second)
+			t.applySubscription(sctx, h.Source, su)
+			scancel()
+			continue
+		}
 		pb := req.GetBatch()
 		if pb == nil {
-			return status.Error(codes.InvalidArgument, "replication: expected a Batch")
+			return status.Error(codes.InvalidArgument, "replication: expected a Batch or a SubscriptionUpdate")
 		}
 		if pb.Origin != h.Source {
 			return status.Errorf(codes.InvalidArgument, "replication: a batch of origin %s on the stream of %s", pb.Origin, h.Source)
@@ -749,7 +755,8 @@ func (rs *replSender) run() {
 	defer rs.closeStream()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	lastStatus := time.Time{}
+	lastStatus, lastSubSync := time.Time{}, time.Time{}
+	subSent, subGen := map[string]string{}, 0
 	for {
 		rs.s.Appended(rs.t.logEnd())
 		now := time.Now()
@@ -759,6 +766,18 @@ func (rs *replSender) run() {
 		if time.Since(lastStatus) > 200*time.Millisecond {
 			rs.publishStatus()
 			lastStatus = time.Now()
+		}
+		if rs.st != nil && rs.st.gen != subGen {
+			subGen, subSent = rs.st.gen, map[string]string{} // a new stream: send every position again
+		}
+		if rs.st != nil && time.Since(lastSubSync) >= subSyncEvery {
+			lastSubSync = time.Now()
+			for _, u := range rs.t.subscriptionUpdates(subSent) {
+				if err := rs.st.cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Subscription{Subscription: u}}); err != nil {
+					delete(subSent, u.Name)
+					break
+				}
+			}
 		}
 		select {
 		case <-rs.ctx.Done():
@@ -1298,4 +1317,132 @@ func (rs *replSender) resync() {
 	rs.s = s
 	rs.log.Warn("replication resynced: a new stream from the first retained entry (the region lacks what retention trimmed)",
 		"topic", rs.t.name.String(), "remote", rs.remote, "from_seq", next.Base+1, "stream", next.Stream)
+}
+
+// ---- replicated subscriptions -----------------------------------------
+
+// subSyncEvery: how often a replicator sends its topic's subscription
+// positions to the remote region (the target: 200 ms).
+const subSyncEvery = 200 * time.Millisecond
+
+// maxSubAcked bounds the individually acknowledged entries one update
+// carries (the rest follow once mark-delete passes them).
+const maxSubAcked = 10000
+
+// wireOfPos is the message id, valid in every region, of the entry at
+// local position p.
+func (t *Topic) wireOfPos(p mledger.Position) mledger.Position {
+	if o, ok := t.index.origin(p); ok {
+		return o
+	}
+	return p
+}
+
+// lastEntryBefore returns the last stored entry before {ledger, 0}, if any.
+func (t *Topic) lastEntryBefore(ledger int64) (mledger.Position, bool) {
+	ls := t.ml.Ledgers()
+	for i := len(ls) - 1; i >= 0; i-- {
+		if ls[i].ID < ledger && ls[i].Entries > 0 {
+			return mledger.Position{Ledger: ls[i].ID, Entry: ls[i].Entries - 1}, true
+		}
+	}
+	return mledger.Position{}, false
+}
+
+// subscriptionUpdates returns the positions of the topic's durable
+// subscriptions that changed since last (updated in place), in ids that
+// mean the same message in every region. Only the active region of an
+// active-standby namespace sends them: that is where consumers are.
+func (t *Topic) subscriptionUpdates(last map[string]string) []*replpb.SubscriptionUpdate {
+	pol := t.policies()
+	if !activeStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != t.b.cfg.Cluster {
+		return nil
+	}
+	var out []*replpb.SubscriptionUpdate
+	for _, c := range t.ml.Cursors() {
+		if isReplCursor(c.Name()) || !c.Durable() {
+			continue
+		}
+		md := c.MarkDeleted()
+		if md.Entry < 0 {
+			p, ok := t.lastEntryBefore(md.Ledger)
+			if !ok {
+				continue // nothing acknowledged yet
+			}
+			md = p
+		}
+		ranges := c.AckedRanges()
+		sig := fmt.Sprint(md, ranges)
+		if last[c.Name()] == sig {
+			continue
+		}
+		w := t.wireOfPos(md)
+		u := &replpb.SubscriptionUpdate{Name: c.Name(), MarkDelete: &replpb.MessageId{Ledger: w.Ledger, Entry: w.Entry, Batch: -1}}
+		n := 0
+		for _, r := range ranges {
+			for p := r.From; !r.To.Less(p) && n < maxSubAcked; p = t.ml.Next(p) {
+				w := t.wireOfPos(p)
+				u.Acked = append(u.Acked, &replpb.MessageId{Ledger: w.Ledger, Entry: w.Entry, Batch: -1})
+				n++
+				if p == r.To {
+					break
+				}
+			}
+		}
+		last[c.Name()] = sig
+		out = append(out, u)
+	}
+	return out
+}
+
+// applySubscription moves the local subscription to the position another
+// region's update names, as far as the ids translate here: ids of entries
+// that have not arrived yet are left for a later update. Only for an
+// active-standby namespace, from its active region.
+func (t *Topic) applySubscription(ctx context.Context, from string, u *replpb.SubscriptionUpdate) {
+	pol := t.policies()
+	if !activeStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) || u.Name == "" {
+		return
+	}
+	translate := func(id *replpb.MessageId) (mledger.Position, bool) {
+		p := mledger.Position{Ledger: id.GetLedger(), Entry: id.GetEntry()}
+		if l, ok := t.index.lookup(p); ok {
+			return l, true
+		}
+		// An entry that originated here keeps its local id.
+		for _, l := range t.ml.Ledgers() {
+			if l.ID == p.Ledger {
+				return p, p.Entry >= 0 && p.Entry < l.Entries
+			}
+		}
+		return mledger.Position{}, false
+	}
+	md, mdOK := translate(u.MarkDelete)
+	var acked []mledger.Position
+	for _, id := range u.Acked {
+		if p, ok := translate(id); ok {
+			acked = append(acked, p)
+		}
+	}
+	if !mdOK && len(acked) == 0 {
+		return
+	}
+	cur, err := t.ml.OpenCursor(ctx, u.Name, mledger.Earliest)
+	if err != nil {
+		return
+	}
+	if s := t.subscription(u.Name); s != nil {
+		s.mu.Lock()
+		busy := len(s.consumers) > 0
+		s.mu.Unlock()
+		if busy {
+			return // consumers here own this position now
+		}
+	}
+	if mdOK {
+		cur.AckCumulative(md)
+	}
+	if len(acked) > 0 {
+		cur.Ack(acked...)
+	}
 }

@@ -89,6 +89,7 @@ type ReplicateRequest struct {
 	//
 	//	*ReplicateRequest_Hello
 	//	*ReplicateRequest_Batch
+	//	*ReplicateRequest_Subscription
 	Msg           isReplicateRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -149,6 +150,15 @@ func (x *ReplicateRequest) GetBatch() *Batch {
 	return nil
 }
 
+func (x *ReplicateRequest) GetSubscription() *SubscriptionUpdate {
+	if x != nil {
+		if x, ok := x.Msg.(*ReplicateRequest_Subscription); ok {
+			return x.Subscription
+		}
+	}
+	return nil
+}
+
 type isReplicateRequest_Msg interface {
 	isReplicateRequest_Msg()
 }
@@ -161,9 +171,15 @@ type ReplicateRequest_Batch struct {
 	Batch *Batch `protobuf:"bytes,2,opt,name=batch,proto3,oneof"`
 }
 
+type ReplicateRequest_Subscription struct {
+	Subscription *SubscriptionUpdate `protobuf:"bytes,3,opt,name=subscription,proto3,oneof"`
+}
+
 func (*ReplicateRequest_Hello) isReplicateRequest_Msg() {}
 
 func (*ReplicateRequest_Batch) isReplicateRequest_Msg() {}
+
+func (*ReplicateRequest_Subscription) isReplicateRequest_Msg() {}
 
 type ReplicateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -748,14 +764,80 @@ func (x *Ack) GetRegressed() bool {
 	return false
 }
 
+// SubscriptionUpdate carries a durable subscription's position from the
+// active region to the others (replicated subscriptions), in message ids
+// that mean the same message everywhere: every entry at or before
+// mark_delete is acknowledged, and so are the entries named in acked.
+// Best effort and idempotent: no reply; a newer update supersedes it.
+type SubscriptionUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MarkDelete    *MessageId             `protobuf:"bytes,2,opt,name=mark_delete,json=markDelete,proto3" json:"mark_delete,omitempty"`
+	Acked         []*MessageId           `protobuf:"bytes,3,rep,name=acked,proto3" json:"acked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionUpdate) Reset() {
+	*x = SubscriptionUpdate{}
+	mi := &file_replpb_repl_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionUpdate) ProtoMessage() {}
+
+func (x *SubscriptionUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_replpb_repl_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionUpdate.ProtoReflect.Descriptor instead.
+func (*SubscriptionUpdate) Descriptor() ([]byte, []int) {
+	return file_replpb_repl_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SubscriptionUpdate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SubscriptionUpdate) GetMarkDelete() *MessageId {
+	if x != nil {
+		return x.MarkDelete
+	}
+	return nil
+}
+
+func (x *SubscriptionUpdate) GetAcked() []*MessageId {
+	if x != nil {
+		return x.Acked
+	}
+	return nil
+}
+
 var File_replpb_repl_proto protoreflect.FileDescriptor
 
 const file_replpb_repl_proto_rawDesc = "" +
 	"\n" +
-	"\x11replpb/repl.proto\x12\x17meridian.replication.v1\"\x89\x01\n" +
+	"\x11replpb/repl.proto\x12\x17meridian.replication.v1\"\xdc\x01\n" +
 	"\x10ReplicateRequest\x126\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1e.meridian.replication.v1.HelloH\x00R\x05hello\x126\n" +
-	"\x05batch\x18\x02 \x01(\v2\x1e.meridian.replication.v1.BatchH\x00R\x05batchB\x05\n" +
+	"\x05batch\x18\x02 \x01(\v2\x1e.meridian.replication.v1.BatchH\x00R\x05batch\x12Q\n" +
+	"\fsubscription\x18\x03 \x01(\v2+.meridian.replication.v1.SubscriptionUpdateH\x00R\fsubscriptionB\x05\n" +
 	"\x03msg\"\xcb\x01\n" +
 	"\x11ReplicateResponse\x12<\n" +
 	"\awelcome\x18\x01 \x01(\v2 .meridian.replication.v1.WelcomeH\x00R\awelcome\x12?\n" +
@@ -799,7 +881,12 @@ const file_replpb_repl_proto_rawDesc = "" +
 	"\athrough\x18\x04 \x01(\x04R\athrough\x12\x1f\n" +
 	"\vresend_from\x18\x05 \x01(\x04R\n" +
 	"resendFrom\x12\x1c\n" +
-	"\tregressed\x18\x06 \x01(\bR\tregressed*K\n" +
+	"\tregressed\x18\x06 \x01(\bR\tregressed\"\xa7\x01\n" +
+	"\x12SubscriptionUpdate\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12C\n" +
+	"\vmark_delete\x18\x02 \x01(\v2\".meridian.replication.v1.MessageIdR\n" +
+	"markDelete\x128\n" +
+	"\x05acked\x18\x03 \x03(\v2\".meridian.replication.v1.MessageIdR\x05acked*K\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PROTOCOL_VERSION_1\x10\x012u\n" +
@@ -819,36 +906,40 @@ func file_replpb_repl_proto_rawDescGZIP() []byte {
 }
 
 var file_replpb_repl_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_replpb_repl_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_replpb_repl_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_replpb_repl_proto_goTypes = []any{
-	(ProtocolVersion)(0),      // 0: meridian.replication.v1.ProtocolVersion
-	(*ReplicateRequest)(nil),  // 1: meridian.replication.v1.ReplicateRequest
-	(*ReplicateResponse)(nil), // 2: meridian.replication.v1.ReplicateResponse
-	(*Hello)(nil),             // 3: meridian.replication.v1.Hello
-	(*Welcome)(nil),           // 4: meridian.replication.v1.Welcome
-	(*Redirect)(nil),          // 5: meridian.replication.v1.Redirect
-	(*MessageId)(nil),         // 6: meridian.replication.v1.MessageId
-	(*Entry)(nil),             // 7: meridian.replication.v1.Entry
-	(*Batch)(nil),             // 8: meridian.replication.v1.Batch
-	(*Ack)(nil),               // 9: meridian.replication.v1.Ack
+	(ProtocolVersion)(0),       // 0: meridian.replication.v1.ProtocolVersion
+	(*ReplicateRequest)(nil),   // 1: meridian.replication.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),  // 2: meridian.replication.v1.ReplicateResponse
+	(*Hello)(nil),              // 3: meridian.replication.v1.Hello
+	(*Welcome)(nil),            // 4: meridian.replication.v1.Welcome
+	(*Redirect)(nil),           // 5: meridian.replication.v1.Redirect
+	(*MessageId)(nil),          // 6: meridian.replication.v1.MessageId
+	(*Entry)(nil),              // 7: meridian.replication.v1.Entry
+	(*Batch)(nil),              // 8: meridian.replication.v1.Batch
+	(*Ack)(nil),                // 9: meridian.replication.v1.Ack
+	(*SubscriptionUpdate)(nil), // 10: meridian.replication.v1.SubscriptionUpdate
 }
 var file_replpb_repl_proto_depIdxs = []int32{
 	3,  // 0: meridian.replication.v1.ReplicateRequest.hello:type_name -> meridian.replication.v1.Hello
 	8,  // 1: meridian.replication.v1.ReplicateRequest.batch:type_name -> meridian.replication.v1.Batch
-	4,  // 2: meridian.replication.v1.ReplicateResponse.welcome:type_name -> meridian.replication.v1.Welcome
-	5,  // 3: meridian.replication.v1.ReplicateResponse.redirect:type_name -> meridian.replication.v1.Redirect
-	9,  // 4: meridian.replication.v1.ReplicateResponse.ack:type_name -> meridian.replication.v1.Ack
-	0,  // 5: meridian.replication.v1.Hello.version:type_name -> meridian.replication.v1.ProtocolVersion
-	0,  // 6: meridian.replication.v1.Welcome.version:type_name -> meridian.replication.v1.ProtocolVersion
-	6,  // 7: meridian.replication.v1.Entry.origin_id:type_name -> meridian.replication.v1.MessageId
-	7,  // 8: meridian.replication.v1.Batch.entries:type_name -> meridian.replication.v1.Entry
-	1,  // 9: meridian.replication.v1.Replication.Replicate:input_type -> meridian.replication.v1.ReplicateRequest
-	2,  // 10: meridian.replication.v1.Replication.Replicate:output_type -> meridian.replication.v1.ReplicateResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 2: meridian.replication.v1.ReplicateRequest.subscription:type_name -> meridian.replication.v1.SubscriptionUpdate
+	4,  // 3: meridian.replication.v1.ReplicateResponse.welcome:type_name -> meridian.replication.v1.Welcome
+	5,  // 4: meridian.replication.v1.ReplicateResponse.redirect:type_name -> meridian.replication.v1.Redirect
+	9,  // 5: meridian.replication.v1.ReplicateResponse.ack:type_name -> meridian.replication.v1.Ack
+	0,  // 6: meridian.replication.v1.Hello.version:type_name -> meridian.replication.v1.ProtocolVersion
+	0,  // 7: meridian.replication.v1.Welcome.version:type_name -> meridian.replication.v1.ProtocolVersion
+	6,  // 8: meridian.replication.v1.Entry.origin_id:type_name -> meridian.replication.v1.MessageId
+	7,  // 9: meridian.replication.v1.Batch.entries:type_name -> meridian.replication.v1.Entry
+	6,  // 10: meridian.replication.v1.SubscriptionUpdate.mark_delete:type_name -> meridian.replication.v1.MessageId
+	6,  // 11: meridian.replication.v1.SubscriptionUpdate.acked:type_name -> meridian.replication.v1.MessageId
+	1,  // 12: meridian.replication.v1.Replication.Replicate:input_type -> meridian.replication.v1.ReplicateRequest
+	2,  // 13: meridian.replication.v1.Replication.Replicate:output_type -> meridian.replication.v1.ReplicateResponse
+	13, // [13:14] is the sub-list for method output_type
+	12, // [12:13] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_replpb_repl_proto_init() }
@@ -859,6 +950,7 @@ func file_replpb_repl_proto_init() {
 	file_replpb_repl_proto_msgTypes[0].OneofWrappers = []any{
 		(*ReplicateRequest_Hello)(nil),
 		(*ReplicateRequest_Batch)(nil),
+		(*ReplicateRequest_Subscription)(nil),
 	}
 	file_replpb_repl_proto_msgTypes[1].OneofWrappers = []any{
 		(*ReplicateResponse_Welcome)(nil),
@@ -871,7 +963,7 @@ func file_replpb_repl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_replpb_repl_proto_rawDesc), len(file_replpb_repl_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
