@@ -220,8 +220,12 @@ func (b *Broker) activeChanged(ns string, r FailoverRecord) {
 		// sort above every id the previous active region issued. (A topic
 		// loaded later opens a new ledger anyway.)
 		for _, t := range b.loadedTopics() {
-			if t.name.NamespaceName() == ns {
-				t.ml.RollNext()
+			if t.name.NamespaceName() != ns {
+				continue
+			}
+			t.ml.RollNext()
+			if ss := t.syncState(); ss != nil && r.Previous != "" && !r.CatchUp {
+				ss.regionFailed(r.Previous, r.Epoch)
 			}
 		}
 		return

@@ -34,6 +34,10 @@ type syncState struct {
 	b       *Broker
 	topic   string
 	stop    chan struct{}
+	// removed: regions the failover decision declared failed, out of the
+	// sync set since that epoch, until they catch up (acked >= tracked).
+	removed map[string]uint64
+	tracked uint64
 }
 
 type heldReceipt struct {
@@ -70,10 +74,16 @@ func (t *Topic) refreshSync() {
 			cfg.Policy = replicator.SyncDegrade
 		}
 		ss := &syncState{tr: replicator.NewSyncTracker(cfg, remotes, 0, time.Now()), regions: remotes, b: t.b, topic: t.name.String(),
-			stop: make(chan struct{})}
+			stop: make(chan struct{}), removed: map[string]uint64{}}
 		if localSeq > 0 {
 			ss.tr.Track(localSeq, time.Now())
+			ss.tracked = localSeq
 			ss.tr.Ready()
+		}
+		if rec := t.b.failedOver(t.name.NamespaceName(), pol); rec.Previous != "" {
+			ss.mu.Lock()
+			ss.removeLocked(rec.Previous, rec.Epoch)
+			ss.mu.Unlock()
 		}
 		t.sync = ss
 		go ss.loop()
@@ -132,6 +142,7 @@ func (ss *syncState) hold(seq uint64, release func()) {
 		seq = ss.lastTracked()
 	} else {
 		ss.tr.Track(seq, now)
+		ss.tracked = max(ss.tracked, seq)
 	}
 	ss.held = append(ss.held, heldReceipt{seq: seq, release: release})
 	out := ss.stepLocked()
@@ -150,6 +161,14 @@ func (ss *syncState) lastTracked() uint64 {
 func (ss *syncState) acked(region string, seq uint64) {
 	ss.mu.Lock()
 	ss.tr.Acked(region, seq)
+	if ep, ok := ss.removed[region]; ok && seq >= ss.tracked {
+		// Caught up: back in the sync set for what comes next.
+		if ss.tr.AddRegion(region, ep) == nil {
+			delete(ss.removed, region)
+			ss.b.metrics.replAlerts.WithLabelValues("sync-region-rejoined").Inc()
+			ss.b.log.Warn("sync replication: region caught up and rejoined the sync set", "topic", ss.topic, "region", region, "seq", seq)
+		}
+	}
 	out := ss.stepLocked()
 	ss.mu.Unlock()
 	run(out)
@@ -205,4 +224,45 @@ func run(fs []func()) {
 	for _, f := range fs {
 		f()
 	}
+}
+
+// regionFailed takes a region the failover decision declared failed (an
+// unplanned move away from it at epoch) out of the sync set, so this
+// region — now active — receipts again; the region rejoins once it has
+// caught up.
+func (ss *syncState) regionFailed(region string, epoch uint64) {
+	ss.mu.Lock()
+	ss.removeLocked(region, epoch)
+	out := ss.stepLocked()
+	ss.mu.Unlock()
+	run(out)
+}
+
+func (ss *syncState) removeLocked(region string, epoch uint64) {
+	if !slices.Contains(ss.regions, region) {
+		return
+	}
+	if _, done := ss.removed[region]; done {
+		return
+	}
+	if err := ss.tr.RemoveRegion(region, epoch); err != nil {
+		return
+	}
+	ss.removed[region] = epoch
+	ss.b.metrics.replAlerts.WithLabelValues("sync-region-removed").Inc()
+	ss.b.log.Warn("sync replication: region declared failed leaves the sync set", "topic", ss.topic, "region", region, "epoch", epoch)
+}
+
+// failedOver returns the namespace's record when this region became its
+// active region by an unplanned move (the previous region was declared
+// failed), else a record with no Previous.
+func (b *Broker) failedOver(ns string, pol Policies) FailoverRecord {
+	if b.fo == nil || !activeStandby(pol) {
+		return FailoverRecord{}
+	}
+	r := b.fo.record(ns, pol)
+	if r.Active != b.cfg.Cluster || r.CatchUp || r.Previous == "" || r.Previous == b.cfg.Cluster {
+		return FailoverRecord{}
+	}
+	return r
 }

@@ -386,3 +386,100 @@ func TestReplicatedSubscriptionAfterFailover(t *testing.T) {
 		t.Fatalf("west redelivered %d messages: %d of the %d unacknowledged are missing, %d acknowledged ones came back", len(again), missing, n*2/3, extra)
 	}
 }
+
+// Issue 5, test 3: sync mode. Every message east receipted is in west
+// when east dies (zero loss), and once east is declared failed it leaves
+// west's sync set, so the producer carries on in west.
+func TestSyncFailoverLosesNothing(t *testing.T) {
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d.createNamespace("public/syncas", []string{"east", "west"}, map[string]any{"mode": "sync", "failover": "active-standby", "primary": "east"})
+	const topic = "persistent://public/syncas/ledger"
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: d.e.ServiceURL, ConnectionTimeout: 2 * time.Second, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, SendTimeout: 90 * time.Second, BatchingMaxPublishDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	sent, receipts := map[int]time.Time{}, map[int]time.Time{}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			mu.Lock()
+			sent[i] = time.Now()
+			mu.Unlock()
+			p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "k/%d/east", i)},
+				func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+					if err == nil {
+						mu.Lock()
+						receipts[i] = time.Now()
+						mu.Unlock()
+					}
+				})
+		}
+	}()
+	time.Sleep(3 * time.Second)
+	killed := time.Now()
+	d.killRegion("east")
+	dead := killed.Add(100 * time.Millisecond)
+	afterKill := func() (n int, first time.Duration) {
+		for i, at := range sent {
+			if r, ok := receipts[i]; ok && at.After(dead) {
+				n++
+				if first == 0 || r.Sub(killed) < first {
+					first = r.Sub(killed)
+				}
+			}
+		}
+		return
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		mu.Lock()
+		n, _ := afterKill()
+		mu.Unlock()
+		if n >= 200 {
+			break
+		}
+	}
+	close(stop)
+	<-done
+	p.Flush()
+	mu.Lock()
+	n, rto := afterKill()
+	total := len(receipts)
+	want := map[string]bool{}
+	for i := range receipts {
+		want[fmt.Sprintf("k/%d/east", i)] = true
+	}
+	mu.Unlock()
+	if n < 200 {
+		t.Fatalf("west receipted %d messages sent after east died (want 200): east was not taken out of the sync set", n)
+	}
+	c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "audit", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := consumeAll(t, c, len(want), time.Minute, 3*time.Second)
+	missing := 0
+	for pl := range want {
+		if len(got.ids[pl]) == 0 {
+			missing++
+		}
+	}
+	t.Logf("sync failover: produce RTO %v; %d receipts (%d after the kill); receipted but missing in west: %d", rto.Round(time.Millisecond), total, n, missing)
+	if missing > 0 {
+		t.Fatalf("%d receipted messages are missing in west", missing)
+	}
+}
