@@ -756,7 +756,7 @@ func (rs *replSender) run() {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	lastStatus, lastSubSync := time.Time{}, time.Time{}
-	subSent, subGen := map[string]string{}, 0
+	sentSubs, subGen := map[string]subSent{}, 0
 	for {
 		rs.s.Appended(rs.t.logEnd())
 		now := time.Now()
@@ -768,13 +768,13 @@ func (rs *replSender) run() {
 			lastStatus = time.Now()
 		}
 		if rs.st != nil && rs.st.gen != subGen {
-			subGen, subSent = rs.st.gen, map[string]string{} // a new stream: send every position again
+			subGen, sentSubs = rs.st.gen, map[string]subSent{} // a new stream: send every position again
 		}
 		if rs.st != nil && time.Since(lastSubSync) >= subSyncEvery {
 			lastSubSync = time.Now()
-			for _, u := range rs.t.subscriptionUpdates(subSent) {
+			for _, u := range rs.t.subscriptionUpdates(sentSubs) {
 				if err := rs.st.cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Subscription{Subscription: u}}); err != nil {
-					delete(subSent, u.Name)
+					delete(sentSubs, u.Name)
 					break
 				}
 			}
@@ -1325,6 +1325,16 @@ func (rs *replSender) resync() {
 // positions to the remote region (the target: 200 ms).
 const subSyncEvery = 200 * time.Millisecond
 
+// subResendEvery: how often an unchanged subscription position is sent
+// again.
+const subResendEvery = time.Second
+
+// subSent is the last position sent of a subscription, and when.
+type subSent struct {
+	sig string
+	at  time.Time
+}
+
 // maxSubAcked bounds the individually acknowledged entries one update
 // carries (the rest follow once mark-delete passes them).
 const maxSubAcked = 10000
@@ -1353,7 +1363,11 @@ func (t *Topic) lastEntryBefore(ledger int64) (mledger.Position, bool) {
 // subscriptions that changed since last (updated in place), in ids that
 // mean the same message in every region. Only the active region of an
 // active-standby namespace sends them: that is where consumers are.
-func (t *Topic) subscriptionUpdates(last map[string]string) []*replpb.SubscriptionUpdate {
+//
+// An unchanged position is sent again every subResendEvery: the target
+// applies only what it can translate, and the entries an update names may
+// not have been replicated yet when it first arrived.
+func (t *Topic) subscriptionUpdates(last map[string]subSent) []*replpb.SubscriptionUpdate {
 	pol := t.policies()
 	if !activeStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != t.b.cfg.Cluster {
 		return nil
@@ -1373,7 +1387,7 @@ func (t *Topic) subscriptionUpdates(last map[string]string) []*replpb.Subscripti
 		}
 		ranges := c.AckedRanges()
 		sig := fmt.Sprint(md, ranges)
-		if last[c.Name()] == sig {
+		if l := last[c.Name()]; l.sig == sig && time.Since(l.at) < subResendEvery {
 			continue
 		}
 		w := t.wireOfPos(md)
@@ -1389,7 +1403,7 @@ func (t *Topic) subscriptionUpdates(last map[string]string) []*replpb.Subscripti
 				}
 			}
 		}
-		last[c.Name()] = sig
+		last[c.Name()] = subSent{sig: sig, at: time.Now()}
 		out = append(out, u)
 	}
 	return out

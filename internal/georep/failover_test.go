@@ -318,6 +318,9 @@ func TestAutomaticFailoverOnRegionLoss(t *testing.T) {
 // acknowledged (the positions travelled every 200 ms; waiting 1.5 s
 // leaves nothing in the sync or ack-grouping window).
 func TestReplicatedSubscriptionAfterFailover(t *testing.T) {
+	// A slow link: acks reach the active region before the entries they
+	// name reach west, so west must get the positions again later.
+	t.Setenv("MERIDIAN_FAULT_REPL_DELAY", "300ms")
 	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
 	d.createNamespace("public/subs", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"})
 	const topic = "persistent://public/subs/work"
