@@ -197,15 +197,7 @@ func (b *Broker) crossRegionLookup(ctx context.Context, topic string) (string, e
 // regionBrokers lists the service URLs of a region's live brokers, from
 // the global store.
 func (b *Broker) regionBrokers(ctx context.Context, region string) ([]string, error) {
-	kvs, _, err := b.cfg.GlobalStore.List(ctx, regionBrokersKey(region))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(kvs))
-	for _, kv := range kvs {
-		out = append(out, string(kv.Value))
-	}
-	return out, nil
+	return listValues(ctx, b.cfg.GlobalStore, regionBrokersKey(region))
 }
 
 func regionBrokersKey(region string) string { return "/regions/" + region + "/brokers/" }

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
 )
@@ -167,7 +168,12 @@ func (rs *replService) close() {
 
 // endpoints lists the registered replication addresses of region.
 func (rs *replService) endpoints(ctx context.Context, region string) ([]string, error) {
-	kvs, _, err := rs.b.cfg.GlobalStore.List(ctx, replEndpointsKey+region+"/")
+	return listValues(ctx, rs.b.cfg.GlobalStore, replEndpointsKey+region+"/")
+}
+
+// listValues returns the values of the keys under prefix.
+func listValues(ctx context.Context, s *cluster.Store, prefix string) ([]string, error) {
+	kvs, _, err := s.List(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
