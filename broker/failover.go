@@ -287,8 +287,13 @@ func (b *Broker) Failover(ctx context.Context, ns, region, reason string) (Failo
 	} else {
 		_, err = b.cfg.GlobalStore.CAS(ctx, key, v, rev)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, cluster.ErrVersionMismatch), errors.Is(err, cluster.ErrExists), errors.Is(err, cluster.ErrNotFound):
 		return FailoverRecord{}, fmt.Errorf("%w: the record changed meanwhile, read it again: %v", ErrServiceNotReady, err)
+	case err != nil:
+		// A request in flight to a member that just died is not retried
+		// by etcd (not idempotent): the caller may try again.
+		return FailoverRecord{}, fmt.Errorf("%w: global store: %v", ErrServiceNotReady, err)
 	}
 	b.log.Warn("failover committed", "namespace", ns, "from", cur.Active, "to", region, "epoch", next.Epoch, "reason", reason)
 	return next, nil
