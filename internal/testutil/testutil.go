@@ -5,53 +5,27 @@ package testutil
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
-	"sync"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/ports"
 )
 
-// Ports are picked below the kernel's ephemeral range (Linux default
-// 32768-60999), where outgoing connections of the processes under test
-// cannot take them between planning and binding, and each is handed out
-// once per test binary. Test binaries run one at a time for the process
-// packages (make test-integration uses -p 1); each binary starts at a
-// random offset.
-const portLow, portHigh = 20000, 32000
-
-var (
-	portMu   sync.Mutex
-	portUsed = map[int]bool{}
-	portNext = portLow + rand.IntN(portHigh-portLow)
-)
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that no other test binary or planner on this machine holds (package
+// ports).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	portMu.Lock()
-	defer portMu.Unlock()
-	for i := 0; i < portHigh-portLow; i++ {
-		port := portNext
-		portNext++
-		if portNext >= portHigh {
-			portNext = portLow
-		}
-		if portUsed[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		portUsed[port] = true
-		return port
+	addr, err := ports.Free("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port")
-	return 0
+	_, p, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(p)
+	return port
 }
 
 // FreeAddr returns "127.0.0.1:PORT" with a free port.
