@@ -1,13 +1,19 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/meridian-mq/meridian/internal/tlsutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // EtcdConfig describes one embedded etcd member.
@@ -31,12 +37,32 @@ type EtcdConfig struct {
 	// StartTimeout bounds how long Start waits for the member to be ready
 	// (with several members it needs a quorum). Default 60s.
 	StartTimeout time.Duration `yaml:"start_timeout"`
+	// PreferLeader makes this member take the raft leadership whenever it
+	// is healthy and another member leads (checked every
+	// LeaderCheckInterval). Set on the global store's witness: every
+	// leader change extends every lease by its full TTL plus the election
+	// timeout (etcd's lessor.Promote), so a data region whose member led
+	// the global store held its failover lease ~6 s longer when it died
+	// than when another member led — the failover waited for it. With the
+	// witness leading, losing a region never changes the leader.
+	PreferLeader bool `yaml:"prefer_leader"`
+	// LeaderCheckInterval: how often a PreferLeader member checks who
+	// leads. Default 2s.
+	LeaderCheckInterval time.Duration `yaml:"leader_check_interval"`
+	// TLS, if set, serves clients and peers over mutual TLS (the URLs
+	// must then be https://): a client or peer must present a certificate
+	// from the CA. With etcd authentication enabled (`meridian up --tls`
+	// enables it), a client certificate's common name is its etcd user.
+	// etcd re-reads the certificate and key at each handshake.
+	TLS tlsutil.Files `yaml:"tls,omitempty"`
 }
 
 // Etcd is a running embedded etcd member.
 type Etcd struct {
-	e   *embed.Etcd
-	cfg EtcdConfig
+	e    *embed.Etcd
+	cfg  EtcdConfig
+	stop chan struct{}
+	done chan struct{}
 }
 
 // StartEtcd starts an embedded etcd member and waits until it serves.
@@ -85,6 +111,17 @@ func StartEtcd(c EtcdConfig) (*Etcd, error) {
 	// every revision of hot keys (cursors, ledger lists).
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = "1h"
+	// Clients ping every 2 s (StoreConfig.KeepAliveTime) to notice a
+	// silently dropped connection; etcd's default refuses pings under 5 s.
+	ec.GRPCKeepAliveMinTime = time.Second
+	if c.TLS.Enabled() {
+		if err := c.TLS.Validate(); err != nil {
+			return nil, err
+		}
+		ti := transport.TLSInfo{CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, TrustedCAFile: c.TLS.CAFile, ClientCertAuth: true}
+		ec.ClientTLSInfo, ec.PeerTLSInfo = ti, ti
+		ec.PeerTLSInfo.ClientCertAuth = true
+	}
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(silentZap())
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
@@ -100,8 +137,72 @@ func StartEtcd(c EtcdConfig) (*Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("cluster: etcd %s not ready after %s (with several members it needs a quorum)", c.Name, c.StartTimeout)
 	}
-	return &Etcd{e: e, cfg: c}, nil
+	m := &Etcd{e: e, cfg: c, stop: make(chan struct{}), done: make(chan struct{})}
+	if c.PreferLeader {
+		if c.LeaderCheckInterval <= 0 {
+			m.cfg.LeaderCheckInterval = 2 * time.Second
+		}
+		go m.takeLeadership()
+	} else {
+		close(m.done)
+	}
+	return m, nil
 }
+
+// takeLeadership asks the current leader, every LeaderCheckInterval, to
+// hand the leadership to this member when another member leads.
+// (MoveLeader must be sent to the leader; it transfers only to a member
+// whose log is caught up, so a lagging member waits.)
+func (m *Etcd) takeLeadership() {
+	defer close(m.done)
+	t := time.NewTicker(m.cfg.LeaderCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		if err := m.moveLeaderHere(); err != nil {
+			slog.Debug("etcd: taking the leadership", "member", m.cfg.Name, "err", err)
+		}
+	}
+}
+
+func (m *Etcd) moveLeaderHere() error {
+	srv := m.e.Server
+	self, lead := srv.MemberID(), srv.Leader()
+	if lead == 0 || lead == self {
+		return nil
+	}
+	lm := srv.Cluster().Member(lead)
+	if lm == nil || len(lm.ClientURLs) == 0 {
+		return fmt.Errorf("leader %s has no client URL", lead)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cc := clientv3.Config{Endpoints: lm.ClientURLs, DialTimeout: 2 * time.Second, Context: ctx, Logger: zapAt(zap.FatalLevel)}
+	if m.cfg.TLS.Enabled() {
+		src, err := tlsutil.NewSource(m.cfg.TLS)
+		if err != nil {
+			return err
+		}
+		cc.TLS = src.ClientConfig("")
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if _, err := cli.MoveLeader(ctx, uint64(self)); err != nil {
+		return fmt.Errorf("move leader from %s: %w", lead, err)
+	}
+	slog.Info("etcd: took the leadership (prefer-leader)", "member", m.cfg.Name, "previous", lead.String())
+	return nil
+}
+
+// IsLeader reports whether this member leads its cluster.
+func (m *Etcd) IsLeader() bool { return m.e.Server.Leader() == m.e.Server.MemberID() }
 
 // ClientURL returns the URL clients use.
 func (e *Etcd) ClientURL() string { return strings.TrimRight(e.cfg.ClientURL, "/") }
@@ -110,4 +211,12 @@ func (e *Etcd) ClientURL() string { return strings.TrimRight(e.cfg.ClientURL, "/
 func (e *Etcd) Err() <-chan error { return e.e.Err() }
 
 // Close stops the member.
-func (e *Etcd) Close() { e.e.Close() }
+func (e *Etcd) Close() {
+	select {
+	case <-e.stop:
+	default:
+		close(e.stop)
+	}
+	<-e.done
+	e.e.Close()
+}

@@ -26,11 +26,14 @@ const (
 	RoleBookie  Role = "bookie"
 	RoleWitness Role = "witness"
 	RoleEtcd    Role = "etcd"
+	// RoleAutorecovery: a `meridian autorecovery` process (it gossips only
+	// to see bookies fail).
+	RoleAutorecovery Role = "autorecovery"
 )
 
 func (r Role) valid() bool {
 	switch r {
-	case RoleBroker, RoleBookie, RoleWitness, RoleEtcd:
+	case RoleBroker, RoleBookie, RoleWitness, RoleEtcd, RoleAutorecovery:
 		return true
 	}
 	return false
@@ -285,6 +288,20 @@ func (v HealthView) IsFailed(name string) bool {
 func (v HealthView) Regions() []string {
 	out := slices.Collect(maps.Keys(v.regions))
 	slices.Sort(out)
+	return out
+}
+
+// Unreachable returns, sorted, the regions that have members in the view
+// and none of them alive (all suspect, failed or left): from here, that
+// region's hosts look paused, dead or cut off. A region with one alive
+// member of any role is not listed.
+func (v HealthView) Unreachable() []string {
+	var out []string
+	for _, r := range v.Regions() {
+		if len(v.Region(r).Alive("")) == 0 {
+			out = append(out, r)
+		}
+	}
 	return out
 }
 

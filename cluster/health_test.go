@@ -331,3 +331,51 @@ func TestGossipLogLevelsAndRateLimit(t *testing.T) {
 		t.Fatal("INFO line was considered at Info level")
 	}
 }
+
+// A region is unreachable from here when it has members and none is alive;
+// one alive member of any role keeps it reachable.
+func TestUnreachableRegions(t *testing.T) {
+	v := BuildHealthView(HealthView{}, []MemberRecord{
+		rec("e-broker", "east", RoleBroker, MemberSuspect),
+		rec("e-bookie", "east", RoleBookie, MemberFailed),
+		rec("w-broker", "west", RoleBroker, MemberAlive),
+		rec("w-bookie", "west", RoleBookie, MemberFailed),
+		rec("n-broker", "north", RoleBroker, MemberLeft),
+		rec("s-bookie", "south", RoleBookie, MemberAlive),
+		rec("s-broker", "south", RoleBroker, MemberSuspect),
+	}, t0, DefaultHealthRules())
+	if got, want := v.Unreachable(), []string{"east", "north"}; !slices.Equal(got, want) {
+		t.Fatalf("unreachable %v, want %v", got, want)
+	}
+	if got := (HealthView{}).Unreachable(); len(got) != 0 {
+		t.Fatalf("an empty view lists %v", got)
+	}
+}
+
+// The global store's endpoints name their regions; the store avoids the
+// members of unreachable regions, never all of them, and uses them again
+// when their region is back.
+func TestStoreEndpointsAvoidRegions(t *testing.T) {
+	eps := parseEndpoints([]string{"east=http://e:2379", "west=http://w:2379", "http://witness:2379"})
+	if got := urls(eps); !slices.Equal(got, []string{"http://e:2379", "http://w:2379", "http://witness:2379"}) {
+		t.Fatalf("urls %v", got)
+	}
+	for _, tc := range []struct {
+		avoid []string
+		want  []string
+	}{
+		{nil, []string{"http://e:2379", "http://w:2379", "http://witness:2379"}},
+		{[]string{"east"}, []string{"http://w:2379", "http://witness:2379"}},
+		{[]string{"east", "west"}, []string{"http://witness:2379"}},
+		{[]string{"north"}, []string{"http://e:2379", "http://w:2379", "http://witness:2379"}},
+	} {
+		if got := usable(eps, tc.avoid); !slices.Equal(got, tc.want) {
+			t.Errorf("avoid %v: %v, want %v", tc.avoid, got, tc.want)
+		}
+	}
+	// Every member named and every region avoided: all of them, not none.
+	named := parseEndpoints([]string{"east=http://e:2379", "west=http://w:2379"})
+	if got := usable(named, []string{"east", "west"}); len(got) != 2 {
+		t.Errorf("every region avoided: %v, want both", got)
+	}
+}

@@ -181,7 +181,7 @@ type MembershipConfig struct {
 //	worst (FailureDetectionBound(4)): 5 × 1 s + 1 s + 24 s + 2 × 0.2 s = 30.4 s
 //
 // These are LAN numbers; memberlist's WAN profile alone has a 30 s minimum
-// suspicion (6 × 5 s). The failover issue sets Meridian's own defaults.
+// suspicion (6 × 5 s). Meridian's own defaults are RegionsConfig's.
 func DefaultMembershipConfig() MembershipConfig {
 	return MembershipConfig{
 		BindAddr:                "0.0.0.0",
@@ -210,6 +210,61 @@ func DefaultMembershipConfig() MembershipConfig {
 	}
 }
 
+// RegionsConfig returns Meridian's own defaults for a deployment whose
+// members gossip across regions (the `meridian` gossip profile, the
+// default of `meridian broker|bookie --gossip-profile` and `meridian up`).
+// memberlist's LAN profile takes 6 s to 30 s to declare a dead member
+// failed and its WAN profile at least 30 s; failover needs a dead region
+// seen down within a few seconds, on 2-core hosts under load, without
+// accusing live members.
+//
+//	ProbeInterval 500 ms: each member pings one other every 500 ms.
+//	ProbeTimeout 300 ms: above a cross-region 99th-percentile round trip
+//	  (≤ 150 ms between most cloud regions) with room for a busy host's
+//	  scheduling; a missed direct ping is retried through 3 others.
+//	SuspicionMult 3, SuspicionMaxTimeoutMult 2: a suspect member has
+//	  3 × max(1, log10 N) × 500 ms = 1.5 s (N ≤ 10) to refute — three more
+//	  probe rounds — and a lone suspicion lasts at most 3 s.
+//	GossipInterval 100 ms: a suspicion or a probe-result tag reaches every
+//	  member of a 20-member cluster in about 3 intervals.
+//
+// Detection of a dead region, N ≤ 10 members:
+//
+//	first failed probe ≈ 0.5 s + 0.3 s; region not up from then (its
+//	  members are suspect)
+//	failed after the suspicion: + 1.5 s (confirmed by others) .. 3 s
+//	  → about 2.3 s to 3.8 s after the death
+//	failover: the region must be not up for FailoverDelay (2 s, counted
+//	  from the suspicion, ≈ 2.8 s after the death) and failed (≤ 3.8 s),
+//	  and its lease must be gone from the store (≤ the 5 s lease TTL after
+//	  its last renewal): commit ≈ 3.3 s to 5 s after the death, the lease
+//	  being the longer term.
+//	worst (FailureDetectionBound): see the golden test.
+//
+// A false suspicion needs a member to miss its direct and 3 indirect
+// pings for 1.5 s: a pause of that length (a long GC, a host starved of
+// CPU) is close enough to dead that failing over its region is right.
+func RegionsConfig() MembershipConfig {
+	c := DefaultMembershipConfig()
+	c.ProbeInterval = 500 * time.Millisecond
+	c.ProbeTimeout = 300 * time.Millisecond
+	c.SuspicionMult = 3
+	c.SuspicionMaxTimeoutMult = 2
+	c.GossipInterval = 100 * time.Millisecond
+	// Lifeguard's awareness stretches a member's probe interval and
+	// timeouts up to this factor when its probes miss their nacks, taking
+	// that for local trouble. A region that dies takes a large share of
+	// the cluster's members with it, and every survivor's indirect probes
+	// through them miss their nacks: with memberlist's 8 a paused region
+	// was seen down only after 12 s (SIGSTOP test) instead of ~1 s. 2
+	// keeps some of the protection.
+	c.AwarenessMaxMultiplier = 2
+	c.PushPullInterval = 15 * time.Second
+	c.TCPTimeout = 5 * time.Second
+	c.ReconnectInterval = 10 * time.Second
+	return c
+}
+
 // FastLocalConfig returns timings for members on one machine over loopback
 // (tests, `meridian up` drills): fast enough that a test sees a crash within
 // a few seconds, slow enough that a busy 2-core machine running the race
@@ -236,6 +291,7 @@ func FastLocalConfig() MembershipConfig {
 	c.SuspicionMult = 3                      // min suspicion 600 ms, several probe rounds to refute
 	c.SuspicionMaxTimeoutMult = 2            // cap a lone suspicion at 1.2 s
 	c.GossipInterval = 50 * time.Millisecond // tag updates visible in ~100 ms
+	c.AwarenessMaxMultiplier = 2             // see RegionsConfig
 	// RetransmitMult stays 4 (LAN): memberlist's DefaultLocalConfig has 2,
 	// with which a broadcast in a 4-member cluster misses one member about
 	// once in 9 (each of 2 relays picks 2 of its 3 peers) until push/pull

@@ -26,9 +26,20 @@ suspicion n=4: 4s..24s  n=20: 5.204s..31.224s
 failure-detection-bound n=4: 30.4s  n=20: 1m10.024s
 health: min-alive-brokers=1 min-alive-bookies=3 probe-fail-window=30s
 `},
+		{"meridian (regions)", RegionsConfig(), `
+probe-interval=500ms probe-timeout=300ms indirect-checks=3
+suspicion-mult=3 suspicion-max-timeout-mult=2 awareness-max-multiplier=2
+gossip-interval=100ms gossip-nodes=3 retransmit-mult=4 gossip-to-the-dead=30s
+push-pull-interval=15s tcp-timeout=5s
+reconnect-interval=10s reconnect-timeout=24h0m0s tombstone-timeout=24h0m0s reap-interval=15s
+broadcast-timeout=5s leave-propagate-delay=1s join-retry=1s..30s
+suspicion n=4: 1.5s..3s  n=20: 1.9515s..3.903s
+failure-detection-bound n=4: 6.2s  n=20: 23.303s
+health: min-alive-brokers=1 min-alive-bookies=3 probe-fail-window=30s
+`},
 		{"fast local", FastLocalConfig(), `
 probe-interval=200ms probe-timeout=100ms indirect-checks=2
-suspicion-mult=3 suspicion-max-timeout-mult=2 awareness-max-multiplier=8
+suspicion-mult=3 suspicion-max-timeout-mult=2 awareness-max-multiplier=2
 gossip-interval=50ms gossip-nodes=3 retransmit-mult=4 gossip-to-the-dead=5s
 push-pull-interval=5s tcp-timeout=1s
 reconnect-interval=500ms reconnect-timeout=30s tombstone-timeout=30s reap-interval=500ms

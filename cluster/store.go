@@ -2,12 +2,17 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/raft/v3"
+	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/health" // client-side health checking
 )
 
 // Errors returned by Store. Callers match them with errors.Is.
@@ -23,7 +28,9 @@ var (
 
 // StoreConfig says how to reach etcd.
 type StoreConfig struct {
-	// Endpoints of the etcd cluster, e.g. ["http://127.0.0.1:2379"].
+	// Endpoints of the etcd cluster, e.g. ["http://127.0.0.1:2379"]; an
+	// entry may name its member's region, "east=http://10.0.0.1:2379"
+	// (store_regions.go: AvoidRegions).
 	Endpoints []string
 	// Prefix under which every key of this store lives, e.g. "/meridian/east".
 	// Keys passed to Store methods are relative to it. Must start with "/" and
@@ -34,6 +41,27 @@ type StoreConfig struct {
 	// RequestTimeout bounds each request when the caller's context has no
 	// deadline. Default 5s.
 	RequestTimeout time.Duration
+	// KeepAliveTime and KeepAliveTimeout: the client pings each endpoint's
+	// connection after KeepAliveTime without traffic and drops it when no
+	// answer comes within KeepAliveTimeout. Default 2 s and 2 s. Without
+	// them, a member whose packets are silently dropped (a partition, a
+	// paused host) keeps its connection "ready" and the client keeps
+	// sending it requests that time out, instead of using the members that
+	// still have a quorum: found by the split-view test, where west's
+	// brokers stayed pinned to east's cut-off member and never failed over.
+	// etcd refuses pings more frequent than its --grpc-keepalive-min-time
+	// (5 s by default; Meridian's embedded etcd sets 1 s): against an
+	// external etcd set that flag to 2 s or less, or the client backs off
+	// to its default.
+	KeepAliveTime, KeepAliveTimeout time.Duration
+	// TLS, if set, connects over TLS (the endpoints are https://),
+	// presenting its client certificate when the member asks for one.
+	// Default nil: plaintext.
+	TLS *tls.Config
+	// Username and Password authenticate to etcd (etcd authentication
+	// enabled); empty: none, or the TLS client certificate's common name
+	// when the etcd member runs with --client-cert-auth.
+	Username, Password string
 }
 
 // Store is a thin, typed layer over an etcd client. It is safe for
@@ -43,6 +71,7 @@ type Store struct {
 	prefix string
 	reqTO  time.Duration
 	owned  bool
+	eps    *storeEndpoints
 }
 
 // KV is one key with its value and versions. Key is relative to the store's
@@ -66,19 +95,41 @@ func Connect(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 5 * time.Second
 	}
+	if cfg.KeepAliveTime == 0 {
+		cfg.KeepAliveTime = 2 * time.Second
+	}
+	if cfg.KeepAliveTimeout == 0 {
+		cfg.KeepAliveTimeout = 2 * time.Second
+	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = 5 * time.Second
 	}
+	eps := parseEndpoints(cfg.Endpoints)
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   cfg.Endpoints,
-		DialTimeout: cfg.DialTimeout,
-		Context:     ctx,
-		Logger:      quietZap(),
+		Endpoints:            urls(eps),
+		DialTimeout:          cfg.DialTimeout,
+		TLS:                  cfg.TLS,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
+		DialKeepAliveTime:    cfg.KeepAliveTime,
+		DialKeepAliveTimeout: cfg.KeepAliveTimeout,
+		Context:              ctx,
+		Logger:               quietZap(),
+		// gRPC health checking (etcd serves grpc.health.v1): a member is
+		// sent requests only while its health stream says SERVING. A
+		// paused member's kernel still accepts connections, so after each
+		// keepalive failure the client reconnected and, round-robin, kept
+		// sending it a third of all requests, each hanging until its
+		// deadline (seen: a paused region stalled the survivors' failover
+		// control for 12 s). A server without the health service counts as
+		// healthy (gRFC A17).
+		DialOptions: []grpc.DialOption{grpc.WithDefaultServiceConfig(`{"loadBalancingPolicy":"round_robin","healthCheckConfig":{"serviceName":""}}`)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect to etcd %v: %w", cfg.Endpoints, err)
 	}
-	s := &Store{cli: cli, prefix: cfg.Prefix, reqTO: cfg.RequestTimeout, owned: true}
+	s := &Store{cli: cli, prefix: cfg.Prefix, reqTO: cfg.RequestTimeout, owned: true,
+		eps: &storeEndpoints{all: eps, inUse: strings.Join(urls(eps), ",")}}
 	// Fail fast when etcd is not there rather than on first use.
 	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
@@ -92,7 +143,7 @@ func Connect(ctx context.Context, cfg StoreConfig) (*Store, error) {
 // Sub returns a Store sharing this one's connection with a longer prefix.
 // Closing the sub-store does not close the connection.
 func (s *Store) Sub(prefix string) *Store {
-	return &Store{cli: s.cli, prefix: s.prefix + prefix, reqTO: s.reqTO}
+	return &Store{cli: s.cli, prefix: s.prefix + prefix, reqTO: s.reqTO, eps: s.eps}
 }
 
 // Prefix returns the store's key prefix.
@@ -118,6 +169,40 @@ func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.reqTO)
 }
 
+// NotApplied reports whether err says etcd did not apply the request, so
+// that sending it again cannot apply it twice: the leader dropped the
+// proposal (a leadership transfer is under way — the global store's
+// witness takes the leadership back whenever another member has it), there
+// is no leader, or the server shed the request. etcd's client does not
+// retry a write that reached the server; these three are safe to.
+func NotApplied(err error) bool {
+	switch rpctypes.ErrorDesc(err) {
+	case raft.ErrProposalDropped.Error(),
+		rpctypes.ErrorDesc(rpctypes.ErrGRPCNoLeader),
+		rpctypes.ErrorDesc(rpctypes.ErrGRPCRequestTooManyRequests):
+		return true
+	}
+	return false
+}
+
+// write runs one write request, again after a short pause while etcd says
+// it was not applied (NotApplied), until ctx ends.
+func write[T any](ctx context.Context, do func(context.Context) (T, error)) (T, error) {
+	pause := 20 * time.Millisecond
+	for {
+		v, err := do(ctx)
+		if err == nil || !NotApplied(err) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
 // Get returns the key's value and mod revision, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, key string) (KV, error) {
 	ctx, cancel := s.ctx(ctx)
@@ -140,7 +225,9 @@ func (s *Store) kv(k, v []byte, mod, create, lease int64) KV {
 func (s *Store) Put(ctx context.Context, key string, val []byte) (int64, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.Put(ctx, s.abs(key), string(val))
+	resp, err := write(ctx, func(ctx context.Context) (*clientv3.PutResponse, error) {
+		return s.cli.Put(ctx, s.abs(key), string(val))
+	})
 	if err != nil {
 		return 0, fmt.Errorf("cluster: put %s: %w", key, err)
 	}
@@ -152,7 +239,9 @@ func (s *Store) Put(ctx context.Context, key string, val []byte) (int64, error) 
 func (s *Store) PutWithLease(ctx context.Context, key string, val []byte, lease clientv3.LeaseID) (int64, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.Put(ctx, s.abs(key), string(val), clientv3.WithLease(lease))
+	resp, err := write(ctx, func(ctx context.Context) (*clientv3.PutResponse, error) {
+		return s.cli.Put(ctx, s.abs(key), string(val), clientv3.WithLease(lease))
+	})
 	if err != nil {
 		return 0, fmt.Errorf("cluster: put %s: %w", key, err)
 	}
@@ -165,10 +254,12 @@ func (s *Store) Create(ctx context.Context, key string, val []byte) (int64, erro
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	k := s.abs(key)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, string(val))).
-		Commit()
+	resp, err := write(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, string(val))).
+			Commit()
+	})
 	if err != nil {
 		return 0, fmt.Errorf("cluster: create %s: %w", key, err)
 	}
@@ -184,10 +275,12 @@ func (s *Store) CreateWithLease(ctx context.Context, key string, val []byte, lea
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	k := s.abs(key)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, string(val), clientv3.WithLease(lease))).
-		Commit()
+	resp, err := write(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, string(val), clientv3.WithLease(lease))).
+			Commit()
+	})
 	if err != nil {
 		return 0, fmt.Errorf("cluster: create %s: %w", key, err)
 	}
@@ -204,11 +297,13 @@ func (s *Store) CAS(ctx context.Context, key string, val []byte, modRev int64) (
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	k := s.abs(key)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
-		Then(clientv3.OpPut(k, string(val))).
-		Else(clientv3.OpGet(k, clientv3.WithKeysOnly())).
-		Commit()
+	resp, err := write(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
+			Then(clientv3.OpPut(k, string(val))).
+			Else(clientv3.OpGet(k, clientv3.WithKeysOnly())).
+			Commit()
+	})
 	if err != nil {
 		return 0, fmt.Errorf("cluster: cas %s: %w", key, err)
 	}
@@ -226,7 +321,9 @@ func (s *Store) CAS(ctx context.Context, key string, val []byte, modRev int64) (
 func (s *Store) Delete(ctx context.Context, key string) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	if _, err := s.cli.Delete(ctx, s.abs(key)); err != nil {
+	if _, err := write(ctx, func(ctx context.Context) (*clientv3.DeleteResponse, error) {
+		return s.cli.Delete(ctx, s.abs(key))
+	}); err != nil {
 		return fmt.Errorf("cluster: delete %s: %w", key, err)
 	}
 	return nil
@@ -237,10 +334,12 @@ func (s *Store) DeleteCAS(ctx context.Context, key string, modRev int64) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	k := s.abs(key)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
-		Then(clientv3.OpDelete(k)).
-		Commit()
+	resp, err := write(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
+			Then(clientv3.OpDelete(k)).
+			Commit()
+	})
 	if err != nil {
 		return fmt.Errorf("cluster: delete %s: %w", key, err)
 	}
@@ -339,7 +438,9 @@ func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (*Lease, erro
 		secs = 1
 	}
 	gctx, cancel := s.ctx(ctx)
-	resp, err := s.cli.Grant(gctx, secs)
+	resp, err := write(gctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+		return s.cli.Grant(ctx, secs)
+	})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: grant lease: %w", err)
