@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"time"
 
@@ -99,6 +100,31 @@ type Config struct {
 	// region loss: the survivor's copies are all there is until the region
 	// returns and auto-recovery restores the write quorum. Logged.
 	DegradedRecovery bool
+	// WriterLeaseTTL: the TTL of the etcd lease this client keeps alive
+	// while it lives and records in the metadata of every ledger it creates
+	// (LedgerMetadata.writer_lease). Auto-recovery fences and closes an OPEN
+	// ledger only after that lease expired, i.e. its writer's process is
+	// gone (or cut off from etcd for the TTL); an idle ledger of a live
+	// writer is never fenced. Default 10 s (the bookies' registration TTL):
+	// a dead writer's open ledgers can be recovered ~10 s after it died;
+	// shorter risks fencing the ledgers of a writer that merely stalled.
+	// Negative: record no lease (auto-recovery then never fences this
+	// client's ledgers).
+	WriterLeaseTTL time.Duration
+	// WriterName is recorded with the lease (LedgerMetadata.writer), for
+	// operators. Default: host-pid.
+	WriterName string
+	// IdleReplaceAfter: when a writer has no add in flight and a member of
+	// its current ensemble has been unregistered or read-only for this
+	// long, the writer replaces it by an ensemble change without waiting
+	// for an add to fail. Then the entries written so far sit in a
+	// completed fragment, which auto-recovery re-replicates, and a bookie
+	// being decommissioned drains even from idle ledgers. Default 5 s
+	// (after the registration TTL has run out, so a bookie is then dead for
+	// ~15 s, or stopped cleanly 5 s ago). The replacement is tried only
+	// when the placement rule can be met; otherwise the writer waits.
+	// Negative: off (an idle writer notices only at its next add).
+	IdleReplaceAfter time.Duration
 	// DialOptions are added to every bookie connection (TLS, a later issue).
 	DialOptions []grpc.DialOption
 	// Logger receives ensemble changes and recovery decisions. Default: discard.
@@ -111,6 +137,18 @@ type Client struct {
 	pool pool
 	rng  *rand.Rand
 	rmu  sync.Mutex
+
+	ctx    context.Context // lives until Close; the writer lease follows it
+	cancel context.CancelFunc
+
+	// writers: the open writers, for the idle sweep (sweepIdle), one
+	// goroutine per client rather than a ticker per writer.
+	wmu       sync.Mutex
+	writers   map[*Writer]struct{}
+	sweepOnce sync.Once
+
+	lmu   sync.Mutex
+	lease *cluster.Lease // nil until the first Create (or after it was lost)
 }
 
 // New returns a client.
@@ -136,11 +174,90 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Client{cfg: cfg, pool: pool{opts: cfg.DialOptions, conns: map[string]*bookieConn{}}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6d65726964))}, nil
+	if cfg.WriterLeaseTTL == 0 {
+		cfg.WriterLeaseTTL = DefaultWriterLeaseTTL
+	}
+	if cfg.WriterName == "" {
+		h, _ := os.Hostname()
+		cfg.WriterName = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if cfg.IdleReplaceAfter == 0 {
+		cfg.IdleReplaceAfter = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Client{cfg: cfg, pool: pool{opts: cfg.DialOptions, conns: map[string]*bookieConn{}}, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6d65726964)),
+		ctx: ctx, cancel: cancel}, nil
 }
 
-// Close closes every bookie connection. Writers still open fail.
-func (c *Client) Close() { c.pool.closeAll() }
+// DefaultWriterLeaseTTL is Config.WriterLeaseTTL's default.
+const DefaultWriterLeaseTTL = 10 * time.Second
+
+// Close closes every bookie connection and revokes the writer lease.
+// Writers still open fail; auto-recovery may then recover their ledgers.
+func (c *Client) Close() {
+	c.lmu.Lock()
+	l := c.lease
+	c.lease = nil
+	c.lmu.Unlock()
+	if l != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = l.Revoke(ctx)
+		cancel()
+	}
+	c.cancel()
+	c.pool.closeAll()
+}
+
+// writerLease returns the lease to record in a new ledger's metadata (0
+// when WriterLeaseTTL is negative), granting one on first use and again
+// after the previous one was lost (etcd unreachable for its TTL: the
+// ledgers recorded under it may be recovered by auto-recovery, as their
+// writer could no longer have changed their metadata anyway).
+func (c *Client) writerLease(ctx context.Context) (int64, error) {
+	if c.cfg.WriterLeaseTTL < 0 {
+		return 0, nil
+	}
+	c.lmu.Lock()
+	defer c.lmu.Unlock()
+	if c.lease != nil {
+		select {
+		case <-c.lease.Lost():
+			c.lease = nil
+		default:
+			return int64(c.lease.ID), nil
+		}
+	}
+	if c.ctx.Err() != nil {
+		return 0, ErrClosed
+	}
+	// The grant itself is bounded by ctx; the keep-alive lives with the client.
+	type res struct {
+		l   *cluster.Lease
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		l, err := c.cfg.Store.GrantLease(c.ctx, c.cfg.WriterLeaseTTL)
+		ch <- res{l, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return 0, fmt.Errorf("ledger: writer lease: %w", r.err)
+		}
+		c.lease = r.l
+		return int64(r.l.ID), nil
+	case <-ctx.Done():
+		go func() { // a grant that completes late is not kept
+			if r := <-ch; r.l != nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = r.l.Revoke(rctx)
+				cancel()
+			}
+		}()
+		return 0, ctx.Err()
+	}
+}
 
 // CreateOptions are a new ledger's quorums and placement.
 type CreateOptions struct {
@@ -192,6 +309,14 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
+	lease, err := c.writerLease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	writer := ""
+	if lease != 0 {
+		writer = c.cfg.WriterName
+	}
 	refs := make([]*metapb.BookieRef, len(ens))
 	for i, b := range ens {
 		r := byID[b.ID]
@@ -209,6 +334,8 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Writer, error) {
 		CtimeMs:       nowMillis(),
 		Placement:     policyToProto(o.Placement),
 		Custom:        o.Custom,
+		WriterLease:   lease,
+		Writer:        writer,
 	}
 	b, err := proto.Marshal(m)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mq/meridian/internal/grpcpool"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -48,6 +49,7 @@ func dialBookie(addr string, opts []grpc.DialOption) (*bookieConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		grpcpool.DialOption(),
 		// A restarted bookie must be reachable again within seconds, not
 		// after gRPC's default reconnect backoff (up to 120 s).
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{

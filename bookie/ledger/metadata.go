@@ -92,6 +92,9 @@ func decodeMeta(kv cluster.KV) (Metadata, error) {
 	if len(m.Fragments) == 0 {
 		return Metadata{}, fmt.Errorf("ledger: metadata %s has no fragment", kv.Key)
 	}
+	if err := validateMeta(kv.Key, m); err != nil {
+		return Metadata{}, err
+	}
 	return Metadata{Meta: m, Rev: kv.ModRevision}, nil
 }
 

@@ -39,6 +39,7 @@ type Writer struct {
 	pending    []*pendingAdd // entries lac+1 .. lastPushed, in order
 	failed     map[int]bool  // ensemble positions waiting to be replaced
 	bad        map[string]time.Time
+	unavail    map[string]time.Time // members seen unregistered or read-only, since (idle replacement)
 	changing   bool
 	sendSeq    uint64
 	err        error // terminal: every later add fails with it
@@ -48,6 +49,8 @@ type Writer struct {
 	delivering bool
 	stopScan   chan struct{}
 	stopOnce   sync.Once
+	// kick wakes the idle timeout scanner when an add becomes pending.
+	kick chan struct{}
 }
 
 type pendingAdd struct {
@@ -93,11 +96,65 @@ func newWriter(c *Client, m Metadata) *Writer {
 		lac:        -1,
 		failed:     map[int]bool{},
 		bad:        map[string]time.Time{},
+		unavail:    map[string]time.Time{},
 		stopScan:   make(chan struct{}),
+		kick:       make(chan struct{}, 1),
 	}
 	w.cond = sync.NewCond(&w.mu)
 	go w.scanTimeouts()
+	c.addWriter(w)
 	return w
+}
+
+// addWriter registers an open writer for the idle sweep.
+func (c *Client) addWriter(w *Writer) {
+	if c.cfg.IdleReplaceAfter < 0 {
+		return
+	}
+	c.wmu.Lock()
+	if c.writers == nil {
+		c.writers = map[*Writer]struct{}{}
+	}
+	c.writers[w] = struct{}{}
+	c.wmu.Unlock()
+	c.sweepOnce.Do(func() { go c.sweepIdle() })
+}
+
+func (c *Client) removeWriter(w *Writer) {
+	c.wmu.Lock()
+	delete(c.writers, w)
+	c.wmu.Unlock()
+}
+
+// sweepIdle looks, every half IdleReplaceAfter, at every open writer with
+// no add in flight for members that went unregistered or read-only
+// (idleReplaceLocked). One goroutine for all of the client's writers: a
+// broker holds a writer per topic, and a ticker each for 100,000 idle
+// topics cost the scheduler a core; a writer with adds in flight finds a
+// failed member through them instead.
+func (c *Client) sweepIdle() {
+	tk := time.NewTicker(max(c.cfg.IdleReplaceAfter/2, 50*time.Millisecond))
+	defer tk.Stop()
+	var ws []*Writer
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case now := <-tk.C:
+			c.wmu.Lock()
+			ws = ws[:0]
+			for w := range c.writers {
+				ws = append(ws, w)
+			}
+			c.wmu.Unlock()
+			for _, w := range ws {
+				w.mu.Lock()
+				w.idleReplaceLocked(now)
+				w.mu.Unlock()
+			}
+			clear(ws)
+		}
+	}
 }
 
 // ID returns the ledger id.
@@ -170,6 +227,12 @@ func (w *Writer) AppendAsync(payload []byte, cb func(entryID int64, err error)) 
 	}
 	pa.digest = bookie.Digest(w.id, pa.entry, pa.lac, payload)
 	w.pending = append(w.pending, pa)
+	if len(w.pending) == 1 {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
 	sends := w.prepareSendsLocked(pa, nil)
 	w.mu.Unlock()
 	w.doSends(sends)
@@ -311,7 +374,12 @@ func (w *Writer) failLocked(err error) {
 }
 
 // stopScanning ends the timeout scanner (on close or failure).
-func (w *Writer) stopScanning() { w.stopOnce.Do(func() { close(w.stopScan) }) }
+func (w *Writer) stopScanning() {
+	w.stopOnce.Do(func() {
+		close(w.stopScan)
+		w.c.removeWriter(w)
+	})
+}
 
 func (w *Writer) markFailedLocked(p int, reason error) {
 	if w.failed[p] {
@@ -482,10 +550,23 @@ func (w *Writer) chooseReplacements(ens []*metapb.BookieRef, toReplace map[int]b
 
 // scanTimeouts treats a bookie that has not answered an add within
 // AddTimeout as failed (a paused or partitioned bookie sends no reset).
+// With no add pending it waits for one (kick) instead of ticking: a broker
+// holds a writer per topic, and 100,000 idle topics ticking every second
+// cost the scheduler a core.
 func (w *Writer) scanTimeouts() {
 	tick := time.NewTicker(max(w.addTimeout/5, 20*time.Millisecond))
 	defer tick.Stop()
 	for {
+		w.mu.Lock()
+		idle := len(w.pending) == 0
+		w.mu.Unlock()
+		if idle {
+			select {
+			case <-w.stopScan:
+				return
+			case <-w.kick:
+			}
+		}
 		select {
 		case <-w.stopScan:
 			return
@@ -502,6 +583,54 @@ func (w *Writer) scanTimeouts() {
 			w.mu.Unlock()
 		}
 	}
+}
+
+// idleReplaceLocked starts an ensemble change for members of the current
+// ensemble that have been unregistered or read-only for IdleReplaceAfter
+// while the writer is idle (no add in flight: an add would find them
+// itself), provided a replacement satisfying the placement rule exists now.
+func (w *Writer) idleReplaceLocked(now time.Time) {
+	after := w.c.cfg.IdleReplaceAfter
+	if after < 0 || w.err != nil || w.closing || w.changing || len(w.pending) > 0 {
+		return
+	}
+	ens := w.meta.LastFragment().Ensemble
+	due := map[int]bool{}
+	for p, b := range ens {
+		reg, ok := w.c.cfg.Bookies.Lookup(b.Id)
+		if ok && reg != nil && !reg.ReadOnly {
+			delete(w.unavail, b.Id)
+			continue
+		}
+		since, seen := w.unavail[b.Id]
+		if !seen {
+			w.unavail[b.Id] = now
+			continue
+		}
+		if now.Sub(since) >= after {
+			due[p] = true
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	exclude := map[string]bool{}
+	for id, at := range w.bad {
+		if now.Sub(at) < time.Minute {
+			exclude[id] = true
+		}
+	}
+	if _, err := w.chooseReplacements(ens, due, exclude); err != nil {
+		return // nowhere to go yet; the writer keeps its ensemble and looks again
+	}
+	for p := range due {
+		w.c.cfg.Logger.Info("replacing an unavailable bookie of an idle ledger", "ledger", w.id, "bookie", ens[p].Id, "position", p)
+		w.failed[p] = true
+		w.bad[ens[p].Id] = now
+		delete(w.unavail, ens[p].Id)
+	}
+	w.changing = true
+	go w.ensembleChange()
 }
 
 // Close waits for pending adds, then closes the ledger in metadata at its
