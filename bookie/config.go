@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/meridian-mq/meridian/internal/tlsutil"
 )
 
 // Config configures a bookie Server. It is read once by New; changing it
@@ -89,6 +90,12 @@ type Config struct {
 	// ShutdownTimeout is how long Close waits for open gRPC calls and streams
 	// to finish before cutting them. Default: 5s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	// TLS, if its files are set, makes the gRPC service mutual TLS (a
+	// client must present a certificate from the CA: only Meridian's own
+	// processes add entries) and the metrics listener https. The files are
+	// re-read when they change (tlsutil). Default: off (plaintext).
+	TLS tlsutil.Files `yaml:"tls,omitempty"`
 
 	// Logger receives the bookie's structured logs. Default: slog.Default().
 	Logger *slog.Logger `yaml:"-"`

@@ -2,6 +2,7 @@ package bookie
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,11 +14,13 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/meridian-mq/meridian/internal/grpcpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
 )
@@ -42,6 +45,10 @@ type Server struct {
 
 	ctx    context.Context // lives until Close; the registration lease follows it
 	cancel context.CancelFunc
+
+	draining    atomic.Bool   // decommission: read-only whatever the disk says
+	removed     chan struct{} // closed when the decommission removed this bookie
+	removedOnce sync.Once
 
 	diskTrigger  chan struct{}
 	diskMu       sync.Mutex // serializes checkDisk
@@ -88,6 +95,7 @@ func New(cfg Config, reg Registry) (*Server, error) {
 		log:         log,
 		m:           newMetrics(cfg.Region, cfg.Rack, cfg.ID),
 		diskTrigger: make(chan struct{}, 1),
+		removed:     make(chan struct{}),
 	}
 	st, err := OpenStore(cfg.DataDir, StoreOptions{
 		FS:                  cfg.fs,
@@ -149,6 +157,19 @@ func (s *Server) MetricsAddr() string {
 // Start and Close must not be called concurrently. After a failed Start,
 // call Close.
 func (s *Server) Start() error {
+	if d, ok := s.reg.(Decommissioner); ok && s.reg != nil {
+		state, err := d.WatchDecommission(s.ctx, s.cfg.ID, s.onDecommission)
+		if err != nil {
+			return fmt.Errorf("bookie: read decommission state: %w", err)
+		}
+		switch state {
+		case DecommissionRemoved:
+			return fmt.Errorf("%w: %s", ErrDecommissioned, s.cfg.ID)
+		case DecommissionDraining:
+			s.draining.Store(true)
+			s.log.Warn("bookie: being decommissioned; starting read-only")
+		}
+	}
 	if err := s.listen(); err != nil {
 		return err
 	}
@@ -194,11 +215,23 @@ func (s *Server) listen() error {
 		s.advertise = lis.Addr().String()
 	}
 	msgMax := s.cfg.MaxEntryBytes + 1<<20 // payload plus request fields
-	s.grpcSrv = grpc.NewServer(grpc.MaxRecvMsgSize(msgMax), grpc.MaxSendMsgSize(msgMax),
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(msgMax), grpc.MaxSendMsgSize(msgMax), grpcpool.ServerOption(),
 		// Ledger clients ping idle connections every 10 s to notice a dead
 		// bookie; gRPC's default policy (5 min) would answer that with
 		// GOAWAY "too_many_pings" and break every add stream.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
+	var tlsSrc *tlsutil.Source
+	if s.cfg.TLS.Enabled() {
+		if tlsSrc, err = tlsutil.NewSource(s.cfg.TLS); err != nil {
+			lis.Close()
+			if mlis != nil {
+				mlis.Close()
+			}
+			return fmt.Errorf("bookie: %w", err)
+		}
+		opts = append(opts, grpc.Creds(tlsSrc.GRPCServer(tlsutil.RequireClientCert)))
+	}
+	s.grpcSrv = grpc.NewServer(opts...)
 	bookiepb.RegisterBookieServer(s.grpcSrv, s)
 	s.lis = lis
 	s.wg.Add(1)
@@ -213,10 +246,14 @@ func (s *Server) listen() error {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		s.metricsLis = mlis
+		serve := mlis
+		if tlsSrc != nil {
+			serve = tls.NewListener(mlis, tlsSrc.ServerConfig(tlsutil.NoClientCert, "http/1.1"))
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if err := s.httpSrv.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.httpSrv.Serve(serve); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("bookie: metrics serve", "err", err)
 			}
 		}()
@@ -327,9 +364,9 @@ func (s *Server) checkDisk() {
 	s.diskTotal.Store(u.TotalBytes)
 	s.m.diskUsage.Set(ratio)
 	full := ratio >= s.cfg.DiskUsageThreshold
+	s.store.SetReadOnly(full || s.draining.Load())
 	if full != s.diskFull.Load() {
 		s.diskFull.Store(full)
-		s.store.SetReadOnly(full)
 		if full {
 			s.log.Warn("bookie: disk usage at or above threshold; turning read-only", "usage", ratio, "threshold", s.cfg.DiskUsageThreshold)
 		} else {

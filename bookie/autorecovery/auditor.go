@@ -2,6 +2,7 @@ package autorecovery
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +11,9 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/proto/bookiepb"
+	"github.com/meridian-mq/meridian/proto/metapb"
+	"github.com/meridian-mq/meridian/rack"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -20,10 +24,13 @@ type Auditor struct {
 	cfg Config
 	id  string
 
-	mu     sync.Mutex
-	leader bool
-	lost   []string
-	stats  AuditStats
+	mu        sync.Mutex
+	leader    bool
+	lost      []string
+	draining_ []string
+	stats     AuditStats
+	lastScan  time.Time
+	status    AuditorStatus
 }
 
 // AuditStats counts what the auditor did (for tests and metrics).
@@ -47,8 +54,18 @@ func (a *Auditor) Leader() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.lea
 // Lost returns the bookies currently declared lost (as leader).
 func (a *Auditor) Lost() []string { a.mu.Lock(); defer a.mu.Unlock(); return slices.Clone(a.lost) }
 
+// Draining returns the bookies being decommissioned (as leader).
+func (a *Auditor) Draining() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.draining_)
+}
+
 // Stats returns the counters.
 func (a *Auditor) Stats() AuditStats { a.mu.Lock(); defer a.mu.Unlock(); return a.stats }
+
+// Status returns the last status the auditor published (as leader).
+func (a *Auditor) Status() AuditorStatus { a.mu.Lock(); defer a.mu.Unlock(); return a.status }
 
 // Run campaigns for the auditor role and audits while elected, until ctx
 // ends. It re-campaigns after losing its session.
@@ -102,15 +119,28 @@ func (a *Auditor) term(ctx context.Context) error {
 func (a *Auditor) setLeader(v bool) { a.mu.Lock(); a.leader = v; a.mu.Unlock() }
 
 // lead is the elected auditor's loop: every CheckInterval feed the registry
-// to the detector; scan when a bookie becomes lost or the scrub is due.
+// (and gossip) to the detector and read the decommissions; scan when a
+// bookie becomes lost or draining, or the scrub is due; publish the status.
 func (a *Auditor) lead(ctx context.Context) error {
 	det := NewLossDetector(a.cfg.LostBookieDelay)
 	known := map[string]bool{}
-	// The first scan learns which bookies the ledgers use.
-	if err := a.scan(ctx, nil, known); err != nil {
+	m := a.cfg.Metrics
+	m.leader.Set(1)
+	defer m.leader.Set(0)
+	ep := &episode{}
+	// The first scan learns which bookies the ledgers use; it also queues
+	// what a previous auditor left (fragments on draining bookies, misplaced
+	// ones).
+	draining, err := a.draining(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.scan(ctx, toSet(nil, draining), known, ep, false); err != nil {
 		return err
 	}
 	nextScrub := time.Now().Add(a.cfg.ScrubInterval)
+	var nextStatus time.Time
+	prevDraining := draining
 	tick := time.NewTicker(a.cfg.CheckInterval)
 	defer tick.Stop()
 	for {
@@ -123,27 +153,46 @@ func (a *Auditor) lead(ctx context.Context) error {
 		}
 		now := time.Now()
 		lost, newly := det.Observe(now, ids, a.present)
+		draining, err := a.draining(ctx)
+		if err != nil {
+			draining = prevDraining // etcd hiccup: keep the last view
+		}
+		newDrain := false
+		for _, id := range draining {
+			if !slices.Contains(prevDraining, id) {
+				newDrain = true
+			}
+		}
+		prevDraining = draining
 		a.mu.Lock()
 		a.lost = lost
+		a.draining_ = draining
 		a.mu.Unlock()
-		if len(newly) > 0 || !now.Before(nextScrub) {
+		if len(newly) > 0 || newDrain || !now.Before(nextScrub) {
 			if len(newly) > 0 {
 				a.cfg.Logger.Warn("bookies lost", "newly", newly, "lost", lost, "delay", a.cfg.LostBookieDelay)
 			}
-			lostSet := map[string]bool{}
-			for _, id := range lost {
-				lostSet[id] = true
+			if len(newly) > 0 || newDrain {
+				ep.begin(now)
 			}
-			if err := a.scan(ctx, lostSet, known); err != nil {
+			scrub := !now.Before(nextScrub)
+			if err := a.scan(ctx, toSet(lost, draining), known, ep, scrub); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				// Keep the lost bookies "newly" lost: retry at the next tick.
 				a.cfg.Logger.Warn("audit scan failed; retrying", "err", err)
 				det = retryDetector(det, newly)
+				prevDraining = nil
 			} else {
 				nextScrub = now.Add(a.cfg.ScrubInterval)
 			}
+		}
+		if !now.Before(nextStatus) {
+			if err := a.publish(ctx, now, det, lost, draining, ep); err != nil && ctx.Err() == nil {
+				a.cfg.Logger.Warn("publish recovery status", "err", err)
+			}
+			nextStatus = now.Add(a.cfg.StatusInterval)
 		}
 		select {
 		case <-ctx.Done():
@@ -151,6 +200,120 @@ func (a *Auditor) lead(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// episode tracks one stretch of under-replication, for "time to full
+// replication": from the first bookie declared lost or draining (or the
+// first marker found) until no marker is left.
+type episode struct {
+	start                time.Time
+	lastDuration         time.Duration
+	lastEnd              time.Time
+	markersSeenSinceOpen bool
+}
+
+func (e *episode) begin(now time.Time) {
+	if e.start.IsZero() {
+		e.start = now
+		e.markersSeenSinceOpen = false
+	}
+}
+
+// observe takes the marker count at now; it ends the episode when markers
+// were seen and none is left (or none ever came: nothing was affected).
+func (e *episode) observe(now time.Time, markers int) {
+	if markers > 0 {
+		e.begin(now)
+		e.markersSeenSinceOpen = true
+		return
+	}
+	if !e.start.IsZero() {
+		if e.markersSeenSinceOpen {
+			e.lastDuration, e.lastEnd = now.Sub(e.start), now
+		}
+		e.start = time.Time{}
+	}
+}
+
+func toSet(a, b []string) map[string]bool {
+	out := map[string]bool{}
+	for _, id := range a {
+		out[id] = true
+	}
+	for _, id := range b {
+		out[id] = true
+	}
+	return out
+}
+
+// draining returns the bookies being decommissioned, sorted.
+func (a *Auditor) draining(ctx context.Context) ([]string, error) {
+	ds, err := cluster.ListDecommissions(ctx, a.cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range ds {
+		if d.State == cluster.DecommissionDraining {
+			out = append(out, d.BookieID)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// publish writes the status record and sets the gauges from the markers.
+func (a *Auditor) publish(ctx context.Context, now time.Time, det *LossDetector, lost, draining []string, ep *episode) error {
+	ms, err := ListMarkers(ctx, a.cfg.Store)
+	if err != nil {
+		return err
+	}
+	ep.observe(now, len(ms))
+	st := AuditorStatus{Auditor: a.id, UpdatedMs: now.UnixMilli(), Lost: lost, Draining: draining,
+		LostBookieDelayMs: a.cfg.LostBookieDelay.Milliseconds(), UnderReplicatedLedgers: len(ms)}
+	for id, since := range det.goneSince {
+		if !det.lost[id] {
+			if st.Absent == nil {
+				st.Absent = map[string]int64{}
+			}
+			st.Absent[id] = since.UnixMilli()
+		}
+	}
+	for _, mk := range ms {
+		st.UnderReplicatedFragments += len(mk.Fragments) + len(mk.Misplaced)
+		st.UnderReplicatedEntries += mk.Entries
+	}
+	a.mu.Lock()
+	st.Misplaced = a.stats.Misplaced
+	st.Scans = a.stats.Scans
+	st.LastScanMs = a.lastScan.UnixMilli()
+	a.mu.Unlock()
+	if !ep.start.IsZero() {
+		st.EpisodeStartMs = ep.start.UnixMilli()
+	}
+	if !ep.lastEnd.IsZero() {
+		st.LastFullReplicationSeconds = ep.lastDuration.Seconds()
+		st.LastFullReplicationAtMs = ep.lastEnd.UnixMilli()
+	}
+	m := a.cfg.Metrics
+	m.lost.Set(float64(len(lost)))
+	m.draining.Set(float64(len(draining)))
+	m.urLedgers.Set(float64(st.UnderReplicatedLedgers))
+	m.urFragments.Set(float64(st.UnderReplicatedFragments))
+	m.urEntries.Set(float64(st.UnderReplicatedEntries))
+	m.misplaced.Set(float64(st.Misplaced))
+	m.timeToFull.Set(ep.lastDuration.Seconds())
+	if ep.start.IsZero() {
+		m.episodeSeconds.Set(0)
+	} else {
+		m.episodeSeconds.Set(now.Sub(ep.start).Seconds())
+	}
+	a.mu.Lock()
+	a.status = st
+	a.mu.Unlock()
+	b, _ := json.Marshal(st)
+	_, err = a.cfg.Store.Put(ctx, statusKey, b)
+	return err
 }
 
 // retryDetector forgets that ids were declared lost, so the next Observe
@@ -162,6 +325,8 @@ func retryDetector(d *LossDetector, ids []string) *LossDetector {
 	return d
 }
 
+// present: registered, or alive in gossip. A bookie is absent only when
+// its registration lease expired AND gossip does not have it alive.
 func (a *Auditor) present(id string) bool {
 	if _, ok := a.cfg.Bookies.Lookup(id); ok {
 		return true
@@ -169,9 +334,19 @@ func (a *Auditor) present(id string) bool {
 	return a.cfg.Alive != nil && a.cfg.Alive(id)
 }
 
+// labels returns a registered bookie's current placement labels.
+func (a *Auditor) labels(id string) (rack.Bookie, bool) {
+	b, ok := a.cfg.Bookies.Lookup(id)
+	if !ok {
+		return rack.Bookie{}, false
+	}
+	return rack.Bookie{ID: id, Region: b.Reg.Region, Rack: b.Reg.Rack}, true
+}
+
 // scan reads every ledger's metadata, adds its bookies to known and writes
-// a marker for each ledger with a fragment on a lost bookie.
-func (a *Auditor) scan(ctx context.Context, lost map[string]bool, known map[string]bool) error {
+// a marker for each ledger with a fragment on a bookie in moveOut (lost or
+// draining) or breaking its placement rule under the current labels.
+func (a *Auditor) scan(ctx context.Context, moveOut map[string]bool, known map[string]bool, ep *episode, scrub bool) error {
 	s := a.cfg.Store
 	ids, err := ledger.ListLedgers(ctx, s)
 	if err != nil {
@@ -192,29 +367,72 @@ func (a *Auditor) scan(ctx context.Context, lost map[string]bool, known map[stri
 				known[b.Id] = true
 			}
 		}
-		misplaced += len(Misplaced(m.Meta))
-		frags, found := Affected(m.Meta, lost)
-		if len(frags) == 0 {
+		mis := Misplaced(m.Meta, a.labels)
+		misplaced += len(mis)
+		frags, found := Affected(m.Meta, moveOut)
+		var missing []Replica
+		if scrub && a.cfg.ScrubReader != nil {
+			missing = a.verify(ctx, m.Meta, moveOut)
+		}
+		if len(frags) == 0 && len(mis) == 0 && len(missing) == 0 {
 			continue
 		}
-		changed, err := a.mark(ctx, Marker{LedgerID: id, Lost: found, Fragments: frags, CtimeMs: time.Now().UnixMilli()})
+		mk := Marker{LedgerID: id, Lost: found, Fragments: frags, Misplaced: mis, Missing: missing, CtimeMs: time.Now().UnixMilli(),
+			Entries: UnderReplicatedEntries(m.Meta, moveOut)}
+		changed, err := a.mark(ctx, mk)
 		if err != nil {
 			return err
 		}
 		if changed {
 			written++
-			a.cfg.Logger.Info("ledger under-replicated", "ledger", id, "lost", found, "fragments", frags, "state", m.Meta.State.String())
+			ep.begin(time.Now())
+			a.cfg.Logger.Info("ledger under-replicated", "ledger", id, "lost", found, "fragments", frags, "misplaced", mis, "state", m.Meta.State.String())
 		}
 	}
 	a.mu.Lock()
 	a.stats.Scans++
 	a.stats.MarkersWritten += written
 	a.stats.Misplaced = misplaced
+	a.lastScan = time.Now()
 	a.mu.Unlock()
+	a.cfg.Metrics.scans.Inc()
 	if misplaced > 0 {
-		a.cfg.Logger.Warn("fragments break their placement rule (not repaired in this version)", "fragments", misplaced)
+		a.cfg.Logger.Warn("fragments break their placement rule; queued for re-placement", "fragments", misplaced)
 	}
 	return nil
+}
+
+// verify reads SampleEntries from every registered member (not lost or
+// draining) of every completed fragment and returns the members that do
+// not have them. A member that cannot be reached is skipped: whether it is
+// gone is the detector's call.
+func (a *Auditor) verify(ctx context.Context, m *metapb.LedgerMetadata, moveOut map[string]bool) []Replica {
+	var out []Replica
+	for fi, f := range m.Fragments {
+		for p, b := range f.Ensemble {
+			if moveOut[b.Id] {
+				continue
+			}
+			if _, ok := a.cfg.Bookies.Lookup(b.Id); !ok {
+				continue
+			}
+			for _, e := range SampleEntries(m, fi, p) {
+				resp, err := a.cfg.ScrubReader.ReadEntryFrom(ctx, b, m.LedgerId, e)
+				if err != nil {
+					break
+				}
+				switch resp.Status {
+				case bookiepb.Status_OK:
+					continue
+				case bookiepb.Status_NO_SUCH_ENTRY, bookiepb.Status_NO_SUCH_LEDGER, bookiepb.Status_UNKNOWN, bookiepb.Status_CORRUPT:
+					a.cfg.Logger.Warn("scrub: a replica lacks its data", "ledger", m.LedgerId, "fragment", fi, "bookie", b.Id, "entry", e, "status", resp.Status.String())
+					out = append(out, Replica{Fragment: fi, Bookie: b.Id})
+				}
+				break
+			}
+		}
+	}
+	return out
 }
 
 // mark creates the ledger's marker or merges mk into the existing one.

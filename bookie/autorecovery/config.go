@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
 )
 
@@ -16,10 +17,17 @@ type Config struct {
 	Store *cluster.Store
 	// Bookies is a live view of the region's bookie registry. Required.
 	Bookies *cluster.BookieView
-	// Alive, when set, says a bookie is alive even though it is not
-	// registered (e.g. gossip still sees it): such a bookie is not absent.
-	// Must be safe for concurrent use. Default: the registry alone decides.
+	// Alive, when set, is gossip's view: it says a bookie is alive (serf
+	// has it alive or suspect) although its registration lease expired
+	// (e.g. the bookie is cut off from etcd but serving). A bookie is
+	// absent only when it is unregistered AND Alive says no, i.e. gossip
+	// marked it failed or left, or does not know it. GossipAlive builds
+	// it from a cluster.Membership. Must be safe for concurrent use.
+	// Default: the registry alone decides.
 	Alive func(id string) bool
+	// Metrics receives the auditor's and workers' figures. Default: a new
+	// registry nobody serves.
+	Metrics *Metrics
 
 	// LostBookieDelay: how long a single bookie may stay unregistered before
 	// its fragments are re-replicated. Default 60 s. The registration itself
@@ -41,10 +49,24 @@ type Config struct {
 	// delay ends.
 	CheckInterval time.Duration
 	// ScrubInterval: how often the auditor scans all ledgers even without a
-	// new loss (finds fragments missed by a crashed auditor, and reports
-	// fragments breaking their placement rule). Default 1 h (BookKeeper's
-	// periodic check is weekly; our scan reads metadata only). 0: default.
+	// new loss: it queues fragments still naming a lost or draining bookie
+	// (missed by a crashed auditor) and fragments breaking their placement
+	// rule under the bookies' current rack labels (racks relabelled).
+	// Default 1 h (BookKeeper's periodic check is weekly; this scan reads
+	// metadata only: ~1 ms per ledger here). 0: default.
 	ScrubInterval time.Duration
+	// ScrubReader, when set, makes the scrub read data too: from each
+	// registered member of each completed fragment, the first and the last
+	// entry it stores (BookKeeper's LedgerChecker samples the same way). A
+	// member that answers it has no such entry or ledger, cannot tell
+	// (a wiped disk: limbo) or holds it corrupt is queued, and a worker
+	// copies the fragment's entries back onto it. Costs two reads per
+	// member per fragment per ScrubInterval. Default: nil, metadata only.
+	ScrubReader *ledger.Client
+	// StatusInterval: how often the elected auditor refreshes the region's
+	// recovery status in etcd (/underreplicated/status) and its gauges, and
+	// a worker its progress record. Default 2 s.
+	StatusInterval time.Duration
 	// ElectionTTL: the auditor's etcd session TTL: a dead auditor is
 	// replaced within it. Default 10 s.
 	ElectionTTL time.Duration
@@ -53,8 +75,10 @@ type Config struct {
 	LockTTL time.Duration
 	// PollInterval: how often an idle worker looks for markers. Default 1 s.
 	PollInterval time.Duration
-	// CopyWindow: recovery adds in flight per worker. Default 64: enough to
-	// keep a bookie's group commit full (each add waits for an fsync).
+	// CopyWindow: entries being copied at once per worker (each a read from
+	// a survivor, then recovery adds to the replacements). Default 64:
+	// enough to hide the read round trip and keep a bookie's group commit
+	// full (each add waits for an fsync).
 	CopyWindow int
 	// RetryBackoff: how long a worker leaves a ledger alone after failing
 	// on it. Default 5 s (BookKeeper's rwRereplicateBackoffMs).
@@ -75,6 +99,7 @@ func DefaultConfig() Config {
 		ThrottleBytesPerSec: 50 << 20,
 		CheckInterval:       time.Second,
 		ScrubInterval:       time.Hour,
+		StatusInterval:      2 * time.Second,
 		ElectionTTL:         10 * time.Second,
 		LockTTL:             10 * time.Second,
 		PollInterval:        time.Second,
@@ -91,6 +116,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CheckInterval == 0 {
 		c.CheckInterval = d.CheckInterval
+	}
+	if c.StatusInterval == 0 {
+		c.StatusInterval = d.StatusInterval
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics("default")
 	}
 	if c.ScrubInterval == 0 {
 		c.ScrubInterval = d.ScrubInterval
@@ -128,7 +159,7 @@ func (c Config) Validate() error {
 		return errors.New("autorecovery: Config.Bookies is required")
 	case c.LostBookieDelay < 0:
 		return fmt.Errorf("autorecovery: LostBookieDelay %s is negative", c.LostBookieDelay)
-	case c.CheckInterval < 0, c.ScrubInterval < 0, c.PollInterval < 0, c.RetryBackoff < 0:
+	case c.CheckInterval < 0, c.ScrubInterval < 0, c.PollInterval < 0, c.RetryBackoff < 0, c.StatusInterval < 0:
 		return errors.New("autorecovery: intervals must not be negative")
 	case c.ElectionTTL < 0 || c.ElectionTTL > 0 && c.ElectionTTL < time.Second:
 		return fmt.Errorf("autorecovery: ElectionTTL %s: etcd sessions need at least 1s", c.ElectionTTL)
@@ -138,4 +169,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("autorecovery: CopyWindow %d is negative", c.CopyWindow)
 	}
 	return nil
+}
+
+// GossipAlive returns a Config.Alive from gossip: a bookie is alive while
+// serf has it alive or suspect (suspicion is often refuted). Failed, left
+// or unknown: not alive, and the registry decides.
+func GossipAlive(m *cluster.Membership) func(id string) bool {
+	return func(id string) bool {
+		mb, ok := m.Snapshot().Member(id)
+		return ok && mb.Role == cluster.RoleBookie && (mb.State == cluster.MemberAlive || mb.State == cluster.MemberSuspect)
+	}
 }

@@ -125,7 +125,10 @@ func twoFragmentLedger(state metapb.LedgerState) *metapb.LedgerMetadata {
 func TestPlanRepairs(t *testing.T) {
 	lost := map[string]bool{"b3": true}
 	m := twoFragmentLedger(metapb.LedgerState_CLOSED)
-	got := PlanRepairs(m, lost)
+	got, waiting := PlanRepairs(m, lost)
+	if waiting {
+		t.Fatal("closed ledger reported waiting for its writer")
+	}
 	want := []FragmentRepair{{Index: 0, Positions: []int{1}, First: 0, Last: 9}, {Index: 1, Positions: []int{0}, First: 10, Last: 19}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
@@ -139,11 +142,120 @@ func TestPlanRepairs(t *testing.T) {
 	if !slices.Equal(frags, []int{0, 1}) || !slices.Equal(found, []string{"b3"}) {
 		t.Fatalf("affected %v %v", frags, found)
 	}
-	// Open ledgers are left to their writer: never planned, never fenced.
+	// A ledger that is not closed: its completed fragment is repaired, its
+	// last fragment (the writer's) is left, and the plan says it waits.
 	for _, st := range []metapb.LedgerState{metapb.LedgerState_OPEN, metapb.LedgerState_IN_RECOVERY} {
-		if r := PlanRepairs(twoFragmentLedger(st), lost); r != nil {
-			t.Fatalf("%s ledger planned: %+v", st, r)
+		r, waiting := PlanRepairs(twoFragmentLedger(st), lost)
+		if len(r) != 1 || r[0].Index != 0 || r[0].Last != 9 || !waiting {
+			t.Fatalf("%s ledger: planned %+v waiting %v; want fragment 0 only, waiting", st, r, waiting)
 		}
+	}
+	// Only the last fragment affected: nothing to do yet, waiting.
+	m = twoFragmentLedger(metapb.LedgerState_OPEN)
+	if r, waiting := PlanRepairs(m, map[string]bool{"b9": true}); r != nil || waiting {
+		t.Fatalf("unaffected: %+v %v", r, waiting)
+	}
+	m.Fragments[0].Ensemble[1] = ref("b4", "r2")
+	if r, waiting := PlanRepairs(m, lost); r != nil || !waiting {
+		t.Fatalf("only the open fragment affected: %+v %v", r, waiting)
+	}
+}
+
+// "an open ledger whose writer is alive but idle must not be fenced ... only
+// a ledger whose writer is gone is recovered first" (Pulsar #26074).
+func TestDecideFencesOnlyWhenTheWriterIsGone(t *testing.T) {
+	for _, c := range []struct {
+		st   metapb.LedgerState
+		w    WriterState
+		want Action
+	}{
+		{metapb.LedgerState_CLOSED, WriterGone, ActRepair},
+		{metapb.LedgerState_CLOSED, WriterUnknown, ActRepair},
+		{metapb.LedgerState_OPEN, WriterAlive, ActRepairCompleted},
+		{metapb.LedgerState_OPEN, WriterUnknown, ActRepairCompleted}, // no lease recorded, or etcd could not say
+		{metapb.LedgerState_OPEN, WriterGone, ActRecover},
+		{metapb.LedgerState_IN_RECOVERY, WriterUnknown, ActRecover}, // a recovery that may have died; recovery converges
+	} {
+		if got := Decide(c.st, c.w); got != c.want {
+			t.Errorf("Decide(%s, %d) = %d, want %d", c.st, c.w, got, c.want)
+		}
+	}
+}
+
+func TestUnderReplicatedEntries(t *testing.T) {
+	// E=3 Qw=2, write set of e: {e%3, (e+1)%3}. b3 is position 1 of
+	// fragment 0 (entries 0..9): e%3 in {0, 1}: 0,1,3,4,6,7,9 = 7; and
+	// position 0 of fragment 1 (10..19): e%3 in {0, 2}: 11,12,14,15,17,18 = 6.
+	m := twoFragmentLedger(metapb.LedgerState_CLOSED)
+	lost := map[string]bool{"b3": true}
+	if got := UnderReplicatedEntries(m, lost); got != 13 {
+		t.Fatalf("under-replicated entries %d, want 13", got)
+	}
+	// Open: the last fragment's end is unknown and not counted.
+	if got := UnderReplicatedEntries(twoFragmentLedger(metapb.LedgerState_OPEN), lost); got != 7 {
+		t.Fatalf("open ledger: %d, want 7 (fragment 0 only)", got)
+	}
+}
+
+// The scrub's re-placement: after racks were relabelled so a fragment's
+// members share one rack, FixPlacement replaces as few members as needed to
+// meet the rule again.
+func TestFixPlacementAfterRelabel(t *testing.T) {
+	pol := rack.Policy{Kind: rack.RackAware, MinRacksPerWriteQuorum: 2, Enforce: true}
+	ens := []rack.Bookie{{ID: "b1", Region: "east", Rack: "r1"}, {ID: "b2", Region: "east", Rack: "r1"}, {ID: "b3", Region: "east", Rack: "r1"}}
+	if rack.Check(pol, ens, 3, 2) != rack.AdherenceFail {
+		t.Fatal("test ensemble adheres")
+	}
+	cands := append(slices.Clone(ens), rack.Bookie{ID: "b4", Region: "east", Rack: "r2"}, rack.Bookie{ID: "b5", Region: "east", Rack: "r2"})
+	for seed := range uint64(10) {
+		out, pos, err := FixPlacement(cands, pol, 3, 2, ens, nil, rand.New(rand.NewPCG(seed, 2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pos) != 1 || rack.Check(pol, out, 3, 2) == rack.AdherenceFail {
+			t.Fatalf("seed %d: replaced %v -> %v", seed, pos, out)
+		}
+		if out[pos[0]].Rack != "r2" {
+			t.Fatalf("seed %d: replacement %v not on the other rack", seed, out[pos[0]])
+		}
+	}
+	// Only r1 bookies: nothing can fix it.
+	if _, _, err := FixPlacement(ens, pol, 3, 2, ens, nil, rand.New(rand.NewPCG(1, 2))); err == nil {
+		t.Fatal("fixed with no other rack available")
+	}
+	// Misplaced reads current labels over the recorded ones.
+	m := &metapb.LedgerMetadata{EnsembleSize: 3, WriteQuorum: 3, AckQuorum: 2, State: metapb.LedgerState_CLOSED,
+		Placement: &metapb.PlacementPolicy{Kind: "rack-aware", MinRacksPerWriteQuorum: 2, Enforce: true},
+		Fragments: []*metapb.Fragment{{Ensemble: []*metapb.BookieRef{ref("b1", "r1"), ref("b2", "r2"), ref("b3", "r3")}}}}
+	if got := Misplaced(m, nil); got != nil {
+		t.Fatalf("recorded labels: misplaced %v", got)
+	}
+	relabelled := func(id string) (rack.Bookie, bool) { return rack.Bookie{ID: id, Region: "east", Rack: "r1"}, true }
+	if got := Misplaced(m, relabelled); !slices.Equal(got, []int{0}) {
+		t.Fatalf("after relabel: misplaced %v", got)
+	}
+}
+
+// Time to full replication runs from the first loss to the last marker gone.
+func TestEpisode(t *testing.T) {
+	var e episode
+	e.observe(t0, 0)
+	if !e.start.IsZero() || e.lastDuration != 0 {
+		t.Fatal("episode without a loss")
+	}
+	e.begin(t0)
+	e.observe(t0.Add(time.Second), 3)
+	e.observe(t0.Add(2*time.Second), 1)
+	e.begin(t0.Add(3 * time.Second)) // a second loss within the episode: same start
+	e.observe(t0.Add(5*time.Second), 0)
+	if e.lastDuration != 5*time.Second || !e.start.IsZero() {
+		t.Fatalf("duration %s start %v", e.lastDuration, e.start)
+	}
+	// A loss that affected nothing: the episode closes without a figure.
+	e.begin(t0.Add(10 * time.Second))
+	e.observe(t0.Add(11*time.Second), 0)
+	if e.lastDuration != 5*time.Second || !e.start.IsZero() {
+		t.Fatalf("empty episode changed the figure: %s", e.lastDuration)
 	}
 }
 

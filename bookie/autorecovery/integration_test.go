@@ -19,6 +19,7 @@ import (
 	"github.com/meridian-mq/meridian/rack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 // The integration tests run real etcd and `meridian bookie` processes, five
@@ -476,4 +477,76 @@ func TestWorkerKilledMidCopyIsFinishedByAnother(t *testing.T) {
 		kvs, _, err := r.Store.List(context.Background(), markerPrefix)
 		return err == nil && len(kvs) == 0
 	})
+}
+
+// The scrub finds fragments below their write quorum although every member
+// is registered: a bookie whose disk was wiped comes back (new instance,
+// its old ledgers in limbo) within the delay, so no loss is declared; the
+// scrub's sample reads find its replicas empty and a worker copies the
+// entries back onto it. The ensembles do not change.
+func TestScrubRefillsAWipedBookie(t *testing.T) {
+	const entries, size = 200, 512
+	r := testutil.StartRegion(t, "wipe", fiveOnThree...)
+	v := watch(t, r.Store)
+	c := newLedgerClient(t, r.Store, v, r.Name)
+	ids := writeLedgers(t, c, 3, entries, size)
+	victim := readMeta(t, r.Store, ids[0]).Fragments[0].Ensemble[0].Id
+	before := map[int64]*metapb.LedgerMetadata{}
+	for _, id := range ids {
+		before[id] = readMeta(t, r.Store, id)
+	}
+	b := r.Bookie(victim)
+	b.Kill()
+	if err := os.RemoveAll(b.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	b.Restart()
+	r.WaitRegistered(victim)
+	if resp := readDirect(t, b.Addr, ids[0], 0); resp.Status == bookiepb.Status_OK {
+		t.Fatal("the wiped bookie still serves the entry: test is void")
+	}
+
+	cfg := testConfig(t, r.Store, v, time.Minute)
+	cfg.ScrubInterval = 2 * time.Second
+	cfg.ScrubReader = c
+	a, err := NewAuditor(cfg, "auditor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, a.Run)
+	w, err := NewWorker(cfg, "worker", newLedgerClient(t, r.Store, v, r.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w.Run)
+	testutil.Eventually(t, 60*time.Second, "the wiped replicas refilled", func() bool {
+		for _, id := range ids {
+			m := readMeta(t, r.Store, id)
+			if !holds(m, victim) {
+				continue
+			}
+			for p, bk := range m.Fragments[0].Ensemble {
+				if bk.Id != victim {
+					continue
+				}
+				for _, e := range SampleEntries(m, 0, p) {
+					if readDirect(t, b.Addr, id, e).Status != bookiepb.Status_OK {
+						return false
+					}
+				}
+			}
+		}
+		ms, err := ListMarkers(context.Background(), r.Store)
+		return err == nil && len(ms) == 0
+	})
+	if l := a.Lost(); len(l) != 0 {
+		t.Fatalf("bookies declared lost: %v", l)
+	}
+	for _, id := range ids {
+		checkFullyReplicated(t, r, v, id, size)
+		if now := readMeta(t, r.Store, id); !proto.Equal(now, before[id]) {
+			t.Fatalf("ledger %d metadata changed:\n%v\n->\n%v", id, before[id], now)
+		}
+	}
+	t.Logf("worker: %+v", w.Stats())
 }

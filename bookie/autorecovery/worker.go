@@ -2,11 +2,13 @@ package autorecovery
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
@@ -14,6 +16,7 @@ import (
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/meridian-mq/meridian/rack"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // errReplan: the metadata changed under a copy (another worker swapped the
@@ -32,17 +35,19 @@ type Worker struct {
 	mu      sync.Mutex
 	stats   WorkerStats
 	backoff map[int64]time.Time
+	current int64
 }
 
 // WorkerStats counts what a worker did.
 type WorkerStats struct {
-	Ledgers       int   // markers completed (deleted)
-	Fragments     int   // fragment positions swapped in metadata
-	Entries       int64 // entry copies acknowledged by a replacement
-	Bytes         int64 // payload bytes of those copies
-	SkippedOpen   int   // markers left because the ledger is not closed
-	Failures      int   // ledger attempts that failed (retried later)
-	LastCopyError string
+	Ledgers          int   // markers completed (deleted)
+	Fragments        int   // fragment positions swapped in metadata
+	Entries          int64 // entry copies acknowledged by a replacement
+	Bytes            int64 // payload bytes of those copies
+	Recovered        int   // open ledgers whose writer was gone, recovered (fenced, closed)
+	WaitingForWriter int   // passes that left a marker to a live writer's ledger
+	Failures         int   // ledger attempts that failed (retried later)
+	LastCopyError    string
 }
 
 // NewWorker returns a worker named id, reading and writing bookies through
@@ -103,6 +108,7 @@ func (w *Worker) session(ctx context.Context) error {
 		case <-sctx.Done():
 		}
 	}()
+	go w.publishLoop(sctx, lease)
 	for sctx.Err() == nil {
 		did, err := w.pass(sctx, lease)
 		if err != nil && sctx.Err() == nil {
@@ -120,6 +126,34 @@ func (w *Worker) session(ctx context.Context) error {
 		rcancel()
 	}
 	return errors.New("lease lost")
+}
+
+// publishLoop keeps the worker's progress record (bound to its lease)
+// current every StatusInterval.
+func (w *Worker) publishLoop(ctx context.Context, lease *cluster.Lease) {
+	t := time.NewTicker(w.cfg.StatusInterval)
+	defer t.Stop()
+	var prevBytes int64
+	prev := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			w.mu.Lock()
+			st := w.stats
+			cur := w.current
+			w.mu.Unlock()
+			rec := WorkerStatus{ID: w.id, UpdatedMs: now.UnixMilli(), Entries: st.Entries, Bytes: st.Bytes, Fragments: st.Fragments,
+				Ledgers: st.Ledgers, Recovered: st.Recovered, Failures: st.Failures, Current: cur, LastError: st.LastCopyError,
+				CopyBytesPerSec: float64(st.Bytes-prevBytes) / now.Sub(prev).Seconds()}
+			prevBytes, prev = st.Bytes, now
+			b, _ := json.Marshal(rec)
+			if _, err := w.cfg.Store.PutWithLease(ctx, workerPrefix+w.id, b, lease.ID); err != nil && ctx.Err() == nil {
+				w.cfg.Logger.Debug("publish worker progress", "worker", w.id, "err", err)
+			}
+		}
+	}
 }
 
 // pass tries every marker once; did reports whether it completed one.
@@ -160,6 +194,7 @@ func (w *Worker) pass(ctx context.Context, lease *cluster.Lease) (did bool, err 
 			w.mu.Lock()
 			w.stats.Failures++
 			w.stats.LastCopyError = err.Error()
+			w.cfg.Metrics.failures.Inc()
 			w.backoff[mk.LedgerID] = time.Now().Add(w.cfg.RetryBackoff)
 			w.mu.Unlock()
 		case done:
@@ -169,14 +204,17 @@ func (w *Worker) pass(ctx context.Context, lease *cluster.Lease) (did bool, err 
 	return did, nil
 }
 
-// repairLedger re-replicates every affected fragment of a closed ledger and
-// deletes its marker (at markerRev). done is false when the ledger was
-// left as is (open).
+// repairLedger re-replicates every affected fragment of a marked ledger
+// and deletes its marker (at markerRev). done is false when the marker stays
+// (an open ledger's last fragment is left to its live writer).
 func (w *Worker) repairLedger(ctx context.Context, mk Marker, markerRev int64) (done bool, err error) {
 	lost := map[string]bool{}
 	for _, id := range mk.Lost {
 		lost[id] = true
 	}
+	w.setCurrent(mk.LedgerID)
+	defer w.setCurrent(0)
+	recovered := false
 	for attempt := 0; ; attempt++ {
 		m, err := ledger.ReadMetadata(ctx, w.cfg.Store, mk.LedgerID)
 		if errors.Is(err, ledger.ErrNoSuchLedger) {
@@ -185,19 +223,47 @@ func (w *Worker) repairLedger(ctx context.Context, mk Marker, markerRev int64) (
 		if err != nil {
 			return false, err
 		}
-		if m.Meta.State != metapb.LedgerState_CLOSED {
-			// Left to its writer (or to recovery); never fenced here.
+		ws := w.writerState(ctx, m.Meta)
+		switch Decide(m.Meta.State, ws) {
+		case ActRecover:
+			if recovered {
+				return false, fmt.Errorf("autorecovery: ledger %d still %s after recovery", mk.LedgerID, m.Meta.State)
+			}
+			// Its writer is gone (or a recovery died halfway): fence it and
+			// close it at the last entry that may have been acknowledged, as a
+			// new owner would; then its last fragment is complete and copied
+			// like any other.
+			w.cfg.Logger.Info("recovering a ledger whose writer is gone", "worker", w.id, "ledger", mk.LedgerID,
+				"state", m.Meta.State.String(), "writer", m.Meta.Writer, "writer_lease", m.Meta.WriterLease)
+			if _, err := w.client.Recover(ctx, mk.LedgerID); err != nil {
+				return false, fmt.Errorf("autorecovery: recover ledger %d: %w", mk.LedgerID, err)
+			}
+			recovered = true
 			w.mu.Lock()
-			w.stats.SkippedOpen++
-			w.backoff[mk.LedgerID] = time.Now().Add(w.cfg.RetryBackoff)
+			w.stats.Recovered++
 			w.mu.Unlock()
-			return false, nil
+			w.cfg.Metrics.ledgersRecoverd.Inc()
+			continue
 		}
-		repairs := PlanRepairs(m.Meta, lost)
+		repairs, waiting := PlanRepairs(m.Meta, lost)
 		err = nil
 		for _, r := range repairs {
 			if m, err = w.repairFragment(ctx, m, r, lost); err != nil {
 				break
+			}
+		}
+		if err == nil {
+			for _, rep := range mk.Missing {
+				if err = w.refill(ctx, m, rep, lost); err != nil {
+					break
+				}
+			}
+		}
+		if err == nil {
+			for _, fi := range mk.Misplaced {
+				if m, err = w.fixPlacement(ctx, m, fi); err != nil {
+					break
+				}
 			}
 		}
 		if errors.Is(err, errReplan) && attempt < 3 {
@@ -206,15 +272,46 @@ func (w *Worker) repairLedger(ctx context.Context, mk Marker, markerRev int64) (
 		if err != nil {
 			return false, err
 		}
+		if waiting {
+			// The last fragment of an open ledger still names a lost or
+			// draining bookie: its live writer replaces it (at its next add,
+			// or when idle by itself, see ledger.Config.IdleReplaceAfter);
+			// then the completed fragment is copied at a later pass.
+			w.mu.Lock()
+			w.stats.WaitingForWriter++
+			w.backoff[mk.LedgerID] = time.Now().Add(w.cfg.RetryBackoff)
+			w.mu.Unlock()
+			return false, nil
+		}
 		if err := w.deleteMarker(ctx, mk, markerRev); err != nil {
 			return false, err
 		}
 		w.mu.Lock()
 		w.stats.Ledgers++
 		w.mu.Unlock()
+		w.cfg.Metrics.ledgersDone.Inc()
 		return true, nil
 	}
 }
+
+// writerState asks etcd whether the lease recorded as the ledger's writer's
+// is alive. Anything but a definite "expired" is WriterUnknown or Alive:
+// a ledger is fenced only when its writer is known to be gone.
+func (w *Worker) writerState(ctx context.Context, m *metapb.LedgerMetadata) WriterState {
+	if m.State != metapb.LedgerState_OPEN || m.WriterLease == 0 {
+		return WriterUnknown
+	}
+	resp, err := w.cfg.Store.Client().TimeToLive(ctx, clientv3.LeaseID(m.WriterLease))
+	switch {
+	case err != nil:
+		return WriterUnknown
+	case resp.TTL < 0: // expired, or revoked by a writer that closed
+		return WriterGone
+	}
+	return WriterAlive
+}
+
+func (w *Worker) setCurrent(id int64) { w.mu.Lock(); w.current = id; w.mu.Unlock() }
 
 func (w *Worker) deleteMarker(ctx context.Context, mk Marker, rev int64) error {
 	err := w.cfg.Store.DeleteCAS(ctx, markerKey(mk.LedgerID), rev)
@@ -224,30 +321,113 @@ func (w *Worker) deleteMarker(ctx context.Context, mk Marker, rev int64) error {
 	return err
 }
 
-// repairFragment chooses replacements for r's positions, copies the
-// entries they must hold from survivors, then swaps them into the metadata.
-func (w *Worker) repairFragment(ctx context.Context, m ledger.Metadata, r FragmentRepair, lost map[string]bool) (ledger.Metadata, error) {
-	meta := m.Meta
-	frag := meta.Fragments[r.Index]
-	e, qw, qa := int(meta.EnsembleSize), int(meta.WriteQuorum), int(meta.AckQuorum)
-	ens := make([]rack.Bookie, len(frag.Ensemble))
-	for i, b := range frag.Ensemble {
-		ens[i] = ledger.RackBookie(b)
-	}
+// candidates returns the writable bookies not in exclude, as placement
+// candidates with their registrations.
+func (w *Worker) candidates(exclude map[string]bool) ([]rack.Bookie, map[string]*metapb.BookieRegistration) {
 	regs := w.cfg.Bookies.Bookies(true)
 	cands := make([]rack.Bookie, 0, len(regs))
 	byID := map[string]*metapb.BookieRegistration{}
 	for _, b := range regs {
-		if lost[b.Reg.Id] {
+		if exclude[b.Reg.Id] {
 			continue
 		}
 		cands = append(cands, rack.Bookie{ID: b.Reg.Id, Region: b.Reg.Region, Rack: b.Reg.Rack})
 		byID[b.Reg.Id] = b.Reg
 	}
-	newEns, err := ChooseReplacements(cands, ledger.PolicyOf(meta), qw, qa, ens, r.Positions, lost, w.rng)
+	return cands, byID
+}
+
+// labels returns a registered bookie's current labels.
+func (w *Worker) labels(id string) (rack.Bookie, bool) {
+	b, ok := w.cfg.Bookies.Lookup(id)
+	if !ok {
+		return rack.Bookie{}, false
+	}
+	return rack.Bookie{ID: id, Region: b.Reg.Region, Rack: b.Reg.Rack}, true
+}
+
+// repairFragment chooses replacements for r's positions, copies the
+// entries they must hold from survivors, then swaps them into the metadata.
+func (w *Worker) repairFragment(ctx context.Context, m ledger.Metadata, r FragmentRepair, lost map[string]bool) (ledger.Metadata, error) {
+	meta := m.Meta
+	frag := meta.Fragments[r.Index]
+	qw, qa := int(meta.WriteQuorum), int(meta.AckQuorum)
+	cands, byID := w.candidates(lost)
+	newEns, err := ChooseReplacements(cands, ledger.PolicyOf(meta), qw, qa, EnsembleLabels(frag, w.labels), r.Positions, lost, w.rng)
 	if err != nil {
 		return m, err
 	}
+	return w.move(ctx, m, r, newEns, byID, "lost or draining")
+}
+
+// fixPlacement re-places fragment fi of m if it (still) breaks its rule
+// under the current labels and is complete. A fragment no choice can fix
+// with the bookies there are now is left (logged); the next scrub finds it
+// again.
+func (w *Worker) fixPlacement(ctx context.Context, m ledger.Metadata, fi int) (ledger.Metadata, error) {
+	meta := m.Meta
+	if fi >= len(meta.Fragments) || !slices.Contains(Misplaced(meta, w.labels), fi) {
+		return m, nil // fixed meanwhile, or relabelled back
+	}
+	last, ok := ledger.FragmentLastEntry(meta, fi)
+	if !ok || meta.State != metapb.LedgerState_CLOSED && fi == len(meta.Fragments)-1 {
+		return m, nil // the writer's fragment; re-checked once the ledger is closed
+	}
+	frag := meta.Fragments[fi]
+	cands, byID := w.candidates(nil)
+	newEns, positions, err := FixPlacement(cands, ledger.PolicyOf(meta), int(meta.WriteQuorum), int(meta.AckQuorum), EnsembleLabels(frag, w.labels), nil, w.rng)
+	if err != nil {
+		w.cfg.Logger.Warn("fragment breaks its placement rule and no replacement fixes it now", "ledger", meta.LedgerId, "fragment", fi, "err", err)
+		return m, nil
+	}
+	return w.move(ctx, m, FragmentRepair{Index: fi, Positions: positions, First: frag.FirstEntryId, Last: last}, newEns, byID, "misplaced")
+}
+
+// refill copies back onto a member the entries its position of a
+// completed fragment stores, from the other members (the scrub found it
+// without them). Entries it still has are answered OK as idempotent
+// retries; missing or corrupt ones are written (recovery adds are accepted
+// on limbo and fenced ledgers). The metadata does not change.
+func (w *Worker) refill(ctx context.Context, m ledger.Metadata, rep Replica, lost map[string]bool) error {
+	meta := m.Meta
+	if rep.Fragment >= len(meta.Fragments) || lost[rep.Bookie] {
+		return nil // gone, or moving off anyway
+	}
+	last, ok := ledger.FragmentLastEntry(meta, rep.Fragment)
+	if !ok || meta.State != metapb.LedgerState_CLOSED && rep.Fragment == len(meta.Fragments)-1 {
+		return nil
+	}
+	frag := meta.Fragments[rep.Fragment]
+	reg, registered := w.cfg.Bookies.Lookup(rep.Bookie)
+	for p, b := range frag.Ensemble {
+		if b.Id != rep.Bookie {
+			continue
+		}
+		if !registered {
+			return nil // the detector decides about it
+		}
+		ref := &metapb.BookieRef{Id: b.Id, Addr: reg.Reg.Addr, Region: reg.Reg.Region, Rack: reg.Reg.Rack}
+		start := time.Now()
+		n, bytes, err := w.copyEntries(ctx, meta.LedgerId, frag, FragmentRepair{Index: rep.Fragment, Positions: []int{p}, First: frag.FirstEntryId, Last: last},
+			int(meta.EnsembleSize), int(meta.WriteQuorum), map[int]*metapb.BookieRef{p: ref})
+		if err != nil {
+			return err
+		}
+		w.cfg.Logger.Info("replica refilled", "worker", w.id, "ledger", meta.LedgerId, "fragment", rep.Fragment, "bookie", rep.Bookie,
+			"entries", n, "bytes", bytes, "took", time.Since(start))
+	}
+	return nil
+}
+
+// move copies the entries r's positions store to the members newEns puts
+// there, then swaps them into the metadata (and refreshes the other
+// members' recorded labels) by CAS — only where the metadata still names
+// the bookie copied for, and, for a ledger that is not closed, only a
+// completed fragment.
+func (w *Worker) move(ctx context.Context, m ledger.Metadata, r FragmentRepair, newEns []rack.Bookie, byID map[string]*metapb.BookieRegistration, why string) (ledger.Metadata, error) {
+	meta := m.Meta
+	frag := meta.Fragments[r.Index]
+	e, qw := int(meta.EnsembleSize), int(meta.WriteQuorum)
 	repl := map[int]*metapb.BookieRef{}
 	for _, p := range r.Positions {
 		reg := byID[newEns[p].ID]
@@ -258,10 +438,12 @@ func (w *Worker) repairFragment(ctx context.Context, m ledger.Metadata, r Fragme
 	if err != nil {
 		return m, err
 	}
-	// Swap, only where the metadata still names the bookie we copied for.
 	next, err := ledger.UpdateMetadata(ctx, w.cfg.Store, m, func(x *metapb.LedgerMetadata) (*metapb.LedgerMetadata, error) {
-		if x.State != metapb.LedgerState_CLOSED || r.Index >= len(x.Fragments) || x.Fragments[r.Index].FirstEntryId != frag.FirstEntryId {
+		if r.Index >= len(x.Fragments) || x.Fragments[r.Index].FirstEntryId != frag.FirstEntryId {
 			return nil, errReplan
+		}
+		if x.State != metapb.LedgerState_CLOSED && r.Index == len(x.Fragments)-1 {
+			return nil, errReplan // never the fragment a writer may be writing
 		}
 		f := x.Fragments[r.Index]
 		for _, p := range r.Positions {
@@ -269,6 +451,11 @@ func (w *Worker) repairFragment(ctx context.Context, m ledger.Metadata, r Fragme
 				return nil, errReplan
 			}
 			f.Ensemble[p] = repl[p]
+		}
+		for i, b := range f.Ensemble {
+			if reg, ok := w.cfg.Bookies.Lookup(b.Id); ok && repl[i] == nil {
+				f.Ensemble[i] = &metapb.BookieRef{Id: b.Id, Addr: reg.Reg.Addr, Region: reg.Reg.Region, Rack: reg.Reg.Rack}
+			}
 		}
 		return x, nil
 	})
@@ -279,76 +466,74 @@ func (w *Worker) repairFragment(ctx context.Context, m ledger.Metadata, r Fragme
 	for _, p := range r.Positions {
 		swaps = append(swaps, fmt.Sprintf("%d:%s->%s", p, frag.Ensemble[p].Id, repl[p].Id))
 	}
-	w.cfg.Logger.Info("fragment re-replicated", "worker", w.id, "ledger", meta.LedgerId, "fragment", r.Index,
-		"swaps", swaps, "entries", n, "bytes", bytes, "took", time.Since(start))
+	w.cfg.Logger.Info("fragment re-replicated", "worker", w.id, "ledger", meta.LedgerId, "fragment", r.Index, "why", why,
+		"state", meta.State.String(), "swaps", swaps, "entries", n, "bytes", bytes, "took", time.Since(start))
 	w.mu.Lock()
 	w.stats.Fragments += len(r.Positions)
 	w.mu.Unlock()
+	w.cfg.Metrics.fragmentsFixed.Add(float64(len(r.Positions)))
 	return next, nil
 }
 
 // copyEntries copies every entry of the fragment that a replaced position
 // stores, from a surviving replica to the replacement, as recovery adds
-// (same LAC, payload and digest), throttled, with CopyWindow adds in
-// flight. It returns once every copy was acknowledged, or the first error.
+// (same LAC, payload and digest), throttled. Up to CopyWindow entries are
+// in flight at once (each: a read from a survivor, then the adds). It
+// returns once every copy was acknowledged, or at the first error.
 func (w *Worker) copyEntries(ctx context.Context, ledgerID int64, frag *metapb.Fragment, r FragmentRepair, e, qw int, repl map[int]*metapb.BookieRef) (int64, int64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sem := make(chan struct{}, w.cfg.CopyWindow)
+	sem := make(chan struct{}, max(w.cfg.CopyWindow, 1))
 	var wg sync.WaitGroup
-	var n, bytes int64
-	var cmu sync.Mutex
+	var n, bytes atomic.Int64
 	for id := r.First; id <= r.Last; id++ {
 		c, ok := CopiesOf(id, e, qw, r.Positions)
 		if !ok {
 			continue
 		}
-		src, err := w.readSurvivor(ctx, ledgerID, id, frag, c.Sources)
-		if err != nil {
-			cancel(err)
-			break
-		}
-		if err := w.cfg.Throttle.Wait(ctx, len(src.Payload)*len(c.Targets)); err != nil {
-			break
-		}
-		for _, p := range c.Targets {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if err := w.client.RecoveryAddTo(ctx, repl[p], ledgerID, id, src); err != nil {
-					cancel(err)
-					return
-				}
-				cmu.Lock()
-				n++
-				bytes += int64(len(src.Payload))
-				cmu.Unlock()
-				w.mu.Lock()
-				w.stats.Entries++
-				w.stats.Bytes += int64(len(src.Payload))
-				w.mu.Unlock()
-				if h := w.cfg.testHookCopied; h != nil {
-					h(w, ledgerID, id)
-				}
-			}()
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
 			break
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			src, err := w.readSurvivor(ctx, ledgerID, id, frag, c.Sources)
+			if err != nil {
+				cancel(err)
+				return
+			}
+			if err := w.cfg.Throttle.Wait(ctx, len(src.Payload)*len(c.Targets)); err != nil {
+				return
+			}
+			for _, p := range c.Targets {
+				if err := w.client.RecoveryAddTo(ctx, repl[p], ledgerID, id, src); err != nil {
+					cancel(err)
+					return
+				}
+				n.Add(1)
+				bytes.Add(int64(len(src.Payload)))
+				w.mu.Lock()
+				w.stats.Entries++
+				w.stats.Bytes += int64(len(src.Payload))
+				w.mu.Unlock()
+				w.cfg.Metrics.copiedEntries.Inc()
+				w.cfg.Metrics.copiedBytes.Add(float64(len(src.Payload)))
+				if h := w.cfg.testHookCopied; h != nil {
+					h(w, ledgerID, id)
+				}
+			}
+		}()
 	}
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil {
-		return n, bytes, err
+		return n.Load(), bytes.Load(), err
 	}
-	return n, bytes, nil
+	return n.Load(), bytes.Load(), nil
 }
 
 // readSurvivor reads entry id from the first surviving position that
