@@ -29,6 +29,14 @@ type Config struct {
 	EnsembleSize, WriteQuorum, AckQuorum int
 	// Placement of every ledger created; zero value → rack.DefaultPolicy().
 	Placement rack.Policy
+	// Adjust, if set, is called before each ledger creation (each attempt)
+	// with the options the fields above give, and returns the options to
+	// create the ledger with — quorums and placement may change while the
+	// managed ledger is open (a stretched namespace places new ledgers
+	// inside the surviving regions after a region is lost:
+	// broker/stretched.go). nil: the fields as they are. Must be safe for
+	// concurrent use and must not block.
+	Adjust func(ledger.CreateOptions) ledger.CreateOptions
 
 	// MaxEntriesPerLedger: the current ledger is rolled over (closed, and a
 	// new one started) before the append that would exceed it. Default

@@ -260,11 +260,15 @@ func isFenced(err error) bool { return errors.Is(err, ErrFenced) }
 func (ml *ManagedLedger) now() time.Time { return ml.cfg.Clock() }
 
 func (ml *ManagedLedger) createOptions() ledger.CreateOptions {
-	return ledger.CreateOptions{
+	o := ledger.CreateOptions{
 		EnsembleSize: ml.cfg.EnsembleSize, WriteQuorum: ml.cfg.WriteQuorum, AckQuorum: ml.cfg.AckQuorum,
 		Placement: ml.cfg.Placement,
 		Custom:    map[string]string{"managed-ledger": ml.name},
 	}
+	if ml.cfg.Adjust != nil {
+		o = ml.cfg.Adjust(o)
+	}
+	return o
 }
 
 // takeOver runs steps 1-4 of Open once.

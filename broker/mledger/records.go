@@ -131,7 +131,8 @@ func decodeInfo(key string, b []byte) (infoRecord, error) {
 			CreatedAt: fromMs(l.CreatedMs), ClosedAt: fromMs(l.ClosedMs), Closed: l.Closed,
 		})
 	}
-	return infoRecord{state: m.State, epoch: m.OwnerEpoch, ledgers: ls}, nil
+	r := infoRecord{state: m.State, epoch: m.OwnerEpoch, ledgers: ls}
+	return r, validateInfo(key, r)
 }
 
 // cursorRecord is a cursor's persisted state.
@@ -168,5 +169,5 @@ func decodeCursor(key string, b []byte) (cursorRecord, error) {
 	for _, a := range m.Acked {
 		r.acked = append(r.acked, Range{posFromProto(a.From), posFromProto(a.To)})
 	}
-	return r, nil
+	return r, validateCursor(key, r)
 }
