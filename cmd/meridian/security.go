@@ -1,0 +1,265 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/meridian-mq/meridian/broker"
+	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/authtoken"
+	"github.com/meridian-mq/meridian/internal/tlsutil"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+)
+
+// Security wiring: flags and config sections → tlsutil sources, token
+// verifiers and client options. Secrets (keys, tokens, passwords) come
+// from files named by flags; they are never logged.
+
+// SecurityFileConfig is the config file's "security" section.
+type SecurityFileConfig struct {
+	// TLS: this process's certificate, key and trusted CAs (PEM files).
+	// With them, every listener of the process is TLS and every link to
+	// another Meridian process mutual TLS.
+	TLS tlsutil.Files `yaml:"tls"`
+	// TokenSecretKey / TokenPublicKey (broker): the key tokens are
+	// verified with, as Pulsar's tokenSecretKey / tokenPublicKey
+	// ("file:///path", a path, "data:;base64,…"; prefer a file: a flag's
+	// value is visible to every user of the machine in ps).
+	TokenSecretKey string `yaml:"token_secret_key"`
+	TokenPublicKey string `yaml:"token_public_key"`
+	// Authorization (broker): enforce roles' permissions.
+	Authorization bool `yaml:"authorization"`
+	// SuperUserRoles (broker): roles that may do everything.
+	SuperUserRoles []string `yaml:"superuser_roles"`
+	// AuthRefreshCheck (broker): how often connections' token expiry is
+	// checked (0: 60s).
+	AuthRefreshCheck time.Duration `yaml:"auth_refresh_check"`
+	// EtcdUser and EtcdPasswordFile authenticate to etcd (regional and
+	// global store) with a password; without them, with the TLS
+	// certificate's common name when etcd checks client certificates.
+	EtcdUser         string `yaml:"etcd_user"`
+	EtcdPasswordFile string `yaml:"etcd_password_file"`
+	// TokenFile (processes that call a broker's admin API, e.g. `up`):
+	// the token they present.
+	TokenFile string `yaml:"token_file"`
+}
+
+// securityFlags are the security flags of the server roles.
+type securityFlags struct {
+	fc SecurityFileConfig
+	// broker only
+	superUsers string
+}
+
+func (s *securityFlags) registerTLS(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&s.fc.TLS.CertFile, "tls-cert-file", "", "PEM certificate (chain) of this process; with --tls-key-file and --tls-trust-certs-file every listener is TLS and every link to another Meridian process mutual TLS (files re-read when they change)")
+	f.StringVar(&s.fc.TLS.KeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	f.StringVar(&s.fc.TLS.CAFile, "tls-trust-certs-file", "", "PEM CA certificates peers must chain to")
+	f.StringVar(&s.fc.EtcdUser, "etcd-user", "", "etcd user (etcd authentication; default: the TLS certificate's common name when etcd checks client certificates)")
+	f.StringVar(&s.fc.EtcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password")
+}
+
+func (s *securityFlags) registerBroker(cmd *cobra.Command) {
+	s.registerTLS(cmd)
+	f := cmd.Flags()
+	f.StringVar(&s.fc.TokenSecretKey, "token-secret-key", "", "verify JWT tokens with this secret key (file:///path, as Pulsar's tokenSecretKey); turns authentication on")
+	f.StringVar(&s.fc.TokenPublicKey, "token-public-key", "", "verify JWT tokens with this public key (file:///path, RS256 or ES256, as Pulsar's tokenPublicKey); turns authentication on")
+	f.BoolVar(&s.fc.Authorization, "authorization", false, "enforce roles' permissions (super-users, tenant admins, namespace produce/consume grants); needs a token key")
+	f.StringVar(&s.superUsers, "superuser-roles", "", "roles that may do everything, comma-separated")
+	f.DurationVar(&s.fc.AuthRefreshCheck, "auth-refresh-check", 0, "how often connections' token expiry is checked (0: 60s); an expired token is challenged, then the connection closed")
+}
+
+// merge lays the flags that were given over the file's section.
+func (s *securityFlags) merge(cmd *cobra.Command, file SecurityFileConfig) SecurityFileConfig {
+	f := cmd.Flags()
+	out := file
+	str := func(name string, dst *string, v string) {
+		if f.Lookup(name) != nil && (f.Changed(name) || *dst == "") {
+			*dst = v
+		}
+	}
+	str("tls-cert-file", &out.TLS.CertFile, s.fc.TLS.CertFile)
+	str("tls-key-file", &out.TLS.KeyFile, s.fc.TLS.KeyFile)
+	str("tls-trust-certs-file", &out.TLS.CAFile, s.fc.TLS.CAFile)
+	str("etcd-user", &out.EtcdUser, s.fc.EtcdUser)
+	str("etcd-password-file", &out.EtcdPasswordFile, s.fc.EtcdPasswordFile)
+	str("token-secret-key", &out.TokenSecretKey, s.fc.TokenSecretKey)
+	str("token-public-key", &out.TokenPublicKey, s.fc.TokenPublicKey)
+	if f.Changed("authorization") {
+		out.Authorization = s.fc.Authorization
+	}
+	if f.Changed("superuser-roles") {
+		out.SuperUserRoles = splitList(s.superUsers)
+	}
+	if f.Changed("auth-refresh-check") {
+		out.AuthRefreshCheck = s.fc.AuthRefreshCheck
+	}
+	return out
+}
+
+// tlsSource loads the TLS files (nil when none are set).
+func (c SecurityFileConfig) tlsSource() (*tlsutil.Source, error) {
+	if !c.TLS.Enabled() {
+		return nil, nil
+	}
+	return tlsutil.NewSource(c.TLS)
+}
+
+// storeConfig is the etcd client config for endpoints: TLS when they are
+// https:// (with this process's certificate), and the etcd user.
+func (c SecurityFileConfig) storeConfig(endpoints []string, prefix string, src *tlsutil.Source) (cluster.StoreConfig, error) {
+	sc := cluster.StoreConfig{Endpoints: endpoints, Prefix: prefix}
+	https := false
+	for _, e := range endpoints {
+		if strings.HasPrefix(e, "https://") {
+			https = true
+		}
+	}
+	if https {
+		if src == nil {
+			return sc, errors.New("etcd endpoints are https:// but no --tls-cert-file/--tls-key-file/--tls-trust-certs-file")
+		}
+		sc.TLS = src.ClientConfig("")
+	}
+	if c.EtcdUser != "" {
+		sc.Username = c.EtcdUser
+		if c.EtcdPasswordFile != "" {
+			b, err := os.ReadFile(c.EtcdPasswordFile)
+			if err != nil {
+				return sc, fmt.Errorf("--etcd-password-file: %w", err)
+			}
+			sc.Password = strings.TrimSpace(string(b))
+		}
+	}
+	return sc, nil
+}
+
+// brokerSecurity builds the broker's SecurityConfig.
+func (c SecurityFileConfig) brokerSecurity(src *tlsutil.Source) (broker.SecurityConfig, error) {
+	sc := broker.SecurityConfig{TLS: src, Authorization: c.Authorization, SuperUserRoles: c.SuperUserRoles, AuthRefreshCheck: c.AuthRefreshCheck}
+	if c.TokenSecretKey != "" || c.TokenPublicKey != "" {
+		v, err := authtoken.VerifierFromSettings(c.TokenSecretKey, c.TokenPublicKey)
+		if err != nil {
+			return sc, err
+		}
+		sc.Tokens = v
+	}
+	return sc, nil
+}
+
+// clientFlags are the flags of the client commands (admin, produce,
+// consume): how to trust a TLS broker and which token to present.
+type clientFlags struct {
+	token, tokenFile           string
+	trustCerts, cert, key      string
+	allowInsecure, noHostCheck bool
+}
+
+func (c *clientFlags) register(f interface {
+	StringVar(*string, string, string, string)
+	BoolVar(*bool, string, bool, string)
+}) {
+	f.StringVar(&c.tokenFile, "token-file", "", "file holding the JWT token to present (default: $MERIDIAN_TOKEN_FILE, or the token in $MERIDIAN_TOKEN)")
+	f.StringVar(&c.token, "token", "", "JWT token to present (visible in ps: prefer --token-file)")
+	f.StringVar(&c.trustCerts, "tls-trust-certs-file", "", "PEM CA certificates a pulsar+ssl:// or https:// broker must chain to (default: $MERIDIAN_TLS_TRUST_CERTS_FILE)")
+	f.StringVar(&c.cert, "tls-cert-file", "", "PEM client certificate to present (TLS authentication)")
+	f.StringVar(&c.key, "tls-key-file", "", "PEM key of --tls-cert-file")
+	f.BoolVar(&c.noHostCheck, "tls-no-hostname-verification", false, "do not check that the broker's certificate names the first host of --url (Go client's TLSValidateHostname off)")
+}
+
+// tokenValue returns the token to present ("" for none).
+func (c *clientFlags) tokenValue() (string, error) {
+	if c.token != "" {
+		return c.token, nil
+	}
+	file := c.tokenFile
+	if file == "" {
+		file = os.Getenv("MERIDIAN_TOKEN_FILE")
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("token file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return strings.TrimSpace(os.Getenv("MERIDIAN_TOKEN")), nil
+}
+
+func (c *clientFlags) trustFile() string {
+	if c.trustCerts != "" {
+		return c.trustCerts
+	}
+	return os.Getenv("MERIDIAN_TLS_TRUST_CERTS_FILE")
+}
+
+// pulsarOptions fills a client's TLS and token options.
+func (c *clientFlags) pulsarOptions(o *pulsar.ClientOptions) error {
+	if strings.HasPrefix(o.URL, "pulsar+ssl://") {
+		o.TLSTrustCertsFilePath = c.trustFile()
+		o.TLSValidateHostname = !c.noHostCheck
+		o.TLSCertificateFile, o.TLSKeyFilePath = c.cert, c.key
+	}
+	tok, err := c.tokenValue()
+	if err != nil {
+		return err
+	}
+	if tok != "" {
+		o.Authentication = pulsar.NewAuthenticationToken(tok)
+	}
+	return nil
+}
+
+// httpClient is the admin API client: it trusts the CA file for https://.
+func (c *clientFlags) httpClient(timeout time.Duration) (*http.Client, error) {
+	hc := &http.Client{Timeout: timeout}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f := c.trustFile(); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-trust-certs-file: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("--tls-trust-certs-file %s: no PEM certificate", f)
+		}
+	}
+	if c.cert != "" && c.key != "" {
+		cert, err := tls.LoadX509KeyPair(c.cert, c.key)
+		if err != nil {
+			return nil, err
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	hc.Transport = &http.Transport{TLSClientConfig: tc}
+	return hc, nil
+}
+
+// authorize adds the token to an admin request.
+func (c *clientFlags) authorize(req *http.Request) error {
+	tok, err := c.tokenValue()
+	if err != nil {
+		return err
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return nil
+}
+
+// ledgerDialOptions make a ledger client's bookie connections mutual TLS.
+func ledgerDialOptions(src *tlsutil.Source) []grpc.DialOption {
+	if src == nil {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(src.GRPCClient())}
+}
