@@ -14,6 +14,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/mledger"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/proto"
 )
@@ -36,29 +37,44 @@ func (b *Broker) startAdmin() error {
 		return fmt.Errorf("broker: admin listen %s: %w", b.cfg.AdminAddr, err)
 	}
 	b.adminLis = lis
+	serve, scheme := b.listenAdmin(lis)
+	b.adminScheme = scheme
 	b.adminSrv = &http.Server{Handler: b.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go b.adminSrv.Serve(lis)
+	go b.adminSrv.Serve(serve)
 	return nil
 }
 
-// AdminURL returns http://admin-address, or "" when the API is off.
+// AdminURL returns http://admin-address (https:// with TLS), or "" when
+// the API is off.
 func (b *Broker) AdminURL() string {
 	if b.adminLis == nil {
 		return ""
 	}
-	return "http://" + b.adminLis.Addr().String()
+	return b.adminScheme + b.adminLis.Addr().String()
 }
 
 // AdminHandler returns the admin API's handler.
 func (b *Broker) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(b.metrics.reg, promhttp.HandlerOpts{}))
+	metricsHandler := promhttp.HandlerFor(append(prometheus.Gatherers{b.metrics.reg}, b.cfg.ExtraMetrics...), promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if err := b.authorizeAdmin(r, "GET /metrics"); err != nil {
+			writeAdmin(w, nil, err)
+			return
+		}
+		metricsHandler.ServeHTTP(w, r)
+	})
 	h := func(pattern string, f func(r *http.Request) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)
 			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 			defer cancel()
-			v, err := f(r.WithContext(ctx))
+			r = r.WithContext(ctx)
+			if err := b.authorizeAdmin(r, pattern); err != nil {
+				writeAdmin(w, nil, err)
+				return
+			}
+			v, err := f(r)
 			writeAdmin(w, v, err)
 		})
 	}
@@ -72,6 +88,9 @@ func (b *Broker) AdminHandler() http.Handler {
 	h("GET /admin/v2/meridian/failover", func(r *http.Request) (any, error) { return b.failoverStatus(r.Context(), "") })
 	h("GET /admin/v2/meridian/failover/{tenant}/{ns}", func(r *http.Request) (any, error) {
 		return b.failoverStatus(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"))
+	})
+	h("GET /admin/v2/meridian/failover/{tenant}/{ns}/orphans", func(r *http.Request) (any, error) {
+		return b.orphans(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"))
 	})
 	h("POST /admin/v2/meridian/failover/{tenant}/{ns}", func(r *http.Request) (any, error) {
 		var req struct {
@@ -145,6 +164,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		return b.meta.ListTopics(r.Context(), ns(r))
 	})
 	b.replicationHandlers(h, ns)
+	b.securityHandlers(h, ns)
 	policy := func(path string, apply func(*Policies, []byte) error, clear func(*Policies)) {
 		h("POST /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 			body, err := io.ReadAll(r.Body)
@@ -316,6 +336,13 @@ func (b *Broker) AdminHandler() http.Handler {
 			return nil, err
 		}
 		return t.stats(), nil
+	})
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats", func(r *http.Request) (any, error) {
+		t, err := b.adminTopic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		return t.internalStats(), nil
 	})
 	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", func(r *http.Request) (any, error) {
 		t, err := b.adminTopic(r, topic)
@@ -589,6 +616,30 @@ func (t *Topic) stats() TopicStats {
 	return st
 }
 
+// InternalStats is a topic's storage as Pulsar's internalStats shows it
+// (a subset): the ledgers of this region's copy, oldest first.
+type InternalStats struct {
+	NumberOfEntries    int64             `json:"numberOfEntries"`
+	TotalSize          int64             `json:"totalSize"`
+	LastConfirmedEntry string            `json:"lastConfirmedEntry"`
+	Ledgers            []LedgerStatsItem `json:"ledgers"`
+}
+
+// LedgerStatsItem is one ledger of InternalStats.
+type LedgerStatsItem struct {
+	LedgerID int64 `json:"ledgerId"`
+	Entries  int64 `json:"entries"`
+	Size     int64 `json:"size"`
+}
+
+func (t *Topic) internalStats() InternalStats {
+	st := InternalStats{NumberOfEntries: t.ml.NumberOfEntries(), TotalSize: t.ml.TotalSizeBytes(), LastConfirmedEntry: t.ml.LastConfirmed().String(), Ledgers: []LedgerStatsItem{}}
+	for _, l := range t.ml.Ledgers() {
+		st.Ledgers = append(st.Ledgers, LedgerStatsItem{LedgerID: l.ID, Entries: l.Entries, Size: l.SizeBytes})
+	}
+	return st
+}
+
 type httpError struct {
 	code int
 	err  error
@@ -641,6 +692,10 @@ func writeAdmin(w http.ResponseWriter, v any, err error) {
 		switch {
 		case errors.As(err, &he):
 			code = he.code
+		case errors.Is(err, ErrAuthentication):
+			code = http.StatusUnauthorized
+		case errors.Is(err, ErrAuthorization):
+			code = http.StatusForbidden
 		case errors.Is(err, ErrInvalidName):
 			code = http.StatusBadRequest
 		case errors.Is(err, ErrNotFound), errors.Is(err, ErrTopicNotFound):

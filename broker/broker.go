@@ -23,6 +23,7 @@ type Broker struct {
 	log     *slog.Logger
 	meta    *Metadata
 	metrics *metrics
+	sec     *secMetrics
 	ctx     context.Context
 	cancel  context.CancelFunc
 	id      string // random per start: generated producer names stay unique
@@ -36,7 +37,9 @@ type Broker struct {
 	lis       net.Listener
 	adminSrv  *http.Server
 	adminLis  net.Listener
-	serverURL string
+	// adminScheme is "http://", or "https://" with TLS.
+	adminScheme string
+	serverURL   string
 
 	mu     sync.Mutex
 	topics map[string]*topicSlot
@@ -46,6 +49,10 @@ type Broker struct {
 
 	producerSeq atomic.Int64
 	limiters    sync.Map // namespace + remote region → *nsLimiter
+	regionCache sync.Map // region → its brokers' service URLs, as last read
+	reach       sync.Map // broker URL → reachability (reachableURL)
+	badMu       sync.Mutex
+	badSince    map[string]time.Time // region → when lookups first saw it not up (holdLookup)
 	wg          sync.WaitGroup
 }
 
@@ -65,15 +72,17 @@ func New(cfg Config) (*Broker, error) {
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
 	b := &Broker{
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", "broker"),
-		meta:   NewMetadata(cfg.GlobalStore),
-		topics: map[string]*topicSlot{},
-		conns:  map[*conn]struct{}{},
-		perIP:  map[string]int{},
-		id:     hex.EncodeToString(rb[:]),
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "broker"),
+		meta:     NewMetadata(cfg.GlobalStore),
+		topics:   map[string]*topicSlot{},
+		conns:    map[*conn]struct{}{},
+		perIP:    map[string]int{},
+		badSince: map[string]time.Time{},
+		id:       hex.EncodeToString(rb[:]),
 	}
 	b.metrics = newMetrics(cfg.Cluster, b)
+	b.sec = newSecMetrics(cfg.Cluster, b.metrics.reg)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -85,19 +94,33 @@ func (b *Broker) Metadata() *Metadata { return b.meta }
 func (b *Broker) Start() error {
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	if err := b.meta.EnsureDefaults(ctx, b.cfg.Cluster); err != nil {
-		return err
+	// EnsureDefaults is idempotent, so an error it cannot tell applied from
+	// not (a write that timed out while the global store's leadership
+	// moved) is met by running it again, until the start's deadline.
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		err := b.meta.EnsureDefaults(actx, b.cfg.Cluster)
+		acancel()
+		if err == nil {
+			break
+		}
+		b.log.Warn("creating the default tenant and namespace; trying again", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
 	}
-	lis, err := net.Listen("tcp", b.cfg.ListenAddr)
+	lis, scheme, err := b.listen()
 	if err != nil {
-		return fmt.Errorf("broker: listen %s: %w", b.cfg.ListenAddr, err)
+		return err
 	}
 	b.lis = lis
 	adv := b.cfg.AdvertisedAddr
 	if adv == "" {
 		adv = lis.Addr().String()
 	}
-	b.serverURL = "pulsar://" + adv
+	b.serverURL = scheme + adv
 	if b.cfg.BrokerID == "" {
 		b.cfg.BrokerID = adv
 	}
@@ -132,6 +155,10 @@ func (b *Broker) Start() error {
 	b.wg.Add(2)
 	go b.acceptLoop()
 	go b.policyLoop()
+	if b.cfg.PublishProbe != nil {
+		b.wg.Add(1)
+		go b.probeLoop()
+	}
 	b.log.Info("broker serving", "pulsar", b.serverURL, "admin", b.AdminURL())
 	return nil
 }
@@ -139,7 +166,7 @@ func (b *Broker) Start() error {
 // Addr returns the Pulsar listener's address.
 func (b *Broker) Addr() string { return b.lis.Addr().String() }
 
-// ServiceURL returns pulsar://advertised-address.
+// ServiceURL returns pulsar://advertised-address (pulsar+ssl:// with TLS).
 func (b *Broker) ServiceURL() string { return b.serverURL }
 
 func (b *Broker) acceptLoop() {
@@ -228,11 +255,13 @@ func (b *Broker) Close(ctx context.Context) error {
 	if b.repl != nil {
 		b.repl.close()
 	}
-	if b.own != nil {
-		_ = b.own.currentLease().Revoke(ctx)
-	}
-	if b.gown != nil {
-		_ = b.gown.currentLease().Revoke(ctx)
+	for _, o := range []*ownership{b.own, b.gown} {
+		if o == nil {
+			continue
+		}
+		if l := o.currentLease(); l != nil {
+			_ = l.Revoke(ctx)
+		}
 	}
 	b.cancel()
 	b.wg.Wait()
@@ -266,7 +295,7 @@ func (b *Broker) partitions(ctx context.Context, topic string) (int, error) {
 		return 0, err
 	}
 	if _, err := b.meta.GetPolicies(ctx, tn.NamespaceName()); err != nil {
-		return 0, fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
+		return 0, namespaceErr(tn.NamespaceName(), err)
 	}
 	return b.meta.Partitions(ctx, tn)
 }
@@ -284,7 +313,7 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 	}
 	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
 	if err != nil {
-		return "", false, fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
+		return "", false, namespaceErr(tn.NamespaceName(), err)
 	}
 	bd, err := b.bundleFor(ctx, pol, tn)
 	if err != nil {
@@ -354,7 +383,7 @@ func (b *Broker) getTopic(ctx context.Context, name string, create bool) (*Topic
 func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Topic, error) {
 	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
 	if err != nil {
-		return nil, fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, tn.NamespaceName())
+		return nil, namespaceErr(tn.NamespaceName(), err)
 	}
 	bd, err := b.bundleFor(ctx, pol, tn)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures a Broker. Read once by New.
@@ -127,9 +128,23 @@ type Config struct {
 	// defaults, a 5 s TTL).
 	FailoverLease failover.LeaseRules
 
+	// PublishProbe, if set, runs the write probe (probe.go) every
+	// ProbeInterval (default 1 s), each bounded by ProbeTimeout (default
+	// 2 s), and is given every result: the broker process publishes it in
+	// its gossip tags (cluster.ProbeTags).
+	PublishProbe                func(ok bool, at time.Time)
+	ProbeInterval, ProbeTimeout time.Duration
+
 	// Health, if set, answers GET /admin/v2/meridian/health (the gossip
 	// health view of every region).
 	Health func() any
+	// ExtraMetrics are served on /metrics beside the broker's own (e.g.
+	// the auto-recovery running in the broker's process).
+	ExtraMetrics []prometheus.Gatherer
+
+	// Security: TLS, token authentication and authorization
+	// (security.go). The zero value: plaintext, anyone may do anything.
+	Security SecurityConfig
 
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
@@ -175,6 +190,12 @@ func (c Config) withDefaults() Config {
 	if c.BundleSplitTopics == 0 {
 		c.BundleSplitTopics = 1000
 	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = time.Second
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = 2 * time.Second
+	}
 	if c.PolicyCheckInterval == 0 {
 		c.PolicyCheckInterval = 5 * time.Second
 	}
@@ -184,6 +205,7 @@ func (c Config) withDefaults() Config {
 	if c.GlobalStore == nil {
 		c.GlobalStore = c.Store
 	}
+	c.Security = c.Security.withDefaults()
 	c.ManagedLedger.Store = c.Store
 	c.ManagedLedger.Ledgers = c.Ledgers
 	if c.ManagedLedger.Logger == nil {
@@ -200,5 +222,5 @@ func (c Config) Validate() error {
 	if c.MaxMessageSize < 0 || c.MaxMessageSize > 100<<20 {
 		return errors.New("broker: MaxMessageSize must be in (0, 100 MiB]")
 	}
-	return nil
+	return c.Security.Validate()
 }

@@ -46,6 +46,8 @@ type conn struct {
 	// Config.MaxPendingRequestsPerConnection.
 	pending atomic.Int64
 
+	auth connAuth // authentication (auth.go)
+
 	mu             sync.Mutex
 	connected      bool
 	clientVersion  string
@@ -53,6 +55,7 @@ type conn struct {
 	producers      map[uint64]*Producer
 	consumers      map[uint64]*Consumer
 	pendingProduce map[uint64]chan struct{} // producer creations in progress, by producer id
+	pendingSub     map[uint64]bool          // subscriptions in progress, by consumer id
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
@@ -69,6 +72,7 @@ func newConn(b *Broker, nc net.Conn) *conn {
 		producers:      map[uint64]*Producer{},
 		consumers:      map[uint64]*Consumer{},
 		pendingProduce: map[uint64]chan struct{}{},
+		pendingSub:     map[uint64]bool{},
 	}
 	c.lastRecv.Store(time.Now().UnixNano())
 	return c
@@ -79,6 +83,9 @@ func (c *conn) serve() {
 	go c.writeLoop()
 	go c.keepAlive()
 	defer c.close("connection ended")
+	if !c.tlsHandshake() {
+		return
+	}
 	dec := codec.NewDecoder(c.nc, c.b.cfg.MaxMessageSize+codec.FramePadding)
 	for {
 		if !c.waitOutput() {
@@ -290,6 +297,8 @@ func (c *conn) handle(f codec.Frame) bool {
 	case pb.BaseCommand_PING:
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
 	case pb.BaseCommand_PONG:
+	case pb.BaseCommand_AUTH_RESPONSE:
+		return c.handleAuthResponse(cmd.GetAuthResponse())
 	case pb.BaseCommand_PARTITIONED_METADATA:
 		m := cmd.GetPartitionMetadata()
 		c.async(m.GetRequestId(), func() { c.handlePartitionedMetadata(m) })
@@ -330,10 +339,18 @@ func (c *conn) handle(f codec.Frame) bool {
 		c.async(m.GetRequestId(), func() { c.handleGetTopics(m) })
 	case pb.BaseCommand_GET_SCHEMA:
 		m := cmd.GetGetSchema()
-		c.async(m.GetRequestId(), func() { c.handleGetSchema(m) })
+		c.async(m.GetRequestId(), func() {
+			if c.schemaAllowed(pb.BaseCommand_GET_SCHEMA_RESPONSE, m.GetRequestId(), m.GetTopic(), opLookup) {
+				c.handleGetSchema(m)
+			}
+		})
 	case pb.BaseCommand_GET_OR_CREATE_SCHEMA:
 		m := cmd.GetGetOrCreateSchema()
-		c.async(m.GetRequestId(), func() { c.handleGetOrCreateSchema(m) })
+		c.async(m.GetRequestId(), func() {
+			if c.schemaAllowed(pb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE, m.GetRequestId(), m.GetTopic(), opProduce) {
+				c.handleGetOrCreateSchema(m)
+			}
+		})
 	case pb.BaseCommand_CONSUMER_STATS:
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
 			RequestId: proto.Uint64(cmd.GetConsumerStats().GetRequestId()), Error: pb.ServerError_NotAllowedError.Enum(),
@@ -408,6 +425,9 @@ func (c *conn) handleConnect(m *pb.CommandConnect) bool {
 	c.clientVersion = m.GetClientVersion()
 	c.brokerMetaOK = m.GetFeatureFlags().GetSupportsBrokerEntryMetadata()
 	c.mu.Unlock()
+	if !c.authenticate(m) {
+		return false
+	}
 	pv := min(m.GetProtocolVersion(), protocolVersion)
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
 		ServerVersion:   proto.String("Meridian"),

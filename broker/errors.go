@@ -2,9 +2,11 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
 
@@ -41,6 +43,10 @@ var (
 // serverError maps an error to the code sent to the client.
 func serverError(err error) pb.ServerError {
 	switch {
+	case errors.Is(err, ErrAuthorization):
+		return pb.ServerError_AuthorizationError
+	case errors.Is(err, ErrAuthentication):
+		return pb.ServerError_AuthenticationError
 	case errors.Is(err, ErrTopicNotFound), errors.Is(err, ErrInvalidName), errors.Is(err, ErrNotFound):
 		return pb.ServerError_TopicNotFound
 	case errors.Is(err, ErrQuotaHold):
@@ -61,4 +67,16 @@ func serverError(err error) pb.ServerError {
 	default:
 		return pb.ServerError_UnknownError
 	}
+}
+
+// namespaceErr is the answer when reading namespace ns's policies failed
+// with err. Only a namespace that is not there is TopicNotFound (on which
+// the Go client's producers and consumers stop reconnecting for good); a
+// metadata store that is slow or unreachable — a paused global-store
+// member during a silent outage — is ServiceNotReady, retried.
+func namespaceErr(ns string, err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, cluster.ErrNotFound) {
+		return fmt.Errorf("%w: namespace %s does not exist", ErrTopicNotFound, ns)
+	}
+	return fmt.Errorf("%w: reading namespace %s: %v", ErrServiceNotReady, ns, err)
 }

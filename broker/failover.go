@@ -6,13 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/failover"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // The active region of an active-standby namespace, and how brokers steer
@@ -104,18 +110,26 @@ func (f *failoverState) watchLoop() {
 				if ev.Deleted || json.Unmarshal(ev.KV.Value, &r) != nil || r.Namespace == "" {
 					continue
 				}
-				f.mu.Lock()
-				o, ok := f.recs[r.Namespace]
-				if ok && o.Epoch >= r.Epoch {
-					f.mu.Unlock()
-					continue
-				}
-				f.recs[r.Namespace] = r
-				f.mu.Unlock()
-				b.activeChanged(r.Namespace, r)
+				f.committed(r)
 			}
 		}
 	}
+}
+
+// committed takes a record known to be committed — from the watch, or the
+// controller's own compare-and-swap, which it need not wait to see come
+// back through the watch — if it is newer than the one held, and acts on
+// the change.
+func (f *failoverState) committed(r FailoverRecord) {
+	f.mu.Lock()
+	o, ok := f.recs[r.Namespace]
+	if ok && o.Epoch >= r.Epoch {
+		f.mu.Unlock()
+		return
+	}
+	f.recs[r.Namespace] = r
+	f.mu.Unlock()
+	f.b.activeChanged(r.Namespace, r)
 }
 
 // record returns the namespace's record as last seen (the primary at
@@ -149,6 +163,9 @@ func (b *Broker) activeRegion(ns string, pol Policies) string {
 func (b *Broker) checkActive(ctx context.Context, tn TopicName, pol Policies) error {
 	if a := b.activeRegion(tn.NamespaceName(), pol); a != "" && a != b.cfg.Cluster {
 		return fmt.Errorf("%w: namespace %s is active in region %s (this is %s): look the topic up again", ErrServiceNotReady, tn.NamespaceName(), a, b.cfg.Cluster)
+	}
+	if b.servingLapsed(tn.NamespaceName(), pol) {
+		return fmt.Errorf("%w: region %s lost the lease of namespace %s (cut off from the global store, or failing over): look the topic up again", ErrServiceNotReady, b.cfg.Cluster, tn.NamespaceName())
 	}
 	if !b.mayServe(tn.NamespaceName(), pol) {
 		// The region may be about to serve (a new namespace's first epoch,
@@ -184,20 +201,187 @@ func (b *Broker) crossRegionLookup(ctx context.Context, topic string) (string, e
 		return "", nil
 	}
 	a := b.activeRegion(tn.NamespaceName(), pol)
+	if a == b.cfg.Cluster && b.servingLapsed(tn.NamespaceName(), pol) {
+		// This region was active and lost its lease (cut off from the
+		// global store, or about to learn of a failover): it cannot serve,
+		// and its record may be stale. Ask a broker of another region,
+		// which answers from its own record (and sends the client back if
+		// this region is still active there).
+		for _, r := range corePolicy(pol).Regions {
+			if r == b.cfg.Cluster {
+				continue
+			}
+			if urls, _ := b.regionBrokers(ctx, r); len(urls) > 0 {
+				return urls[rand.IntN(len(urls))], nil
+			}
+		}
+		return "", nil
+	}
 	if a == "" || a == b.cfg.Cluster {
 		return "", nil
+	}
+	if b.holdLookup(ctx, tn.NamespaceName(), pol, a) {
+		// The record changed while the lookup was held: answer from it.
+		return b.crossRegionLookup(ctx, topic)
 	}
 	urls, err := b.regionBrokers(ctx, a)
 	if err != nil || len(urls) == 0 {
 		return "", fmt.Errorf("%w: namespace %s is active in region %s, which has no reachable broker registered: %v", ErrServiceNotReady, tn.NamespaceName(), a, err)
 	}
+	// Gossip takes a second or two to see a dead region; a refused
+	// connection says it at once. Send the client only to a broker that
+	// accepts connections, and otherwise hold the lookup like a suspect
+	// region's (a redirect to a dead host costs the client a doubling of
+	// its lookup backoff: one such answer made a consumer come back 10 s
+	// after the producer).
+	if b.failoverAuto() && activeStandby(pol) {
+		deadline := time.Now().Add(corePolicy(pol).LookupHold)
+		for {
+			if u := b.reachableURL(urls); u != "" {
+				return u, nil
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			if b.activeRegion(tn.NamespaceName(), pol) != a {
+				return b.crossRegionLookup(ctx, topic)
+			}
+		}
+	}
 	return urls[rand.IntN(len(urls))], nil
+}
+
+// reachableURL returns one of urls (pulsar://host:port) whose broker
+// answers a protocol handshake within 500 ms (a killed broker refuses the
+// connection; a paused one accepts it — its kernel does — but never
+// answers), or "". An answer is kept for 500 ms.
+func (b *Broker) reachableURL(urls []string) string {
+	for _, i := range rand.Perm(len(urls)) {
+		u := urls[i]
+		if v, ok := b.reach.Load(u); ok {
+			r := v.(reachability)
+			if time.Since(r.at) < 500*time.Millisecond {
+				if r.ok {
+					return u
+				}
+				continue
+			}
+		}
+		host := strings.TrimPrefix(u, "pulsar://")
+		if pu, err := url.Parse(u); err == nil && pu.Host != "" {
+			host = pu.Host
+		}
+		ok := b.handshake(u, host, 500*time.Millisecond)
+		b.reach.Store(u, reachability{ok: ok, at: time.Now()})
+		if ok {
+			return u
+		}
+	}
+	return ""
+}
+
+// handshake reports whether the broker at host (service URL u) answers
+// CONNECT with CONNECTED — or, with authentication on, with the ERROR
+// that refuses a CONNECT without a token: either way it serves — within
+// timeout.
+func (b *Broker) handshake(u, host string, timeout time.Duration) bool {
+	c, err := b.handshakeConn(u, host, timeout)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	frame, err := codec.AppendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_CONNECT.Enum(), Connect: &pb.CommandConnect{
+		ClientVersion: proto.String("meridian-reachability"), ProtocolVersion: proto.Int32(20)}})
+	if err != nil {
+		return false
+	}
+	if _, err := c.Write(frame); err != nil {
+		return false
+	}
+	f, err := codec.NewDecoder(c, 1<<20).Next()
+	return err == nil && (f.Cmd.GetType() == pb.BaseCommand_CONNECTED ||
+		f.Cmd.GetType() == pb.BaseCommand_ERROR && f.Cmd.GetError().GetError() == pb.ServerError_AuthenticationError)
+}
+
+type reachability struct {
+	ok bool
+	at time.Time
+}
+
+// holdLookup: while the active region of a namespace is suspect or down
+// in this broker's gossip view, a standby does not send clients there at
+// once (they would hang on a dead host until their connection timeout):
+// it holds the lookup until the region is up again, the record names
+// another region (then it reports true), or LookupHold has passed since
+// this broker first saw the region not up (failover/doc.go, Hold).
+func (b *Broker) holdLookup(ctx context.Context, ns string, pol Policies, active string) bool {
+	if !b.failoverAuto() || !activeStandby(pol) {
+		return false
+	}
+	hold := corePolicy(pol).LookupHold
+	for {
+		up := failover.StatusOf(b.cfg.HealthView(), active, false).Condition() == failover.Up
+		b.badMu.Lock()
+		since, seen := b.badSince[active]
+		switch {
+		case up:
+			delete(b.badSince, active)
+		case !seen:
+			since = time.Now()
+			b.badSince[active] = since
+		}
+		b.badMu.Unlock()
+		if up || time.Since(since) >= hold {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+		if b.activeRegion(ns, pol) != active {
+			return true
+		}
+	}
 }
 
 // regionBrokers lists the service URLs of a region's live brokers, from
 // the global store.
+// The last list read is kept: a region cut off from the global store
+// still knows where the others were.
 func (b *Broker) regionBrokers(ctx context.Context, region string) ([]string, error) {
-	return listValues(ctx, b.cfg.GlobalStore, regionBrokersKey(region))
+	lctx, cancel := context.WithTimeout(ctx, time.Second) // the cache below answers a cut-off region
+	urls, err := listValues(lctx, b.cfg.GlobalStore, regionBrokersKey(region))
+	cancel()
+	if err == nil && len(urls) > 0 {
+		b.regionCache.Store(region, urls)
+		return urls, nil
+	}
+	if v, ok := b.regionCache.Load(region); ok {
+		return v.([]string), nil
+	}
+	// The region's registrations may be gone for a moment (their leases
+	// lapsed while a global-store member was paused): gossip knows its
+	// live brokers too.
+	if b.cfg.HealthView != nil {
+		var gossip []string
+		for _, m := range b.cfg.HealthView().Region(region).Alive(cluster.RoleBroker) {
+			// A broker publishes its listen address: usable unless it is
+			// a wildcard one.
+			if h, _, err := net.SplitHostPort(m.Addr); err == nil && h != "" && !net.ParseIP(h).IsUnspecified() {
+				gossip = append(gossip, "pulsar://"+m.Addr)
+			}
+		}
+		if len(gossip) > 0 {
+			return gossip, nil
+		}
+	}
+	return urls, err
 }
 
 func regionBrokersKey(region string) string { return "/regions/" + region + "/brokers/" }
@@ -301,23 +485,57 @@ func (b *Broker) Failover(ctx context.Context, ns, region, reason string) (Failo
 
 // failoverStatus returns the records of the active-standby namespaces of
 // a tenant/namespace filter ("" = all known).
-func (b *Broker) failoverStatus(ctx context.Context, ns string) ([]FailoverRecord, error) {
+func (b *Broker) failoverStatus(ctx context.Context, ns string) ([]FailoverStatus, error) {
+	var recs []FailoverRecord
 	if ns != "" {
 		pol, err := b.meta.GetPolicies(ctx, ns)
 		if err != nil {
 			return nil, err
 		}
 		if !activeStandby(pol) {
-			return []FailoverRecord{}, nil
+			return []FailoverStatus{}, nil
 		}
-		return []FailoverRecord{b.fo.record(ns, pol)}, nil
+		recs = []FailoverRecord{b.fo.record(ns, pol)}
+	} else {
+		b.fo.mu.Lock()
+		for _, r := range b.fo.recs {
+			recs = append(recs, r)
+		}
+		b.fo.mu.Unlock()
+		slices.SortFunc(recs, func(a, b FailoverRecord) int { return strings.Compare(a.Namespace, b.Namespace) })
 	}
-	b.fo.mu.Lock()
-	defer b.fo.mu.Unlock()
-	out := make([]FailoverRecord, 0, len(b.fo.recs))
-	for _, r := range b.fo.recs {
-		out = append(out, r)
+	out := make([]FailoverStatus, 0, len(recs))
+	for _, r := range recs {
+		st := FailoverStatus{FailoverRecord: r}
+		if r.SinceMs > 0 {
+			st.SinceTime = time.UnixMilli(r.SinceMs).UTC().Format(time.RFC3339Nano)
+		}
+		if b.cfg.HealthView != nil {
+			if pol, err := b.meta.GetPolicies(ctx, r.Namespace); err == nil {
+				view := b.cfg.HealthView()
+				for _, region := range corePolicy(pol).Regions {
+					rs := failover.StatusOf(view, region, false)
+					st.Health = append(st.Health, RegionCondition{Region: region, Condition: rs.Condition().String(), Detail: rs.Detail})
+				}
+			}
+		}
+		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b FailoverRecord) int { return strings.Compare(a.Namespace, b.Namespace) })
 	return out, nil
+}
+
+// FailoverStatus is a namespace's record with, as this broker's gossip
+// sees them, the health of its regions.
+type FailoverStatus struct {
+	FailoverRecord
+	SinceTime string            `json:"since,omitempty"`
+	Health    []RegionCondition `json:"health,omitempty"`
+}
+
+// RegionCondition is one region's condition for failover: up, suspect or
+// down, and why it is not healthy.
+type RegionCondition struct {
+	Region    string `json:"region"`
+	Condition string `json:"condition"`
+	Detail    string `json:"detail,omitempty"`
 }

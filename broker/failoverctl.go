@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -41,6 +43,16 @@ import (
 // Brokers agree on wall clocks to well within the lease's margin (NTP);
 // the controller's own check uses its monotonic clock.
 
+// controlStepTimeout bounds one namespace's step of the control loop
+// (its store reads, renewal, proposal and lease acquisition).
+const controlStepTimeout = 2 * time.Second
+
+// quick runs a global-store read in attempts of at most 600 ms within
+// ctx (readAttempts).
+func quick(ctx context.Context, read func(context.Context) error) error {
+	return readAttempts(ctx, 600*time.Millisecond, read)
+}
+
 const (
 	failoverLeaseKey   = "/failover-lease/"
 	failoverServingKey = "/failover/serving/"
@@ -67,6 +79,12 @@ type nsControl struct {
 	renewed  time.Time
 	ttl      time.Duration
 	lastKind failover.Kind
+
+	judgedAt  time.Time
+	judging   atomic.Bool                  // a publishCaughtUp runs
+	published map[string]caughtUpRecord    // by target region; publishCaughtUp's
+	says      map[[2]string]caughtUpRecord // every region's judgements (from, to), as read at saysAt
+	saysAt    time.Time
 }
 
 // servingState: the deadlines this broker read from its region's store.
@@ -97,9 +115,103 @@ func (b *Broker) startFailoverControl() {
 		return
 	}
 	b.serving = &servingState{m: map[string]serving{}, nudge: make(chan struct{}, 1)}
-	b.wg.Add(2)
+	b.wg.Add(5)
 	go b.watchServing()
 	go b.controlLoop()
+	go b.closeOnLapse()
+	go b.watchLeases()
+	go b.avoidUnreachableRegions()
+}
+
+// avoidUnreachableRegions keeps the global store's client off the members
+// of regions gossip sees no alive member of (cluster.Store.AvoidRegions):
+// a paused or cut-off region's member accepts connections and answers
+// nothing, and until the client's keepalive gave up on it (about 4 s) a
+// third of the survivors' requests — the failover control's among them —
+// hung there until their deadline (a silent outage committed its failover
+// 7 s after the pause where the lease alone needs 5 s).
+func (b *Broker) avoidUnreachableRegions() {
+	defer b.wg.Done()
+	tk := time.NewTicker(200 * time.Millisecond)
+	defer tk.Stop()
+	var last []string
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-tk.C:
+		}
+		avoid := slices.DeleteFunc(b.cfg.HealthView().Unreachable(), func(r string) bool { return r == b.cfg.Cluster })
+		if !slices.Equal(avoid, last) {
+			b.log.Info("global store: avoiding the members of unreachable regions", "regions", avoid)
+			last = avoid
+		}
+		b.cfg.GlobalStore.AvoidRegions(avoid)
+	}
+}
+
+// watchLeases wakes the control loop whenever a region's lease key
+// changes in the global store: a dead region's lease expiring is what a
+// crash failover waits for last, and the next step must not wait for its
+// tick (250 ms).
+func (b *Broker) watchLeases() {
+	defer b.wg.Done()
+	for b.ctx.Err() == nil {
+		for range b.cfg.GlobalStore.Watch(b.ctx, failoverLeaseKey, 0) {
+			b.nudgeControl()
+		}
+		select {
+		case <-b.ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// closeOnLapse: once a namespace's serving deadline passes without a
+// renewal (the region lost its lease: cut off from the global store, or
+// the namespace moved), this broker closes the namespace's consumers as
+// it refuses its producers: nothing new will be acknowledged here, so
+// their clients look up again and land where the namespace is served. A
+// consumer left on a cut-off region received nothing for 10 s after the
+// producer had moved (region-partition drill).
+func (b *Broker) closeOnLapse() {
+	defer b.wg.Done()
+	handled := map[string]serving{}
+	tk := time.NewTicker(250 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-tk.C:
+		}
+		b.serving.mu.Lock()
+		var due []string
+		now := time.Now().UnixNano()
+		for ns, s := range b.serving.m {
+			if now >= s.DeadlineNs && handled[ns] != s {
+				handled[ns] = s
+				due = append(due, ns)
+			}
+		}
+		b.serving.mu.Unlock()
+		for _, ns := range due {
+			for _, t := range b.loadedTopics() {
+				if t.name.NamespaceName() != ns || !b.servingLapsed(ns, t.policies()) {
+					continue
+				}
+				t.mu.Lock()
+				subs := make([]*Subscription, 0, len(t.subs))
+				for _, s := range t.subs {
+					subs = append(subs, s)
+				}
+				t.mu.Unlock()
+				for _, s := range subs {
+					s.closeConsumers("")
+				}
+			}
+		}
+	}
 }
 
 // mayServe reports whether this broker may acknowledge produce (or take a
@@ -113,6 +225,20 @@ func (b *Broker) mayServe(ns string, pol Policies) bool {
 	b.serving.mu.Unlock()
 	rec := b.fo.record(ns, pol)
 	return ok && rec.Active == b.cfg.Cluster && s.Epoch == rec.Epoch && time.Now().UnixNano() < s.DeadlineNs
+}
+
+// servingLapsed reports whether this region held the namespace's lease at
+// the epoch it knows and its deadline has passed without a renewal: it
+// may not serve, and may be cut off from the global store.
+func (b *Broker) servingLapsed(ns string, pol Policies) bool {
+	if !b.failoverAuto() || !activeStandby(pol) {
+		return false
+	}
+	b.serving.mu.Lock()
+	s, ok := b.serving.m[ns]
+	b.serving.mu.Unlock()
+	rec := b.fo.record(ns, pol)
+	return ok && rec.Active == b.cfg.Cluster && s.Epoch == rec.Epoch && time.Now().UnixNano() >= s.DeadlineNs
 }
 
 func (b *Broker) watchServing() {
@@ -163,6 +289,12 @@ func (b *Broker) controlLoop() {
 	defer tk.Stop()
 	var nsList []string
 	var listedAt time.Time
+	type listResult struct {
+		nss []string
+		err error
+	}
+	listed := make(chan listResult, 1)
+	listing := false
 	for {
 		select {
 		case <-b.ctx.Done():
@@ -170,6 +302,11 @@ func (b *Broker) controlLoop() {
 		case <-tk.C:
 		case <-b.serving.nudge:
 			listedAt = time.Time{}
+		case r := <-listed:
+			listing = false
+			if r.err == nil {
+				nsList = r.nss
+			}
 		}
 		if !b.isController() {
 			for ns, c := range cores {
@@ -178,15 +315,35 @@ func (b *Broker) controlLoop() {
 			cores = map[string]*nsControl{}
 			continue
 		}
-		if time.Since(listedAt) > 5*time.Second {
-			if l, err := b.activeStandbyNamespaces(); err == nil {
-				nsList, listedAt = l, time.Now()
-			}
+		if time.Since(listedAt) > 5*time.Second && !listing {
+			// Listed in the background: a global store that does not
+			// answer must not stall the steps of the namespaces known.
+			listing, listedAt = true, time.Now()
+			go func() {
+				l, err := b.activeStandbyNamespaces()
+				select {
+				case listed <- listResult{l, err}:
+				case <-b.ctx.Done():
+				}
+			}()
 		}
-		view := b.cfg.HealthView()
+		select {
+		case r := <-listed:
+			listing = false
+			if r.err == nil {
+				nsList = r.nss
+			} else {
+				listedAt = time.Time{}
+			}
+		default:
+		}
 		for _, ns := range nsList {
-			ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-			b.stepNamespace(ctx, ns, cores, view)
+			// A fresh view per namespace, and short store calls: a global
+			// store member that stopped answering (paused, cut off) must not
+			// hold the loop — with 5 s per call and two namespaces, a
+			// paused region was acted on 12 s after it stopped.
+			ctx, cancel := context.WithTimeout(b.ctx, controlStepTimeout)
+			b.stepNamespace(ctx, ns, cores, b.cfg.HealthView())
 			cancel()
 		}
 	}
@@ -239,8 +396,125 @@ func corePolicy(pol Policies) failover.Policy {
 			regions = append(regions, r)
 		}
 	}
-	return failover.Policy{Mode: failover.ActiveStandby, Regions: regions,
-		FailoverDelay: failover.DefaultFailoverDelay, SwitchBackDelay: 0, LookupHold: failover.DefaultLookupHold, CatchUpRequired: true}
+	p := failover.Policy{Mode: failover.ActiveStandby, Regions: regions,
+		FailoverDelay: failover.DefaultFailoverDelay, SwitchBackDelay: failover.DefaultSwitchBackDelay, LookupHold: failover.DefaultLookupHold, CatchUpRequired: true}
+	if eff.FailoverDelayMs > 0 {
+		p.FailoverDelay = time.Duration(eff.FailoverDelayMs) * time.Millisecond
+	}
+	if d := eff.SwitchBackDelayMs; d != nil {
+		p.SwitchBackDelay = max(0, time.Duration(*d)*time.Millisecond) // 0 or -1: never
+	}
+	return p
+}
+
+// Caught-up judgements (failover/doc.go, the shell's duty 3): every
+// controller publishes, for each other region of a namespace, whether
+// its own region's replicators have delivered everything of the
+// namespace to that region — /failover/caughtup/NS/FROM/TO {caughtUp, at}
+// in the global store, rewritten on change and every 5 s. A region R is
+// caught up when every other region that is up says so within the last
+// 10 s: the active region's word decides a switch-back to R, and after it
+// the old active region's word lets R serve (it has everything the old
+// active acknowledged once the old active's senders report no backlog).
+const (
+	caughtUpKey   = "/failover/caughtup/"
+	caughtUpFresh = 10 * time.Second
+)
+
+type caughtUpRecord struct {
+	// CaughtUp: nothing of the namespace is left to send to the region.
+	CaughtUp bool `json:"caughtUp"`
+	// Near: every stream to it is connected and at most nearLag behind.
+	Near bool  `json:"near"`
+	AtMs int64 `json:"atMs"`
+}
+
+// nearLag: while producers keep writing, a replication backlog is rarely
+// exactly empty when sampled; a region this close behind may be switched
+// back to — the new epoch then waits (CatchUp) until the old active
+// region's senders report nothing left, which they soon do since it no
+// longer takes produce.
+const nearLag = time.Second
+
+// publishCaughtUp computes and publishes this region's judgements for ns
+// (one at a time per namespace: nsControl.judging).
+func (b *Broker) publishCaughtUp(ctx context.Context, ns string, c *nsControl) {
+	st, err := b.regionReplicationStatus(ctx, ns)
+	if err != nil {
+		return
+	}
+	for _, r := range c.policy.Regions {
+		if r == b.cfg.Cluster {
+			continue
+		}
+		ok, near := true, true
+		for _, s := range st {
+			if s.Remote != r {
+				continue
+			}
+			if !s.Connected || s.BacklogEntries > 0 || s.AckedSeq != s.LocalSeq {
+				ok = false
+			}
+			if !s.Connected || s.SecondsBehind > nearLag.Seconds() {
+				near = false
+			}
+		}
+		prev, seen := c.published[r]
+		if seen && prev.CaughtUp == ok && prev.Near == near && time.Since(time.UnixMilli(prev.AtMs)) < 5*time.Second {
+			continue
+		}
+		rec := caughtUpRecord{CaughtUp: ok, Near: near, AtMs: time.Now().UnixMilli()}
+		v, _ := json.Marshal(rec)
+		if _, err := b.cfg.GlobalStore.Put(ctx, caughtUpKey+ns+"/"+b.cfg.Cluster+"/"+r, v); err == nil {
+			if c.published == nil {
+				c.published = map[string]caughtUpRecord{}
+			}
+			c.published[r] = rec
+		}
+	}
+}
+
+// caughtUpFunc reads every region's judgements of ns. The region a
+// planned move made active must be caught up exactly before it serves;
+// for deciding a switch-back, near is enough.
+func (b *Broker) caughtUpFunc(ctx context.Context, ns string, c *nsControl, view cluster.HealthView, rec failover.Record) func(string) bool {
+	// Judgements are rewritten at most once a second: read them as often,
+	// not on every step.
+	if c.says == nil || time.Since(c.saysAt) >= time.Second {
+		var kvs []cluster.KV
+		err := quick(ctx, func(ctx context.Context) (err error) {
+			kvs, _, err = b.cfg.GlobalStore.List(ctx, caughtUpKey+ns+"/")
+			return err
+		})
+		if err != nil {
+			c.says = nil
+			return nil
+		}
+		c.says, c.saysAt = map[[2]string]caughtUpRecord{}, time.Now()
+		for _, kv := range kvs {
+			parts := strings.Split(strings.TrimPrefix(kv.Key, caughtUpKey+ns+"/"), "/")
+			var r caughtUpRecord
+			if len(parts) == 2 && json.Unmarshal(kv.Value, &r) == nil {
+				c.says[[2]string{parts[0], parts[1]}] = r
+			}
+		}
+	}
+	says, p := c.says, c.policy
+	return func(to string) bool {
+		for _, from := range p.Regions {
+			if from == to || failover.StatusOf(view, from, false).Condition() != failover.Up {
+				continue
+			}
+			r, ok := says[[2]string{from, to}]
+			if !ok || time.Since(time.UnixMilli(r.AtMs)) > caughtUpFresh {
+				return false
+			}
+			if exact := rec.CatchUp && rec.Active == to; exact && !r.CaughtUp || !exact && !r.Near {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 func (b *Broker) leaseRules() failover.LeaseRules {
@@ -282,7 +556,11 @@ func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]
 	if stored {
 		committed.Record = failover.Record{Active: fr.Active, Epoch: fr.Epoch, Previous: fr.Previous, CatchUp: fr.CatchUp, Reason: fr.Reason, Since: time.UnixMilli(fr.SinceMs)}
 	}
-	if kv, err := b.cfg.GlobalStore.Get(ctx, failoverLeaseKey+ns); err == nil {
+	var kv cluster.KV
+	if err := quick(ctx, func(ctx context.Context) (err error) {
+		kv, err = b.cfg.GlobalStore.Get(ctx, failoverLeaseKey+ns)
+		return err
+	}); err == nil {
 		var lr leaseRecord
 		if json.Unmarshal(kv.Value, &lr) == nil {
 			committed.Lease = failover.StoreLease{Holder: lr.Holder, Epoch: lr.Epoch}
@@ -307,7 +585,18 @@ func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]
 			c.leaseID, c.epoch, c.renewed = 0, 0, time.Time{}
 		}
 	}
-	in := failover.Input{Now: time.Now(), Regions: failover.StatusesOf(view, p, nil), Committed: committed}
+	if time.Since(c.judgedAt) >= time.Second && c.judging.CompareAndSwap(false, true) {
+		// In the background: it asks the region's brokers over HTTP and
+		// writes the global store, which must not delay the step.
+		c.judgedAt = time.Now()
+		go func() {
+			defer c.judging.Store(false)
+			jctx, cancel := context.WithTimeout(b.ctx, controlStepTimeout)
+			defer cancel()
+			b.publishCaughtUp(jctx, ns, c)
+		}()
+	}
+	in := failover.Input{Now: time.Now(), Regions: failover.StatusesOf(view, p, b.caughtUpFunc(ctx, ns, c, view, committed.Record)), Committed: committed}
 	if c.leaseID != 0 {
 		in.Lease = failover.LocalLease{Epoch: c.epoch, RenewedAt: c.renewed, TTL: c.ttl}
 	}
@@ -324,6 +613,9 @@ func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]
 			b.log.Info("failover: proposal not committed", "namespace", ns, "proposal", pr.Kind.String(), "err", err)
 		} else {
 			b.metrics.replAlerts.WithLabelValues("failover-" + pr.Kind.String()).Inc()
+			// The next step (at once) acts on the new epoch: the new active
+			// region acquires its lease without waiting for a tick.
+			b.nudgeControl()
 		}
 	}
 	if out.AcquireLease && c.leaseID == 0 {
@@ -343,7 +635,8 @@ func (b *Broker) propose(ctx context.Context, ns string, pr *failover.Proposal) 
 			return err
 		}
 	} else {
-		kv, err := b.cfg.GlobalStore.Get(ctx, key)
+		var kv cluster.KV
+		err := quick(ctx, func(ctx context.Context) (err error) { kv, err = b.cfg.GlobalStore.Get(ctx, key); return err })
 		if err != nil {
 			return err
 		}
@@ -354,11 +647,18 @@ func (b *Broker) propose(ctx context.Context, ns string, pr *failover.Proposal) 
 		if cur.Epoch != pr.From {
 			return fmt.Errorf("the record is at epoch %d, not %d", cur.Epoch, pr.From)
 		}
-		if _, err := b.cfg.GlobalStore.CAS(ctx, key, v, kv.ModRevision); err != nil {
+		// In short attempts as well (see acquireLease): a repeat of a CAS
+		// that went through fails its compare, and the next step reads
+		// the committed record.
+		if err := quick(ctx, func(ctx context.Context) error {
+			_, err := b.cfg.GlobalStore.CAS(ctx, key, v, kv.ModRevision)
+			return err
+		}); err != nil {
 			return err
 		}
 	}
 	b.log.Warn("failover: committed", "namespace", ns, "kind", pr.Kind.String(), "active", pr.NewActive, "epoch", pr.NewEpoch, "previous", pr.Previous, "reason", pr.Reason)
+	b.fo.committed(next)
 	return nil
 }
 
@@ -370,13 +670,26 @@ func (b *Broker) acquireLease(ctx context.Context, ns string, c *nsControl, rec 
 	}
 	cli := b.cfg.GlobalStore.Client()
 	rules := b.leaseRules()
-	grant, err := cli.Grant(ctx, int64((rules.TTL+time.Second-1)/time.Second))
+	// Grant and the transaction go in short attempts too: right after a
+	// region is paused, a third of the requests still go to its paused
+	// global-store member until the client's keepalive drops it (a lease
+	// granted by an attempt whose answer was lost expires unused; the
+	// transaction's compares make a repeat harmless).
+	var grant *clientv3.LeaseGrantResponse
+	err := quick(ctx, func(ctx context.Context) (err error) {
+		grant, err = cli.Grant(ctx, int64((rules.TTL+time.Second-1)/time.Second))
+		return err
+	})
 	if err != nil {
 		return
 	}
 	sent := time.Now()
 	prefix := b.cfg.GlobalStore.Prefix()
-	cur, err := b.cfg.GlobalStore.Get(ctx, failoverKey+ns)
+	var cur cluster.KV
+	err = quick(ctx, func(ctx context.Context) (err error) {
+		cur, err = b.cfg.GlobalStore.Get(ctx, failoverKey+ns)
+		return err
+	})
 	if err != nil {
 		_, _ = cli.Revoke(context.Background(), grant.ID)
 		return
@@ -388,9 +701,13 @@ func (b *Broker) acquireLease(ctx context.Context, ns string, c *nsControl, rec 
 	}
 	lv, _ := json.Marshal(leaseRecord{Holder: b.cfg.Cluster, Epoch: rec.Epoch})
 	lk := prefix + failoverLeaseKey + ns
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0), clientv3.Compare(clientv3.ModRevision(prefix+failoverKey+ns), "=", cur.ModRevision)).
-		Then(clientv3.OpPut(lk, string(lv), clientv3.WithLease(grant.ID))).Commit()
+	var resp *clientv3.TxnResponse
+	err = quick(ctx, func(ctx context.Context) (err error) {
+		resp, err = cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0), clientv3.Compare(clientv3.ModRevision(prefix+failoverKey+ns), "=", cur.ModRevision)).
+			Then(clientv3.OpPut(lk, string(lv), clientv3.WithLease(grant.ID))).Commit()
+		return err
+	})
 	if err != nil || !resp.Succeeded {
 		_, _ = cli.Revoke(context.Background(), grant.ID)
 		return

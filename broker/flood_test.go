@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -272,11 +274,7 @@ type floodConn struct {
 	gone chan struct{} // closed when the broker closed the connection
 }
 
-func dialFlood(t *testing.T, addr string) *floodConn {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+func drainFlood(c net.Conn) *floodConn {
 	fc := &floodConn{c: c, gone: make(chan struct{})}
 	go func() {
 		io.Copy(io.Discard, c)
@@ -289,12 +287,90 @@ func dialFlood(t *testing.T, addr string) *floodConn {
 // broker; it still serves a normal client, and its resident memory grew by
 // less than 64 MiB.
 func TestMalformedFrameFlood(t *testing.T) {
-	const frames, workers = 10000, 8
 	s := standalone(t)
 	addr := strings.TrimPrefix(s.URL, "pulsar://")
 	roundTrip(t, s.URL) // warm up: a topic loaded, a ledger open
-	before := rssBytes(t, s.Pid())
+	dial := func() net.Conn {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	flood(t, s.Proc, dial, func(g *floodGen) []byte { return g.connect() })
+	roundTrip(t, s.URL)
+	if n := metricValue(t, s.AdminURL, "meridian_broker_rejected_frames_total", ""); n == 0 {
+		t.Fatal("no frame was counted as rejected")
+	}
+}
 
+// The same flood over TLS against a broker with token authentication and
+// authorization on: connections CONNECT with a super-user token, a token
+// of a role without permissions, a garbage token or none, so the frames
+// reach the authentication, the authorization checks and the handlers
+// behind them.
+func TestMalformedFrameFloodTLSAuth(t *testing.T) {
+	s := testutil.StartSecureStandalone(t, t.TempDir())
+	addr := strings.TrimPrefix(s.URL, "pulsar+ssl://")
+	ca, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	su := secureClient(t, s, pulsar.NewAuthenticationToken(s.Token(testutil.SuperUser, time.Hour)))
+	secureRoundTrip(t, su)
+	tokens := []string{s.Token(testutil.SuperUser, time.Hour), s.Token("nobody", time.Hour), "garbage.token.x", ""}
+	dial := func() net.Conn {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	flood(t, s.Proc, dial, func(g *floodGen) []byte {
+		cm := &pb.CommandConnect{ClientVersion: proto.String("flood"), ProtocolVersion: proto.Int32(20)}
+		if tok := tokens[g.rng.IntN(len(tokens))]; tok != "" {
+			cm.AuthMethodName, cm.AuthData = proto.String("token"), []byte(tok)
+		}
+		b, err := codec.AppendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_CONNECT.Enum(), Connect: cm})
+		if err != nil {
+			panic(err)
+		}
+		return b
+	})
+	secureRoundTrip(t, su)
+	if n := secureMetric(t, s, "meridian_broker_auth_failures_total", `reason="invalid"`); n == 0 {
+		t.Fatal("no garbage token was counted")
+	}
+}
+
+// secureRoundTrip produces and consumes 100 messages with client c.
+func secureRoundTrip(t *testing.T, c pulsar.Client) {
+	t.Helper()
+	topic := topicName(t)
+	cons, err := c.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "rt", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 100, nil)
+	receiveN(t, cons, 100, true)
+}
+
+// flood sends 10,000 random and malformed frames to the broker process
+// proc over connections from dial (most of which first send connect's
+// CONNECT), then checks it still runs and its resident memory grew by
+// less than 64 MiB.
+func flood(t *testing.T, proc *testutil.Proc, dial func() net.Conn, connect func(*floodGen) []byte) {
+	t.Helper()
+	const frames, workers = 10000, 8
+	before := rssBytes(t, proc.Pid())
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d (rerun with the same seed to reproduce the frames)", seed)
 	var wg sync.WaitGroup
@@ -305,7 +381,7 @@ func TestMalformedFrameFlood(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			g := &floodGen{rng: rand.New(rand.NewPCG(seed, uint64(w)))}
-			g.valid = [][]byte{g.connect(), sendFrame(t, 1, 1, []byte("x"))}
+			g.valid = [][]byte{connect(g), sendFrame(t, 1, 1, []byte("x"))}
 			for range 8 {
 				g.valid = append(g.valid, g.command())
 			}
@@ -320,12 +396,12 @@ func TestMalformedFrameFlood(t *testing.T) {
 					}
 				}
 				if fc == nil {
-					fc = dialFlood(t, addr)
+					fc = drainFlood(dial())
 					mu.Lock()
 					reconnects++
 					mu.Unlock()
 					if g.rng.IntN(10) != 0 { // most connections CONNECT first
-						fc.c.Write(g.connect())
+						fc.c.Write(connect(g))
 					}
 				}
 				f, end := g.frame()
@@ -345,21 +421,14 @@ func TestMalformedFrameFlood(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("%d frames over %d connections", frames, reconnects)
-
-	// Requests the flood started (lookups, creations) finish within their
-	// 30 s timeouts; the client round trip waits behind none of them.
-	roundTrip(t, s.URL)
-	if exited, err := s.Exited(); exited {
-		t.Fatalf("standalone exited: %v", err)
+	if exited, err := proc.Exited(); exited {
+		t.Fatalf("the broker exited: %v", err)
 	}
-	after := rssBytes(t, s.Pid())
+	after := rssBytes(t, proc.Pid())
 	growth := after - before
 	t.Logf("RSS before %d MiB, after %d MiB, growth %.1f MiB", before>>20, after>>20, float64(growth)/(1<<20))
 	if growth >= 64<<20 {
 		t.Fatalf("resident memory grew by %d MiB (limit 64 MiB)", growth>>20)
-	}
-	if n := metricValue(t, s.AdminURL, "meridian_broker_rejected_frames_total", ""); n == 0 {
-		t.Fatal("no frame was counted as rejected")
 	}
 }
 
@@ -483,4 +552,12 @@ func TestNonReadingClientIsPaused(t *testing.T) {
 		}
 	}
 	r.ping()
+}
+
+func dialFlood(t *testing.T, addr string) *floodConn {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drainFlood(c)
 }

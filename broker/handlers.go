@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/mledger"
@@ -15,7 +13,11 @@ func (c *conn) handlePartitionedMetadata(m *pb.CommandPartitionedTopicMetadata) 
 	ctx, cancel := c.ctx()
 	defer cancel()
 	resp := &pb.CommandPartitionedTopicMetadataResponse{RequestId: proto.Uint64(m.GetRequestId())}
-	n, err := c.b.partitions(ctx, m.GetTopic())
+	err := c.authorizeTopic(ctx, m.GetTopic(), opLookup)
+	var n int
+	if err == nil {
+		n, err = c.b.partitions(ctx, m.GetTopic())
+	}
 	if err != nil {
 		resp.Response = pb.CommandPartitionedTopicMetadataResponse_Failed.Enum()
 		resp.Error = serverError(err).Enum()
@@ -31,6 +33,13 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(m.GetRequestId())}
+	if err := c.authorizeTopic(ctx, m.GetTopic(), opLookup); err != nil {
+		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
+		resp.Error = serverError(err).Enum()
+		resp.Message = proto.String(err.Error())
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
+		return
+	}
 	if other, err := c.b.crossRegionLookup(ctx, m.GetTopic()); other != "" || err != nil {
 		// The namespace is active in another region: ask a broker there.
 		if err != nil {
@@ -40,6 +49,7 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 		} else {
 			resp.Response = pb.CommandLookupTopicResponse_Redirect.Enum()
 			resp.BrokerServiceUrl = proto.String(other)
+			resp.BrokerServiceUrlTls = tlsURL(other)
 			resp.Authoritative = proto.Bool(false)
 		}
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
@@ -56,10 +66,12 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 		// client's authoritative follow-up lookup.
 		resp.Response = pb.CommandLookupTopicResponse_Redirect.Enum()
 		resp.BrokerServiceUrl = proto.String(url)
+		resp.BrokerServiceUrlTls = tlsURL(url)
 		resp.Authoritative = proto.Bool(true)
 	default:
 		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
 		resp.BrokerServiceUrl = proto.String(url)
+		resp.BrokerServiceUrlTls = tlsURL(url)
 		resp.Authoritative = proto.Bool(true)
 	}
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
@@ -72,8 +84,45 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 	if !c.beginRequest(m.GetRequestId()) {
 		return
 	}
-	done := make(chan struct{})
+	// The client may ask again with the same producer id on the same
+	// connection after its earlier request timed out on its side (a
+	// failover holds creation for seconds; the Go client's operation
+	// timeout may be shorter). As Pulsar does: while the first creation
+	// runs, ServiceNotReady (retried); once it succeeded, its producer is
+	// the answer — refusing it as a name already connected left the Go
+	// client retrying with back-off against its own producer for good.
 	c.mu.Lock()
+	old := c.producers[id]
+	c.mu.Unlock()
+	if old != nil {
+		// (The topic's lock is taken without the connection's.)
+		if tn, err := ParseTopic(m.GetTopic()); err == nil && tn == old.topic.name {
+			if last, ok := old.topic.producerLastSeq(old); ok {
+				c.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
+					RequestId:      proto.Uint64(m.GetRequestId()),
+					ProducerName:   proto.String(old.name),
+					LastSequenceId: proto.Int64(last),
+					SchemaVersion:  old.schemaVersion,
+					ProducerReady:  proto.Bool(true),
+				}})
+				c.endRequest()
+				return
+			}
+			c.mu.Lock()
+			if c.producers[id] == old {
+				delete(c.producers, id) // its topic let it go: create anew
+			}
+			c.mu.Unlock()
+		}
+	}
+	c.mu.Lock()
+	if _, busy := c.pendingProduce[id]; busy {
+		c.mu.Unlock()
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: producer %d is being created on this connection", ErrServiceNotReady, id))
+		c.endRequest()
+		return
+	}
+	done := make(chan struct{})
 	c.pendingProduce[id] = done
 	c.mu.Unlock()
 	go func() {
@@ -86,6 +135,10 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 		}()
 		ctx, cancel := c.ctx()
 		defer cancel()
+		if err := c.authorizeTopic(ctx, m.GetTopic(), opProduce); err != nil {
+			c.sendError(m.GetRequestId(), err)
+			return
+		}
 		p, lastSeq, err := c.b.createProducer(ctx, c, m)
 		if err != nil {
 			c.sendError(m.GetRequestId(), err)
@@ -160,10 +213,39 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 	if !c.beginRequest(m.GetRequestId()) {
 		return
 	}
+	// A repeated SUBSCRIBE for the same consumer id on this connection
+	// (the client's earlier one timed out on its side): as for producers,
+	// ServiceNotReady while the first runs, success once it succeeded.
+	old := c.consumer(id)
+	if old != nil {
+		if tn, err := ParseTopic(m.GetTopic()); err == nil && tn == old.sub.topic.name && old.sub.name == m.GetSubscription() && old.sub.has(old) {
+			c.sendSuccess(m.GetRequestId())
+			c.endRequest()
+			return
+		}
+	}
+	c.mu.Lock()
+	if c.pendingSub[id] {
+		c.mu.Unlock()
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer %d is subscribing on this connection", ErrServiceNotReady, id))
+		c.endRequest()
+		return
+	}
+	c.pendingSub[id] = true
+	c.mu.Unlock()
 	go func() {
 		defer c.endRequest()
+		defer func() {
+			c.mu.Lock()
+			delete(c.pendingSub, id)
+			c.mu.Unlock()
+		}()
 		ctx, cancel := c.ctx()
 		defer cancel()
+		if err := c.authorizeTopic(ctx, m.GetTopic(), opConsume); err != nil {
+			c.sendError(m.GetRequestId(), err)
+			return
+		}
 		cs, err := c.b.subscribe(ctx, c, m)
 		if err != nil {
 			c.sendError(m.GetRequestId(), err)
@@ -287,6 +369,10 @@ func (c *conn) handleGetTopics(m *pb.CommandGetTopicsOfNamespace) {
 		c.sendError(m.GetRequestId(), err)
 		return
 	}
+	if err := c.authorizeNamespace(ctx, ns, opLookup); err != nil {
+		c.sendError(m.GetRequestId(), err)
+		return
+	}
 	topics, err := c.b.meta.ListTopics(ctx, ns)
 	if err != nil {
 		c.sendError(m.GetRequestId(), err)
@@ -295,8 +381,4 @@ func (c *conn) handleGetTopics(m *pb.CommandGetTopicsOfNamespace) {
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_GET_TOPICS_OF_NAMESPACE_RESPONSE.Enum(), GetTopicsOfNamespaceResponse: &pb.CommandGetTopicsOfNamespaceResponse{
 		RequestId: proto.Uint64(m.GetRequestId()), Topics: topics, Filtered: proto.Bool(false), Changed: proto.Bool(true),
 	}})
-}
-
-func isNotFound(err error) bool {
-	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrTopicNotFound) || strings.Contains(err.Error(), "not found")
 }

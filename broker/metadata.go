@@ -127,6 +127,21 @@ type ReplicationPolicy struct {
 	// RateBytesPerSecond bounds the namespace's replication to each remote
 	// region (all its topics together; 0: no limit).
 	RateBytesPerSecond int64 `json:"rateBytesPerSecond,omitempty"`
+	// FailoverDelayMs (active-standby): how long the active region must
+	// be seen down before another region takes over. 0: 2000.
+	FailoverDelayMs int64 `json:"failoverDelayMs,omitempty"`
+	// SwitchBackDelayMs (active-standby): how long a more preferred
+	// region that returned must be up, and caught up, before the
+	// namespace moves back to it. Absent: 30000; 0 (or -1): never on its
+	// own (an operator moves it back with `meridian admin failover`).
+	SwitchBackDelayMs *int64 `json:"switchBackDelayMs,omitempty"`
+	// Orphans (active-standby): what the new active region does with the
+	// async tail of a failover — messages the old active region
+	// acknowledged and had not replicated, arriving when it returns:
+	// replicate (default: appended to the topic, late) or quarantine (kept
+	// aside in a topic TOPIC-orphans for an operator). Listed either way
+	// (orphans.go).
+	Orphans string `json:"orphans,omitempty"`
 }
 
 // Metadata stores tenants, namespaces, partitioned-topic counts and the
@@ -146,7 +161,22 @@ func NewMetadata(s *cluster.Store) *Metadata { return &Metadata{s: s, cache: map
 
 // get reads a key, answering from the cache when the store is unreachable.
 func (m *Metadata) get(ctx context.Context, key string) ([]byte, error) {
-	kv, err := m.s.Get(ctx, key)
+	var kv cluster.KV
+	read := func(ctx context.Context) (err error) { kv, err = m.s.Get(ctx, key); return err }
+	m.mu.Lock()
+	_, cached := m.cache[key]
+	m.mu.Unlock()
+	var err error
+	if cached {
+		// With an answer to fall back on, one short attempt: a region cut
+		// off from the global store answered each lookup 3 s late, past
+		// the Go client's operation timeout in the region-partition drill.
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		err = read(actx)
+		cancel()
+	} else {
+		err = readAttempts(ctx, time.Second, read)
+	}
 	switch {
 	case err == nil:
 		m.mu.Lock()
@@ -167,6 +197,28 @@ func (m *Metadata) get(ctx context.Context, key string) ([]byte, error) {
 		}
 		return nil, err
 	}
+}
+
+// readAttempts runs an idempotent store read in attempts of at most
+// attempt each (three at most) within ctx. The etcd client spreads
+// requests over the members round-robin; one that stopped answering
+// without closing its connections (paused, cut off) swallows every request
+// sent to it until the client's keepalive drops the connection — and, as
+// a paused process's kernel still accepts connections, again after each
+// reconnect. The next attempt goes to another member instead of waiting
+// out the caller's whole deadline (seen: a paused region's global-store
+// member stalled the survivors' failover control for 13 s).
+func readAttempts(ctx context.Context, attempt time.Duration, read func(context.Context) error) error {
+	var err error
+	for i := 0; i < 3; i++ {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		err = read(actx)
+		cancel()
+		if err == nil || errors.Is(err, cluster.ErrNotFound) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
 }
 
 func (m *Metadata) putJSON(ctx context.Context, key string, v any, create bool) error {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -26,6 +27,9 @@ type metrics struct {
 	replApplied    prometheus.Counter
 	replDuplicates prometheus.Counter
 	replAlerts     *prometheus.CounterVec // by alert kind
+	probes         *prometheus.CounterVec // write probes by result
+	probeLatency   prometheus.Histogram
+	orphans        prometheus.Counter
 }
 
 // topicCollector exports per-topic and per-subscription figures of the
@@ -118,7 +122,22 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		return float64(n)
 	})
 	m.reg.MustRegister(backlog)
+	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "write_probes_total",
+		Help: "Write probes (region store write, append on the ack quorum, read back), by result ok|fail.", ConstLabels: l}, []string{"result"})
+	m.probeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "meridian", Subsystem: "broker", Name: "write_probe_seconds",
+		Help: "Time a write probe took (a failed one included).", ConstLabels: l, Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	m.orphans = c("failover_orphans_total", "Messages the previous active region acknowledged and had not replicated at the failover, applied here late (the async tail).")
+	m.reg.MustRegister(m.probes, m.probeLatency, m.orphans)
 	return m
+}
+
+func (m *metrics) probe(ok bool, took time.Duration) {
+	r := "fail"
+	if ok {
+		r = "ok"
+	}
+	m.probes.WithLabelValues(r).Inc()
+	m.probeLatency.Observe(took.Seconds())
 }
 
 // Gatherer returns the broker's metrics registry.

@@ -119,9 +119,15 @@ func (b *Broker) startOwnership(ctx context.Context) error {
 	if b.cfg.GlobalStore != b.cfg.Store {
 		g := &ownership{b: b, owned: map[string]bundle{}, info: info, store: b.cfg.GlobalStore,
 			regKey: "/stretched/brokers/" + b.cfg.Cluster + "/" + b.cfg.BrokerID}
+		// The global store is another region's quorum away and may be
+		// slow or cut off when this broker starts: a failed registration
+		// there does not stop the broker (its region's own namespaces
+		// need only the region's store); keep registers it in the
+		// background, and stretched bundles wait until it has.
 		lease, err := g.register(ctx)
 		if err != nil {
-			return fmt.Errorf("register in the global store: %w", err)
+			b.log.Warn("not registered in the global store yet; retrying in the background (stretched namespaces wait)", "err", err)
+			lease = nil
 		}
 		g.lease = lease
 		b.gown = g
@@ -155,7 +161,12 @@ func (o *ownership) register(ctx context.Context) (*cluster.Lease, error) {
 	return lease, nil
 }
 
-// currentLease is the lease bundles are acquired under.
+// errNotRegistered: the broker has no registration in the store the
+// bundle lives in yet (the global store did not answer when it started).
+var errNotRegistered = errors.New("broker not registered in the global store yet")
+
+// currentLease is the lease bundles are acquired under; nil while the
+// broker is not registered.
 func (o *ownership) currentLease() *cluster.Lease {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -166,28 +177,39 @@ func (o *ownership) currentLease() *cluster.Lease {
 // broker paused past its TTL) every topic closes at once — another broker
 // may own them now — and the broker registers again under a new lease, so
 // it serves again once etcd answers.
+//
+// A nil lease (the registration failed at start) goes straight to
+// registering.
 func (o *ownership) keep(lease *cluster.Lease) {
 	b := o.b
 	for {
-		select {
-		case <-lease.Lost():
-		case <-b.ctx.Done():
-			return
-		}
-		b.mu.Lock()
-		closing := b.closed
-		b.mu.Unlock()
-		if closing || b.ctx.Err() != nil {
-			return
-		}
-		b.log.Error("broker lost its etcd lease: closing every topic (another broker may own them now)")
-		o.mu.Lock()
-		o.owned = map[string]bundle{}
-		o.mu.Unlock()
-		for _, t := range b.loadedTopics() {
-			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			t.close(cctx)
-			cancel()
+		if lease != nil {
+			select {
+			case <-lease.Lost():
+			case <-b.ctx.Done():
+				return
+			}
+			b.mu.Lock()
+			closing := b.closed
+			b.mu.Unlock()
+			if closing || b.ctx.Err() != nil {
+				return
+			}
+			b.log.Error("broker lost its etcd lease: closing every topic owned under it (another broker may own them now)", "registration", o.regKey)
+			o.mu.Lock()
+			o.owned = map[string]bundle{}
+			o.mu.Unlock()
+			for _, t := range b.loadedTopics() {
+				// Only the topics held under this lease: losing the global
+				// store (a region cut off) must not close the region's own
+				// topics, whose ownership lives in the region's store.
+				if b.ownershipFor(t.policies()) != o {
+					continue
+				}
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				t.close(cctx)
+				cancel()
+			}
 		}
 		for {
 			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
@@ -198,7 +220,7 @@ func (o *ownership) keep(lease *cluster.Lease) {
 				o.lease = nl
 				o.mu.Unlock()
 				lease = nl
-				b.log.Info("broker registered again under a new lease")
+				b.log.Info("broker registered under a new lease", "registration", o.regKey)
 				break
 			}
 			if b.ctx.Err() != nil {
@@ -283,8 +305,12 @@ func (o *ownership) acquire(ctx context.Context, bd bundle) (bool, BrokerInfo, e
 	if mine {
 		return true, o.info, nil
 	}
+	lease := o.currentLease()
+	if lease == nil {
+		return false, BrokerInfo{}, errNotRegistered
+	}
 	v, _ := json.Marshal(o.info)
-	_, err := o.store.CreateWithLease(ctx, bd.key(), v, o.currentLease().ID)
+	_, err := o.store.CreateWithLease(ctx, bd.key(), v, lease.ID)
 	if err == nil {
 		o.mu.Lock()
 		o.owned[bd.key()] = bd

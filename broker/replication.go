@@ -27,6 +27,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/grpcpool"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
 )
@@ -101,9 +102,10 @@ func (b *Broker) startReplication() error {
 	if rs.addr == "" {
 		rs.addr = lis.Addr().String()
 	}
-	rs.srv = grpc.NewServer(
-		grpc.MaxRecvMsgSize(64<<20),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+	rs.srv = grpc.NewServer(append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(64 << 20), grpcpool.ServerOption(),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})},
+		b.grpcServerOptions()...)...)
 	replpb.RegisterReplicationServer(rs.srv, rs)
 	b.repl = rs
 	go func() { _ = rs.srv.Serve(lis) }()
@@ -190,10 +192,11 @@ func (rs *replService) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := rs.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr,
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second}))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)), grpcpool.DialOption(),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second})},
+		rs.b.grpcDialOptions()...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +222,9 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 	case h.Source == b.cfg.Cluster:
 		return status.Errorf(codes.InvalidArgument, "replication: a stream from region %s to itself", h.Source)
 	}
+	if err := b.replAuthorize(st.Context(), h.Source); err != nil {
+		return err
+	}
 	tn, err := ParseTopic(h.Topic)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "replication: %v", err)
@@ -227,7 +233,10 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
 	cancel()
 	if err != nil {
-		return status.Errorf(codes.NotFound, "replication: namespace %s: %v", tn.NamespaceName(), err)
+		if errors.Is(err, ErrNotFound) {
+			return status.Errorf(codes.NotFound, "replication: namespace %s: %v", tn.NamespaceName(), err)
+		}
+		return status.Errorf(codes.Unavailable, "replication: namespace %s: %v", tn.NamespaceName(), err)
 	}
 	if !slices.Contains(pol.ReplicationClusters, h.Source) || !slices.Contains(pol.ReplicationClusters, b.cfg.Cluster) {
 		return status.Errorf(codes.PermissionDenied, "replication: namespace %s replicates between %v: region %s may not write into region %s", tn.NamespaceName(), pol.ReplicationClusters, h.Source, b.cfg.Cluster)
@@ -246,13 +255,53 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 		return err
 	}
 	b.log.Debug("replication stream accepted", "topic", tn.String(), "from", h.Source)
-	for {
-		req, err := st.Recv()
-		if err == io.EOF {
-			return nil
+	// Batches are applied pipelined: each one's entries go to the managed
+	// ledger as it arrives, without waiting for the previous batch to be
+	// persisted (the sender keeps up to MaxInflightBatches in flight), and
+	// the replies go back in arrival order, each ack only once its write
+	// and every earlier one are persisted (replies.go).
+	rq := newReplyQueue(func(a replicator.Ack) error {
+		return st.Send(&replpb.ReplicateResponse{Msg: &replpb.ReplicateResponse_Ack{Ack: ackToProto(t.freshAck(a))}})
+	})
+	defer rq.close() // nothing is sent on the stream once this returns
+	reqs := make(chan *replpb.ReplicateRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-st.Context().Done():
+				recvErr <- st.Context().Err()
+				return
+			}
 		}
-		if err != nil {
+	}()
+	// streamErr maps an apply error to the stream's status.
+	streamErr := func(err error) error {
+		if errors.Is(err, replicator.ErrBadBatch) || errors.Is(err, replicator.ErrLoop) {
+			return status.Errorf(codes.InvalidArgument, "replication: %v", err)
+		}
+		return status.Errorf(codes.Unavailable, "replication: %v", err)
+	}
+	for {
+		var req *replpb.ReplicateRequest
+		select {
+		case req = <-reqs:
+		case err := <-recvErr:
+			if err == io.EOF {
+				// The sender closed its side: the replies still due are
+				// sent before the stream ends.
+				rq.wait()
+				return rq.err()
+			}
 			return err
+		case <-rq.failed:
+			return streamErr(rq.err())
 		}
 		if su := req.GetSubscription(); su != nil {
 			sctx, scancel := context.WithTimeout(st.Context(), 10*time.Second)
@@ -267,17 +316,9 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 		if pb.Origin != h.Source {
 			return status.Errorf(codes.InvalidArgument, "replication: a batch of origin %s on the stream of %s", pb.Origin, h.Source)
 		}
-		acks, err := t.applyBatch(batchFromProto(pb))
-		for _, a := range acks {
-			if serr := st.Send(&replpb.ReplicateResponse{Msg: &replpb.ReplicateResponse_Ack{Ack: ackToProto(a)}}); serr != nil {
-				return serr
-			}
-		}
-		if err != nil {
-			if errors.Is(err, replicator.ErrBadBatch) || errors.Is(err, replicator.ErrLoop) {
-				return status.Errorf(codes.InvalidArgument, "replication: %v", err)
-			}
-			return status.Errorf(codes.Unavailable, "replication: %v", err)
+		if err := t.applyBatch(batchFromProto(pb), rq); err != nil {
+			rq.wait()
+			return streamErr(err)
 		}
 	}
 }
@@ -313,8 +354,14 @@ func (b *Broker) replTarget(ctx context.Context, tn TopicName, pol Policies) (*T
 // ---- target side -----------------------------------------------------
 
 type applierSlot struct {
+	// order is held while a batch is received and its write handed to the
+	// managed ledger, so writes reach the log in handout order.
+	order sync.Mutex
+	// mu guards a and broken; the write callbacks take it (never order).
 	mu sync.Mutex
 	a  *replicator.Applier
+	// broken: a write failed; the writes handed out after it are void.
+	broken bool
 }
 
 // topicRepl is a topic's replication state.
@@ -352,20 +399,55 @@ func (t *Topic) applierFor(origin string) (*applierSlot, error) {
 	return s, nil
 }
 
-// applyBatch applies one batch from an origin region and returns the
-// replies to send, in order. The applier of an origin handles one batch
-// at a time, so its writes reach the log in the order it handed them out.
-func (t *Topic) applyBatch(b replicator.Batch) ([]replicator.Ack, error) {
-	slot, err := t.applierFor(b.Origin)
-	if err != nil {
-		return nil, err
+// freshAck raises a reply's Through to what the origin's applier holds
+// durable when the reply is sent: a reply computed when its batch arrived
+// (a duplicate, a nack) may be sent after the writes of earlier batches
+// were persisted, and must not report less than the acks before it.
+func (t *Topic) freshAck(a replicator.Ack) replicator.Ack {
+	r := t.replState()
+	r.mu.Lock()
+	slot := r.appliers[a.Origin]
+	r.mu.Unlock()
+	if slot == nil {
+		return a
 	}
 	slot.mu.Lock()
-	defer slot.mu.Unlock()
-	res, err := slot.a.Receive(b)
-	if err != nil {
-		return nil, err
+	d := slot.a.State()
+	slot.mu.Unlock()
+	if d.Stream == a.Stream && d.Through > a.Through {
+		a.Through = d.Through
 	}
+	return a
+}
+
+// applyBatch applies one batch from an origin region: it queues the
+// batch's replies on rq, in arrival order, and hands the batch's write to
+// the managed ledger without waiting for it; the write's ack is released
+// when it is persisted. Batches of one origin are received and handed to
+// the log one at a time (slot.order), so the writes reach the log in the
+// order the applier handed them out, and the managed ledger persists them
+// in that order. An error is the stream's end (a malformed batch, or a
+// write that could not be started).
+func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
+	slot, err := t.applierFor(b.Origin)
+	if err != nil {
+		return err
+	}
+	slot.order.Lock()
+	defer slot.order.Unlock()
+	slot.mu.Lock()
+	if slot.broken {
+		// An earlier write of this applier failed: the ones after it are
+		// void (PersistFailed); the topic is reloading.
+		slot.mu.Unlock()
+		return fmt.Errorf("%w: %s: an earlier replicated write failed; the topic is reloading", ErrTopicFenced, t.name)
+	}
+	res, err := slot.a.Receive(b)
+	slot.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	r := rq.push()
 	var out []replicator.Ack
 	if res.Reply != nil {
 		out = append(out, *res.Reply)
@@ -378,28 +460,79 @@ func (t *Topic) applyBatch(b replicator.Batch) ([]replicator.Ack, error) {
 	}
 	w := res.Write
 	if w == nil {
-		return out, nil
+		r.done(out, nil)
+		return nil
+	}
+	// failed voids w (and, in the applier, every write after it).
+	failed := func(err error) {
+		slot.mu.Lock()
+		slot.a.PersistFailed(w)
+		slot.broken = true
+		slot.mu.Unlock()
+		r.done(out, err)
 	}
 	if !w.Skipped.Empty() {
 		t.b.log.Error("replication: a new stream skipped entries (declared loss)", "topic", t.name.String(), "origin", w.Origin, "from", w.Skipped.From, "through", w.Skipped.Through)
 	}
-	if err := t.appendReplicated(w.Entries); err != nil {
-		slot.a.PersistFailed(w)
-		return out, err
+	// The async tail of a failover (orphans.go): listed, and by policy
+	// kept aside instead of appended.
+	rec, maybe := t.orphanRecord()
+	var orphans []int
+	if maybe {
+		orphans = findOrphans(rec, w.Entries)
 	}
-	ack, err := slot.a.Persisted(w)
-	if err != nil {
-		return out, err
+	quarantine := ""
+	if len(orphans) > 0 && t.policies().Effective().Orphans == OrphansQuarantine {
+		ctx, cancel := context.WithTimeout(t.b.ctx, 30*time.Second)
+		quarantine, err = t.quarantine(ctx, w.Entries, orphans)
+		cancel()
+		if err != nil {
+			failed(fmt.Errorf("quarantine the orphans of the failover: %w", err))
+			return nil
+		}
+		for _, i := range orphans {
+			w.Entries[i].Skip = true // kept aside: only the sequence advances here
+		}
 	}
-	t.b.metrics.replApplied.Add(float64(len(w.Entries)))
-	return append(out, ack), nil
+	// The callback runs on the managed ledger's delivery goroutine once
+	// every entry of w is persisted or failed (or at once when nothing is
+	// to be written, or the topic is closed): it takes slot.mu, never
+	// slot.order, which this goroutine holds.
+	t.appendReplicated(w.Entries, func(err error) {
+		if err != nil {
+			failed(err)
+			return
+		}
+		slot.mu.Lock()
+		if slot.broken {
+			// An earlier write failed after this one was handed out:
+			// this one is void; the topic reloads and rebuilds the
+			// record from the log.
+			slot.mu.Unlock()
+			r.done(out, fmt.Errorf("%w: %s: an earlier replicated write failed", ErrTopicFenced, t.name))
+			return
+		}
+		ack, err := slot.a.Persisted(w)
+		slot.mu.Unlock()
+		if err != nil {
+			r.done(out, err)
+			return
+		}
+		t.b.metrics.replApplied.Add(float64(len(w.Entries)))
+		t.recordOrphans(rec, w.Entries, orphans, quarantine)
+		r.done(append(out, ack), nil)
+	})
+	return nil
 }
 
 // appendReplicated appends entries from another region, in order, and
-// waits until every one is persisted or failed. If one fails the topic
-// reloads (the entries before it may be stored; the next load rebuilds
-// each origin's record from the log, so nothing is stored twice).
-func (t *Topic) appendReplicated(entries []replicator.Entry) error {
+// calls done once every one is persisted or failed (with the first
+// failure), on the managed ledger's delivery goroutine, or at once when
+// nothing is to be written or the topic is closing. It does not wait. If
+// one fails the topic reloads (the entries before it may be stored; the
+// next load rebuilds each origin's record from the log, so nothing is
+// stored twice).
+func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
 	n := 0
 	for i := range entries {
 		if !entries[i].Skip {
@@ -407,15 +540,16 @@ func (t *Topic) appendReplicated(entries []replicator.Entry) error {
 		}
 	}
 	if n == 0 {
-		return nil
+		done(nil)
+		return
 	}
 	t.mu.Lock()
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
-		return fmt.Errorf("%w: %s is closing", ErrTopicFenced, t.name)
+		done(fmt.Errorf("%w: %s is closing", ErrTopicFenced, t.name))
+		return
 	}
-	done := make(chan struct{})
 	var remaining atomic.Int32
 	remaining.Store(int32(n))
 	var firstErr error
@@ -456,14 +590,13 @@ func (t *Topic) appendReplicated(entries []replicator.Entry) error {
 				}
 			}
 			if remaining.Add(-1) == 0 {
-				close(done)
+				errMu.Lock()
+				err := firstErr
+				errMu.Unlock()
+				done(err)
 			}
 		})
 	}
-	<-done
-	errMu.Lock()
-	defer errMu.Unlock()
-	return firstErr
 }
 
 // ---- source side -----------------------------------------------------
@@ -1211,14 +1344,24 @@ func ackFromProto(p *replpb.Ack) replicator.Ack {
 // (this broker asks the others), or with local=true this broker's only.
 func (b *Broker) adminReplicationStatus(r *http.Request) (any, error) {
 	filter := r.URL.Query().Get("filter")
+	if r.URL.Query().Get("local") == "true" {
+		out := b.replicationStatus(filter)
+		if out == nil {
+			out = []replStatus{}
+		}
+		return out, nil
+	}
+	return b.regionReplicationStatus(r.Context(), filter)
+}
+
+// regionReplicationStatus is replicationStatus over every broker of the
+// region (asked through their admin APIs).
+func (b *Broker) regionReplicationStatus(ctx context.Context, filter string) ([]replStatus, error) {
 	out := b.replicationStatus(filter)
 	if out == nil {
 		out = []replStatus{}
 	}
-	if r.URL.Query().Get("local") == "true" {
-		return out, nil
-	}
-	peers, err := b.own.brokers(r.Context())
+	peers, err := b.own.brokers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -1227,13 +1370,13 @@ func (b *Broker) adminReplicationStatus(r *http.Request) (any, error) {
 			continue
 		}
 		u := p.AdminURL + "/admin/v2/meridian/replication?local=true&filter=" + url.QueryEscape(filter)
-		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
 			return nil, err
 		}
 		// A broker that just died stays registered until its lease
 		// expires: skip what does not answer soon.
-		resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+		resp, err := b.peerHTTP(3 * time.Second).Do(req)
 		if err != nil {
 			b.log.Debug("replication status: broker did not answer", "broker", p.ID, "err", err)
 			continue
@@ -1415,13 +1558,73 @@ func (t *Topic) subscriptionUpdates(last map[string]subSent) []*replpb.Subscript
 	return out
 }
 
+// pendingSubUpdate is a subscription update that named entries that had
+// not arrived when it was applied.
+type pendingSubUpdate struct {
+	from string
+	u    *replpb.SubscriptionUpdate
+	n    uint64 // received n-th: a retry never replaces a newer update
+}
+
+// retryPendingSubscriptions applies again, shortly after replicated entries
+// arrived, the updates that named entries not here yet. Without it such an
+// update waited for its resend (subResendEvery, 1 s): when replication lags
+// the 200 ms sync, every update names entries still in flight, and a
+// region that died in between left a second of acknowledged messages to be
+// delivered again in the new active region (the outage drills' duplicates).
+func (t *Topic) retryPendingSubscriptions() {
+	time.Sleep(20 * time.Millisecond) // gather the entries of a few batches
+	t.mu.Lock()
+	pending := t.subPending
+	t.subPending, t.subRetrying = nil, false
+	t.mu.Unlock()
+	for _, p := range pending {
+		ctx, cancel := context.WithTimeout(t.b.ctx, 5*time.Second)
+		t.applySubscriptionUpdate(ctx, p)
+		cancel()
+	}
+}
+
+// setPendingSubscription records (or, with incomplete false, forgets) the
+// latest update of p's subscription that named entries not here yet,
+// unless a newer update of it is pending already.
+func (t *Topic) setPendingSubscription(p pendingSubUpdate, incomplete bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur, ok := t.subPending[p.u.Name]; ok && cur.n > p.n {
+		return
+	}
+	if !incomplete {
+		delete(t.subPending, p.u.Name)
+		return
+	}
+	if t.subPending == nil {
+		t.subPending = map[string]pendingSubUpdate{}
+	}
+	t.subPending[p.u.Name] = p
+}
+
 // applySubscription moves the local subscription to the position another
-// region's update names, as far as the ids translate here: ids of entries
-// that have not arrived yet are left for a later update. Only for an
-// active-standby namespace, from its active region.
+// region's update names, as far as the ids translate here; an update that
+// names entries not arrived yet is applied again as they arrive
+// (retryPendingSubscriptions). Only for an active-standby namespace, from
+// its active region.
 func (t *Topic) applySubscription(ctx context.Context, from string, u *replpb.SubscriptionUpdate) {
+	if u.Name == "" {
+		return
+	}
+	t.mu.Lock()
+	t.subRecv++
+	n := t.subRecv
+	t.mu.Unlock()
+	t.applySubscriptionUpdate(ctx, pendingSubUpdate{from: from, u: u, n: n})
+}
+
+func (t *Topic) applySubscriptionUpdate(ctx context.Context, p pendingSubUpdate) {
+	from, u := p.from, p.u
 	pol := t.policies()
-	if !activeStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) || u.Name == "" {
+	if !activeStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) {
+		t.setPendingSubscription(p, false)
 		return
 	}
 	translate := func(id *replpb.MessageId) (mledger.Position, bool) {
@@ -1444,20 +1647,22 @@ func (t *Topic) applySubscription(ctx context.Context, from string, u *replpb.Su
 			acked = append(acked, p)
 		}
 	}
+	if s := t.subscription(u.Name); s != nil {
+		s.mu.Lock()
+		busy := len(s.consumers) > 0
+		s.mu.Unlock()
+		if busy {
+			t.setPendingSubscription(p, false)
+			return // consumers here own this position now
+		}
+	}
+	t.setPendingSubscription(p, !mdOK || len(acked) < len(u.Acked))
 	if !mdOK && len(acked) == 0 {
 		return
 	}
 	cur, err := t.ml.OpenCursor(ctx, u.Name, mledger.Earliest)
 	if err != nil {
 		return
-	}
-	if s := t.subscription(u.Name); s != nil {
-		s.mu.Lock()
-		busy := len(s.consumers) > 0
-		s.mu.Unlock()
-		if busy {
-			return // consumers here own this position now
-		}
 	}
 	if mdOK {
 		cur.AckCumulative(md)

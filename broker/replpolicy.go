@@ -52,6 +52,9 @@ const (
 	StartAtEarliest = "earliest"
 	StartAtLatest   = "latest"
 
+	OrphansReplicate  = "replicate"
+	OrphansQuarantine = "quarantine"
+
 	DefaultSyncTimeoutMs = 30000
 )
 
@@ -160,6 +163,17 @@ func validateReplication(p Policies, known []string) error {
 	default:
 		return bad("replication: startAt %q: want earliest or latest", rp.StartAt)
 	}
+	switch rp.Orphans {
+	case "", OrphansReplicate, OrphansQuarantine:
+	default:
+		return bad("replication: orphans %q: want replicate or quarantine", rp.Orphans)
+	}
+	if rp.FailoverDelayMs < 0 {
+		return bad("replication: failoverDelayMs %d must be >= 0 (0: the default, 2000)", rp.FailoverDelayMs)
+	}
+	if rp.SwitchBackDelayMs != nil && *rp.SwitchBackDelayMs < -1 {
+		return bad("replication: switchBackDelayMs %d must be >= 0 (0 or -1: never switch back on its own)", *rp.SwitchBackDelayMs)
+	}
 	if rp.RateBytesPerSecond < 0 {
 		return bad("replication: rateBytesPerSecond %d: must be >= 0 (0 = no limit)", rp.RateBytesPerSecond)
 	}
@@ -230,6 +244,9 @@ type replicationUpdate struct {
 	StartAt           *string   `json:"startAt"`
 	BacklogQuotaBytes *int64    `json:"backlogQuotaBytes"`
 	RateBytesPerSec   *int64    `json:"rateBytesPerSecond"`
+	FailoverDelayMs   *int64    `json:"failoverDelayMs"`
+	SwitchBackDelayMs *int64    `json:"switchBackDelayMs"`
+	Orphans           *string   `json:"orphans"`
 }
 
 // apply sets the fields present in u on p.
@@ -251,6 +268,7 @@ func (u replicationUpdate) apply(p *Policies) {
 	set(&rp.Primary, u.Primary)
 	set(&rp.SyncOnUnreachable, u.SyncOnUnreachable)
 	set(&rp.StartAt, u.StartAt)
+	set(&rp.Orphans, u.Orphans)
 	if u.SyncTimeoutMs != nil {
 		rp.SyncTimeoutMs = *u.SyncTimeoutMs
 	}
@@ -259,6 +277,13 @@ func (u replicationUpdate) apply(p *Policies) {
 	}
 	if u.RateBytesPerSec != nil {
 		rp.RateBytesPerSecond = *u.RateBytesPerSec
+	}
+	if u.FailoverDelayMs != nil {
+		rp.FailoverDelayMs = *u.FailoverDelayMs
+	}
+	if u.SwitchBackDelayMs != nil {
+		v := *u.SwitchBackDelayMs
+		rp.SwitchBackDelayMs = &v
 	}
 	if u.BacklogQuotaBytes != nil {
 		rp.BacklogQuotaBytes = *u.BacklogQuotaBytes

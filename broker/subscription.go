@@ -29,6 +29,18 @@ type Consumer struct {
 	unacked int
 }
 
+// has reports whether cs is one of the subscription's consumers.
+func (s *Subscription) has(cs *Consumer) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.consumers {
+		if c == cs {
+			return true
+		}
+	}
+	return false
+}
+
 // Subscription dispatches a topic's entries to its consumers by type:
 // Exclusive and Failover to the one active consumer, Shared round robin,
 // Key_Shared by key hash (consistent hashing, auto-split). One dispatch
@@ -257,6 +269,7 @@ func (s *Subscription) closeConsumers(target string) {
 		cc := &pb.CommandCloseConsumer{ConsumerId: proto.Uint64(c.id), RequestId: proto.Uint64(0)}
 		if target != "" {
 			cc.AssignedBrokerServiceUrl = proto.String(target)
+			cc.AssignedBrokerServiceUrlTls = tlsURL(target)
 		}
 		c.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: cc})
 	}

@@ -54,6 +54,12 @@ type Topic struct {
 	lastPos    mledger.Position
 	lastWire   mledger.Position
 	index      originIndex
+	// subPending: by subscription, the latest replicated position update
+	// that named entries not arrived yet (applySubscription), retried as
+	// replicated entries arrive; subRetrying while a retry is scheduled.
+	subPending  map[string]pendingSubUpdate
+	subRetrying bool
+	subRecv     uint64 // updates received, numbering them (pendingSubUpdate.n)
 
 	// seqMu orders local sequence numbers with appends: a number is taken
 	// and its entry handed to the managed ledger under it, so numbers
@@ -211,6 +217,10 @@ func (t *Topic) noteEntryLocked(pos mledger.Position, d decodedEntry) {
 	}
 	t.lastWire = d.Origin.ID
 	t.index.add(d.Origin.ID, pos)
+	if len(t.subPending) > 0 && !t.subRetrying {
+		t.subRetrying = true
+		go t.retryPendingSubscriptions()
+	}
 }
 
 // policies returns the namespace's policies as last read.
@@ -315,6 +325,17 @@ func (t *Topic) addProducer(p *Producer) (int64, error) {
 	t.b.metrics.producers.Inc()
 	st := t.dedupFor(p.name)
 	return st.lastPersisted, nil
+}
+
+// producerLastSeq is the last persisted sequence id of p's name, if p is
+// still one of the topic's producers.
+func (t *Topic) producerLastSeq(p *Producer) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.producers[p]; !ok || t.closed {
+		return 0, false
+	}
+	return t.dedupFor(p.name).lastPersisted, true
 }
 
 func (t *Topic) removeProducer(p *Producer) {
@@ -689,6 +710,7 @@ func (p *Producer) closeByBroker(target string) {
 	cp := &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(0)}
 	if target != "" {
 		cp.AssignedBrokerServiceUrl = proto.String(target)
+		cp.AssignedBrokerServiceUrlTls = tlsURL(target)
 	}
 	p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: cp})
 }
