@@ -1,0 +1,186 @@
+package drill
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/meridian-mq/meridian/drill/check"
+	"github.com/meridian-mq/meridian/drill/timeline"
+)
+
+// Report is a drill's outcome: DIR/report.json is this, marshalled.
+type Report struct {
+	Drill       string    `json:"drill"`
+	Description string    `json:"description,omitempty"`
+	Seed        uint64    `json:"seed"`
+	Started     time.Time `json:"started"`
+	// WorkloadStart: time 0 of every relative time in the report.
+	WorkloadStart time.Time `json:"workload_start"`
+	DurationSec   float64   `json:"duration_sec"`
+	// Network says how partitions were made (or "none").
+	Network  string             `json:"network_faults"`
+	Pass     bool               `json:"pass"`
+	Verdicts []check.Verdict    `json:"expectations"`
+	Result   check.Result       `json:"result"`
+	Vars     map[string]float64 `json:"vars"`
+	Faults   []check.Fault      `json:"faults"`
+	Markers  []Marker           `json:"events"`
+	Lag      []LagSample        `json:"replication_backlog"`
+	Notes    []string           `json:"notes,omitempty"`
+	// DataDir: the deployment's data, kept when the drill failed.
+	DataDir string `json:"data_dir,omitempty"`
+}
+
+// Marker is one event of the fault schedule as applied.
+type Marker struct {
+	T     float64 `json:"t"`
+	Label string  `json:"label"`
+	Err   string  `json:"error,omitempty"`
+}
+
+func (rep *Report) write(dir string, start time.Time) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(rep.Markdown()), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "timeline.svg"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return timeline.SVG(f, rep.timelineInput(start))
+}
+
+func (rep *Report) timelineInput(start time.Time) timeline.Input {
+	in := timeline.Input{Title: "drill " + rep.Drill, Duration: rep.DurationSec}
+	for _, p := range rep.Result.Series {
+		in.Rates = append(in.Rates, timeline.Rate{T: p.T, Region: p.Region, Produced: p.Acked, Consumed: p.Delivered})
+	}
+	for _, l := range rep.Lag {
+		in.Lag = append(in.Lag, timeline.LagPoint{T: l.T, Region: l.Region, Entries: l.Entries})
+	}
+	for _, m := range rep.Markers {
+		in.Faults = append(in.Faults, timeline.Marker{T: m.T, Label: m.Label})
+	}
+	for _, f := range rep.Result.Faults {
+		p, c := f.ProduceStallFrom.Sub(start).Seconds(), f.ConsumeStallFrom.Sub(start).Seconds()
+		in.Outages = append(in.Outages,
+			timeline.Interval{From: p, To: p + f.ProduceRTO, Label: fmt.Sprintf("produce RTO %.1f s", f.ProduceRTO), Kind: "produce"},
+			timeline.Interval{From: c, To: c + f.ConsumeRTO, Label: fmt.Sprintf("consume RTO %.1f s", f.ConsumeRTO), Kind: "consume"})
+	}
+	in.Notes = append(in.Notes, "network faults: "+rep.Network, "a message's region is the one that acknowledged it (its ledger)")
+	return in
+}
+
+// Summary is the drill's outcome in one line.
+func (rep *Report) Summary() string {
+	r := rep.Result
+	verdict := "PASS"
+	if !rep.Pass {
+		verdict = "FAIL"
+	}
+	return fmt.Sprintf("%s %s: acknowledged %d, lost %d, duplicates %d, late %d, out of order %d/%d (producer/key), RPO %d msgs %.2f s, RTO produce %.2f s, consume %.2f s",
+		verdict, rep.Drill, r.Acknowledged, r.Lost, r.Duplicates, r.Late, r.OutOfOrderProducer, r.OutOfOrderKey,
+		r.RPOMessages, r.RPOSeconds, r.MaxRTOProduce, r.MaxRTOConsume)
+}
+
+// Markdown is DIR/report.md.
+func (rep *Report) Markdown() string {
+	var b strings.Builder
+	r := rep.Result
+	fmt.Fprintf(&b, "# Drill %s\n\n", rep.Drill)
+	if rep.Description != "" {
+		fmt.Fprintf(&b, "%s\n\n", strings.TrimSpace(rep.Description))
+	}
+	fmt.Fprintf(&b, "**%s** — started %s, %.1f s, seed %d. Network faults: %s.\n\n", map[bool]string{true: "PASS", false: "FAIL"}[rep.Pass],
+		rep.Started.UTC().Format(time.RFC3339), rep.DurationSec, rep.Seed, rep.Network)
+	b.WriteString("![timeline](timeline.svg)\n\n## Expectations\n\n| figure | expected | actual | |\n|---|---|---|---|\n")
+	for _, v := range rep.Verdicts {
+		mark := "pass"
+		if !v.Pass {
+			mark = "**FAIL**"
+			if v.Err != "" {
+				mark += " (" + v.Err + ")"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", v.Name, v.Expr, v.Actual, mark)
+	}
+	fmt.Fprintf(&b, "\n## Figures\n\n| | |\n|---|---|\n")
+	rows := [][2]string{
+		{"sends attempted / acknowledged / failed", fmt.Sprintf("%d / %d / %d", r.Attempted, r.Acknowledged, r.Failed)},
+		{"lost (acknowledged, never delivered)", fmt.Sprint(r.Lost)},
+		{"late (async-tail orphans delivered after failback)", fmt.Sprint(r.Late)},
+		{"duplicates", fmt.Sprint(r.Duplicates)},
+		{"out of order per producer / per key", fmt.Sprintf("%d / %d", r.OutOfOrderProducer, r.OutOfOrderKey)},
+		{"RPO", fmt.Sprintf("%d messages, %.3f s", r.RPOMessages, r.RPOSeconds)},
+		{"acknowledgement rate before the first fault", fmt.Sprintf("%.0f msgs/s", r.AckRateBeforeFault)},
+		{"changes of acknowledging region (most for one producer)", fmt.Sprint(r.AckRegionSwitches)},
+	}
+	for k, v := range rep.Vars {
+		rows = append(rows, [2]string{k, fmt.Sprint(v)})
+	}
+	for _, row := range rows {
+		fmt.Fprintf(&b, "| %s | %s |\n", row[0], row[1])
+	}
+	if len(r.Faults) > 0 {
+		b.WriteString("\n## RTO per fault\n\n| fault | at | produce | consume |\n|---|---|---|---|\n")
+		for _, f := range r.Faults {
+			rto := func(v float64, ok bool) string {
+				if !ok {
+					return fmt.Sprintf("not recovered (%.1f s)", v)
+				}
+				return fmt.Sprintf("%.2f s", v)
+			}
+			fmt.Fprintf(&b, "| %s | %.1f s | %s | %s |\n", f.Fault, f.At.Sub(rep.WorkloadStart).Seconds(), rto(f.ProduceRTO, f.ProduceRecovered), rto(f.ConsumeRTO, f.ConsumeRecovered))
+		}
+	}
+	b.WriteString("\n## Events\n\n")
+	for _, m := range rep.Markers {
+		fmt.Fprintf(&b, "- %.1f s: %s", m.T, m.Label)
+		if m.Err != "" {
+			fmt.Fprintf(&b, " — error: %s", m.Err)
+		}
+		b.WriteString("\n")
+	}
+	list := func(title string, ms []check.Message) {
+		if len(ms) == 0 {
+			return
+		}
+		fmt.Fprintf(&b, "\n## %s (%d)\n\n| producer | seq | key | id | region | acknowledged |\n|---|---|---|---|---|---|\n", title, len(ms))
+		for i, m := range ms {
+			if i == 200 {
+				fmt.Fprintf(&b, "| … %d more in report.json | | | | | |\n", len(ms)-i)
+				break
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", m.Producer, m.Seq, m.Key, m.MsgID, m.Region, m.AckedAt.UTC().Format("15:04:05.000"))
+		}
+	}
+	for _, s := range r.Subscriptions {
+		list("Lost in "+s.Topic+" / "+s.Name, s.LostMessages)
+		late := make([]check.Message, 0, len(s.LateMessages))
+		for _, m := range s.LateMessages {
+			late = append(late, m.Message)
+		}
+		list("Late in "+s.Topic+" / "+s.Name, late)
+	}
+	if len(rep.Notes) > 0 {
+		b.WriteString("\n## Notes\n\n")
+		for _, n := range rep.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	if rep.DataDir != "" {
+		fmt.Fprintf(&b, "\nThe deployment's data is kept in `%s` (replay with `--seed %d`).\n", rep.DataDir, rep.Seed)
+	}
+	return b.String()
+}
