@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,7 +19,8 @@ func newBenchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
-			return bench.RunStorage(ctx, o, os.Stdout)
+			_, err := bench.RunStorage(ctx, o, os.Stdout)
+			return err
 		},
 	}
 	f := storage.Flags()
@@ -28,7 +28,7 @@ func newBenchCmd() *cobra.Command {
 	f.StringVar(&o.Dir, "dir", "", "directory on the disk to measure (default: a temp dir under the current directory)")
 	f.DurationVar(&o.Duration, "duration", 0, "duration of each measurement (default 5s)")
 	f.IntVar(&o.Rounds, "rounds", 0, "alternating rounds of each measurement (default 2)")
-	cmd.AddCommand(storage, newBrokerBenchCmd("broker", false), newBrokerBenchCmd("all", true), newGeorepBenchCmd())
+	cmd.AddCommand(storage, newBrokerBenchCmd("broker", false), newAllBenchCmd(), newGeorepBenchCmd(), newABBenchCmd(), newScaleBenchCmd(), newRecoveryBenchCmd())
 	return cmd
 }
 
@@ -53,7 +53,8 @@ func newGeorepBenchCmd() *cobra.Command {
 			}
 			o.Modes = splitModes(modes)
 			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
-			return bench.RunGeorep(ctx, o, os.Stdout)
+			_, err := bench.RunGeorep(ctx, o, os.Stdout)
+			return err
 		},
 	}
 	f := c.Flags()
@@ -78,19 +79,12 @@ func splitModes(s string) []string {
 	return out
 }
 
-// newBrokerBenchCmd: `bench broker` (broker vs the bookie add path) and
-// `bench all` (the same plus the disk's fsync rate: one table; then the
-// geo-replication section).
+// newBrokerBenchCmd: `bench broker`, the broker vs the bookie add path.
 func newBrokerBenchCmd(use string, disk bool) *cobra.Command {
 	o := bench.BrokerOptions{Disk: disk}
-	var georepDuration time.Duration
-	short := "Broker (meridian standalone via pulsar-client-go) vs the bookie add path, in one table"
-	if disk {
-		short = "Disk fsync rate, bookie add path and broker side by side in one table, then the georep section (make bench)"
-	}
 	c := &cobra.Command{
 		Use:   use,
-		Short: short,
+		Short: "Broker (meridian standalone via pulsar-client-go) vs the bookie add path, in one table",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
@@ -103,17 +97,8 @@ func newBrokerBenchCmd(use string, disk bool) *cobra.Command {
 				o.MeridianBin = exe
 			}
 			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
-			if err := bench.RunBroker(ctx, o, os.Stdout); err != nil || !disk {
-				return err
-			}
-			// `bench all`: the geo-replication section after the others,
-			// appended to the same file.
-			g := bench.GeorepOptions{Out: o.Out, Append: o.Out != "", Duration: georepDuration, MeridianBin: o.MeridianBin, Command: o.Command}
-			if o.Dir != "" {
-				g.Dir = filepath.Join(o.Dir, "georep")
-			}
-			fmt.Fprintf(os.Stdout, "\ngeo-replication ...\n")
-			return bench.RunGeorep(ctx, g, os.Stdout)
+			_, err := bench.RunBroker(ctx, o, os.Stdout)
+			return err
 		},
 	}
 	f := c.Flags()
@@ -125,8 +110,99 @@ func newBrokerBenchCmd(use string, disk bool) *cobra.Command {
 	f.IntVar(&o.Producers, "producers", 0, "producers per produce measurement, each on its own topic and connection (default 1)")
 	f.IntVar(&o.MaxPending, "max-pending", 0, "producers' MaxPendingMessages (default 2000)")
 	f.IntVar(&o.BookieInflight, "bookie-inflight", 0, "adds in flight for the bookie 1 KiB reference row (default 1000)")
-	if disk {
-		f.DurationVar(&georepDuration, "georep-duration", 15*time.Second, "duration of each geo-replication measurement")
+	return c
+}
+
+// newAllBenchCmd: `bench all` (make bench): the peers installed, then
+// storage, broker and JetStream, geo-replication and a JetStream mirror,
+// profiles, and one report leading with the side-by-side ratios.
+func newAllBenchCmd() *cobra.Command {
+	var o bench.AllOptions
+	c := &cobra.Command{
+		Use:   "all",
+		Short: "make bench: Meridian side by side with NATS JetStream and the machine's limits, in one run and one report",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext()
+			defer stop()
+			if o.MeridianBin == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				o.MeridianBin = exe
+			}
+			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
+			return bench.RunAll(ctx, o, os.Stdout)
+		},
 	}
+	f := c.Flags()
+	f.StringVar(&o.Out, "out", "", "write the report into this markdown file (BENCHMARKS.md)")
+	f.StringVar(&o.Dir, "dir", "", "directory for every server's data (default: temp dirs under the current directory)")
+	f.StringVar(&o.GoBin, "gobin", "", "where the peers are installed with go install (default bin/peers)")
+	f.StringVar(&o.ProfileDir, "profile-dir", "", "where the CPU and allocation profiles go (default bin/bench-profiles)")
+	f.DurationVar(&o.Duration, "duration", 0, "duration of each storage and broker measurement (default 5s)")
+	f.IntVar(&o.Rounds, "rounds", 0, "alternating rounds of the broker section (default 4)")
+	f.DurationVar(&o.GeorepDuration, "georep-duration", 10*time.Second, "duration of each geo-replication measurement")
+	f.BoolVar(&o.NoPeers, "no-peers", false, "skip NATS JetStream and pulsar-perf-go (nothing installed)")
+	f.StringVar(&o.MeridianBin, "meridian-bin", "", "meridian binary the servers run (default: this binary)")
+	return c
+}
+
+// newABBenchCmd: `bench ab`, two binaries side by side (a change's
+// before/after ratio from one run).
+func newABBenchCmd() *cobra.Command {
+	var o bench.ABOptions
+	c := &cobra.Command{
+		Use:   "ab",
+		Short: "Two meridian binaries (before, after a change) measured alternating round by round; prints B ÷ A",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext()
+			defer stop()
+			if o.A == "" || o.B == "" {
+				return fmt.Errorf("bench ab: --a and --b are required")
+			}
+			return bench.RunAB(ctx, o, os.Stdout)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.A, "a", "", "the binary before the change")
+	f.StringVar(&o.B, "b", "", "the binary after the change")
+	f.IntVar(&o.Rounds, "rounds", 3, "rounds (each runs A and B, the order swapped every other round)")
+	f.DurationVar(&o.Duration, "duration", 5*time.Second, "duration of each measurement")
+	f.BoolVar(&o.Georep, "georep", false, "measure a 2-region deployment (async and sync max, async lag) instead of the standalone")
+	f.Float64Var(&o.LagRate, "lag-rate", 10000, "msgs/s of the georep lag measurement")
+	f.StringVar(&o.Dir, "dir", "", "data directory (default: a temp dir under the current directory)")
+	return c
+}
+
+// newScaleBenchCmd: `bench scale` (make bench-scale): one broker holding
+// many topics.
+func newScaleBenchCmd() *cobra.Command {
+	var o bench.ScaleOptions
+	c := &cobra.Command{
+		Use:   "scale",
+		Short: "One broker holding --topics topics (each a ledger and a subscription), created over raw Pulsar-protocol connections: memory, lookups, etcd size",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext()
+			defer stop()
+			if o.MeridianBin == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				o.MeridianBin = exe
+			}
+			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
+			return bench.RunScale(ctx, o, os.Stdout)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Out, "out", "", "write the report into this markdown file")
+	f.StringVar(&o.Dir, "dir", "", "data directory (default: a temp dir under the current directory)")
+	f.IntVar(&o.Topics, "topics", 100000, "topics to create")
+	f.IntVar(&o.Conns, "conns", 64, "raw protocol connections creating topics in parallel")
+	f.DurationVar(&o.TimeBox, "time-box", 25*time.Minute, "stop creating after this long")
+	f.StringVar(&o.ProfileDir, "profile-dir", "bin/bench-profiles", "where the idle broker's CPU and allocation profiles go")
+	f.StringVar(&o.MeridianBin, "meridian-bin", "", "meridian binary the deployment runs (default: this binary)")
 	return c
 }

@@ -48,6 +48,34 @@ type BrokerOptions struct {
 	Disk bool
 	// Command: how the run was invoked, printed above the table.
 	Command string
+	// Peers: if set, NATS JetStream (R1 and R3, default fsync and
+	// sync_interval: always) is measured in the same rounds, two modes a
+	// round, and pulsar-client-go's perf tool once as a second load
+	// generator.
+	Peers *Peers
+	// ProfileDir: if set, CPU and allocation profiles of the standalone
+	// under the batched load of round 2 are written there.
+	ProfileDir string
+}
+
+// BrokerSummary is what RunBroker measured, for the side-by-side table.
+type BrokerSummary struct {
+	Section                        string
+	Disk, DiskSeq, Add1k, AddBatch Result
+	Batched, Unbatched, Sync, Half Result
+	Backlog, TailP, TailC          Result
+	Perf                           perfResult
+	JS                             map[string]*jsAgg // by jsMode.Key
+	Profiles                       []*profilePair
+	BatchEntrySize, BatchInflight  int
+	RoundsDone                     int
+}
+
+// jsAgg is one JetStream mode's runs over the rounds.
+type jsAgg struct {
+	Mode                 jsMode
+	Async, Sync, Consume []natsBench
+	Err                  error
 }
 
 const (
@@ -107,54 +135,55 @@ func settle(ctx context.Context, sa *standaloneProc) (waited time.Duration, saSh
 }
 
 // RunBroker measures, side by side in one run and alternating round by
-// round: (optionally) the disk's fsync rate; the bookie add path through
-// the ledger client in this process (the storage layer's raw add rate,
-// with 1 KiB entries and with entries the size of the broker's batches);
-// and `meridian standalone`, run as a separate process, through the
-// unmodified pulsar-client-go: produce batched and unbatched unthrottled,
-// batched at 50 % of the batched rate, consume of a backlog and tailing.
-// It prints one markdown table with the broker's rates as ratios of the
-// bookie add rate.
+// round: (optionally) the disk's fsync rate and sequential write rate; the
+// bookie add path through the ledger client in this process (the storage
+// layer's raw add rate, with 1 KiB entries and with entries the size of
+// the broker's batches); `meridian standalone`, run as a separate process,
+// through the unmodified pulsar-client-go: produce batched and unbatched
+// unthrottled, unbatched one message at a time (sync), batched at 50 % of
+// the batched rate, consume of a backlog and tailing; and with o.Peers,
+// NATS JetStream in four modes (two a round) and pulsar-client-go's perf
+// tool. It prints one markdown table with the broker's rates as ratios of
+// the bookie add rate, and returns everything for the side-by-side table.
 //
 // Each consume step deletes its subscription afterwards: a durable
 // subscription left with a backlog and no permits (no consumer, or a full
 // receiver queue) makes the broker's Subscription.run loop spin a core
 // (ml.Notify of an already-written position fires at once), which would slow
 // every later step.
-func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
+func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) (sum BrokerSummary, err error) {
 	o.defaults()
 	dir := o.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp(".", ".bench-broker-")
 		if err != nil {
-			return err
+			return sum, err
 		}
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return err
+	if dir, err = filepath.Abs(dir); err != nil {
+		return sum, err
 	}
 	bin := o.MeridianBin
 	if bin == "" {
 		fmt.Fprintf(out, "building meridian ...\n")
 		if bin, err = buildMeridian(ctx, dir); err != nil {
-			return err
+			return sum, err
 		}
 	}
 	rigDir := filepath.Join(dir, "rig")
 	if err := os.MkdirAll(rigDir, 0o755); err != nil {
-		return err
+		return sum, err
 	}
 	rig, err := startRig(ctx, rigDir)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	defer rig.close()
 	sa, err := startStandalone(ctx, bin, dir)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	defer sa.stop()
 	fmt.Fprintf(out, "standalone pid %d at %s (admin %s), log %s\n", sa.cmd.Process.Pid, sa.URL, sa.AdminURL, sa.LogPath)
@@ -168,18 +197,24 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 		return t
 	}
 	// onBroker measures f with the standalone's CPU (server) and this
-	// process's (client: pulsar-client-go; the idle rig costs ~nothing).
+	// process's (client: pulsar-client-go; the idle rig costs ~nothing),
+	// the bookies' group commits, reads and bytes, and the disks' flushes.
 	onBroker := func(name string, f func() (Result, error)) (Result, error) {
 		if err := sa.exited(); err != nil {
 			return Result{}, err
 		}
 		s0, _ := sa.cpu()
 		c0 := selfCPU()
+		b0, fl0 := sa.bookies(), diskFlushes()
 		r, err := f()
 		s1, _ := sa.cpu()
+		b := sa.bookies().sub(b0)
 		r.ServerCPU, r.ClientCPU = s1-s0, selfCPU()-c0
+		r.Fsyncs, r.FsyncedOps = uint64(b.Commits), uint64(b.Entries)
+		r.BookieReads, r.BookieBytes, r.DiskFlushes = b.Reads, b.BytesWritten, diskFlushes()-fl0
 		r.Name = name
-		fmt.Fprintf(out, "  %-58s %9.0f msgs/s  p50 %v  p99 %v  errors %d\n", name, r.rate(), r.pct(0.5).Round(time.Microsecond), r.pct(0.99).Round(time.Microsecond), r.Errors)
+		fmt.Fprintf(out, "  %-58s %9.0f msgs/s  p50 %v  p99 %v  errors %d  fsyncs/s %.0f  bookie reads %.0f\n", name, r.rate(),
+			r.pct(0.5).Round(time.Microsecond), r.pct(0.99).Round(time.Microsecond), r.Errors, float64(r.Fsyncs)/r.Elapsed.Seconds(), r.BookieReads)
 		return r, err
 	}
 	// onRig measures a bookie run: server CPU is this whole process
@@ -187,8 +222,10 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 	// the standalone's bookies, managed ledger and broker).
 	onRig := func(f func() (Result, error)) (Result, error) {
 		c0 := selfCPU()
+		fl0 := diskFlushes()
 		r, err := f()
 		r.ServerCPU = selfCPU() - c0
+		r.DiskFlushes = diskFlushes() - fl0
 		fmt.Fprintf(out, "  %-58s %9.0f ops/s   p50 %v  p99 %v\n", r.Name, r.rate(), r.pct(0.5).Round(time.Microsecond), r.pct(0.99).Round(time.Microsecond))
 		return r, err
 	}
@@ -197,17 +234,31 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 	}
 
 	var (
-		disk, add1k, addBatch                  []Result
-		prodB, prodU, prodHalf, backlog, tailC []Result
-		tailP                                  []Result
-		batchEntrySize, batchInflight          int // of the batched broker row's entries, fixed after round 1
+		disk, diskSeq, add1k, addBatch                []Result
+		prodB, prodU, prodS, prodHalf, backlog, tailC []Result
+		tailP                                         []Result
+		batchEntrySize, batchInflight                 int // of the batched broker row's entries, fixed after round 1
 	)
+	js := map[string]*jsAgg{}
+	for _, m := range jsModes {
+		js[m.Key] = &jsAgg{Mode: m}
+	}
 	var round int
 	steps := map[string]func() error{
 		"disk": func() error {
 			r, err := onRig(func() (Result, error) { return DiskFsync(rigDir, o.Duration) })
 			r.ServerCPU = 0
 			disk = append(disk, r)
+			if err != nil {
+				return err
+			}
+			// Twice: the first write after idle meets cold guest memory
+			// (peers/README.md); the second is the disk's rate.
+			if _, err := DiskSeq(rigDir, 256); err != nil {
+				return err
+			}
+			sr, err := DiskSeq(rigDir, 256)
+			diskSeq = append(diskSeq, sr)
 			return err
 		},
 		"add1k": func() error {
@@ -221,6 +272,32 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 			}
 			r, err := onRig(func() (Result, error) { return rig.LedgerAdds(ctx, batchEntrySize, batchInflight, o.Duration) })
 			addBatch = append(addBatch, r)
+			return err
+		},
+		// Profiles of the standalone under batched unthrottled load, in
+		// round 2 only, in a step of its own (not in the table: the
+		// profiler costs a few per cent): 10 s of load, 8 s profiled.
+		"profile": func() error {
+			if o.ProfileDir == "" || round != 1 {
+				return nil
+			}
+			prof := &profilePair{Name: "meridian standalone (broker, 3 bookies, etcd in one process), batched unthrottled produce", Bin: bin, Window: 8 * time.Second}
+			profDone := make(chan struct{})
+			go func() {
+				defer close(profDone)
+				addr, err := pprofAddr(sa.PprofDir, sa.cmd.Process.Pid)
+				if err == nil {
+					time.Sleep(time.Second) // past the producer's start
+					prof.CPU, prof.Allocs, err = captureProfiles(ctx, addr, o.ProfileDir, "standalone", prof.Window)
+				}
+				prof.Err = err
+			}()
+			sp := spec(topics("profile", round), true, 0)
+			sp.Duration = 10 * time.Second
+			r, err := produce(ctx, sa.URL, sp)
+			<-profDone
+			sum.Profiles = append(sum.Profiles, prof)
+			fmt.Fprintf(out, "  %-58s %9.0f msgs/s (profiled: %v)\n", "broker produce, batched, profiled", r.rate(), prof.Err)
 			return err
 		},
 		// Batched, unthrottled; its topics are the backlog step's.
@@ -243,6 +320,16 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 				return produce(ctx, sa.URL, spec(topics("unbatched", round), false, 0))
 			})
 			prodU = append(prodU, r)
+			return err
+		},
+		// One message at a time, as `nats bench js pub sync`.
+		"sync": func() error {
+			r, err := onBroker("broker produce 1 KiB, unbatched, one at a time (sync send)", func() (Result, error) {
+				sp := spec(topics("sync", round)[:1], false, 0)
+				sp.Sync, sp.Duration = true, o.Duration/2
+				return produce(ctx, sa.URL, sp)
+			})
+			prodS = append(prodS, r)
 			return err
 		},
 		"half": func() error {
@@ -299,12 +386,59 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 			s1, _ := sa.cpu()
 			tr.Name = "broker consume tailing (latency: publish → receive)"
 			tr.ServerCPU, tr.ClientCPU = s1-s0, selfCPU()-c0
+			// The bookies' reads over the whole step (the producer's
+			// window and the consumer's tail after it).
+			tr.BookieReads = p.BookieReads
 			if tr.Ops < p.Ops {
 				tr.Errors = p.Ops - tr.Ops // not received within the stall window
 			}
-			fmt.Fprintf(out, "  %-58s %9.0f msgs/s  p50 %v  p99 %v  missing %d\n", tr.Name, tr.rate(), tr.pct(0.5).Round(time.Millisecond), tr.pct(0.99).Round(time.Millisecond), tr.Errors)
+			fmt.Fprintf(out, "  %-58s %9.0f msgs/s  p50 %v  p99 %v  missing %d  bookie reads %.0f\n", tr.Name, tr.rate(), tr.pct(0.5).Round(time.Millisecond), tr.pct(0.99).Round(time.Millisecond), tr.Errors, tr.BookieReads)
 			tailP = append(tailP, p)
 			tailC = append(tailC, tr)
+			return nil
+		},
+		// JetStream, two of its four modes per round (each mode twice
+		// in four rounds).
+		"js": func() error {
+			if o.Peers == nil {
+				return nil
+			}
+			for _, m := range []jsMode{jsModes[(2*round)%4], jsModes[(2*round+1)%4]} {
+				a := js[m.Key]
+				var prev *jsResult
+				if n := len(a.Async); n > 0 {
+					prev = &jsResult{Async: a.Async[n-1], Sync: a.Sync[n-1]}
+				}
+				r, err := measureJS(ctx, *o.Peers, filepath.Join(dir, "nats"), m, o.Duration, prev)
+				if err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					fmt.Fprintf(out, "  %s: %v\n", m.Name, err)
+					a.Err = err
+					continue
+				}
+				a.Async, a.Sync, a.Consume = append(a.Async, r.Async), append(a.Sync, r.Sync), append(a.Consume, r.Consume)
+				fmt.Fprintf(out, "  %-58s %9.0f msgs/s async (batch 500), sync p50 %v, consume %.0f msgs/s, server CPU %.1f s/M msgs\n", m.Name,
+					r.Async.MsgsPerS, r.Sync.P50.Round(time.Microsecond), r.Consume.MsgsPerS, r.Async.ServerCPU.Seconds()/float64(max(1, r.Async.Msgs))*1e6)
+			}
+			return nil
+		},
+		// pulsar-client-go's own perf tool against the standalone, once
+		// (round 2): it prints its rate every 10 s, so it runs 21 s and the
+		// second window (after start-up) is taken.
+		"perf": func() error {
+			if o.Peers == nil || round != 1 {
+				return nil
+			}
+			r, err := runPulsarPerf(ctx, o.Peers.PulsarPerf, sa.URL, topics("perf", round)[0], o.MaxPending)
+			if err != nil {
+				fmt.Fprintf(out, "  pulsar-perf-go: %v\n", err)
+				sum.Perf.Err = err
+				return nil
+			}
+			sum.Perf = r
+			fmt.Fprintf(out, "  %-58s %9.0f msgs/s  p50 %v  p99 %v\n", "pulsar-perf-go produce (batched, 1 KiB)", r.Rate, r.P50, r.P99)
 			return nil
 		},
 	}
@@ -312,9 +446,10 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 	// back, in swapped order every other round (a heavy write step leaves
 	// flushes and compactions behind that slow whatever runs next); the
 	// first round measures the batched size before the bookie row at it.
+	// JetStream runs between Meridian's rows, in the middle of each round.
 	orders := [2][]string{
-		{"disk", "add1k", "unbatched", "batched", "addBatch", "half", "backlog", "tail"},
-		{"disk", "unbatched", "add1k", "addBatch", "batched", "half", "backlog", "tail"},
+		{"disk", "add1k", "unbatched", "batched", "addBatch", "js", "sync", "half", "backlog", "perf", "tail", "profile"},
+		{"disk", "unbatched", "add1k", "addBatch", "batched", "sync", "js", "half", "perf", "backlog", "tail", "profile"},
 	}
 	for round = range o.Rounds {
 		fmt.Fprintf(out, "round %d/%d ...\n", round+1, o.Rounds)
@@ -328,10 +463,12 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 				fmt.Fprintf(out, "  (waited %v for both processes to go idle)\n", w.Round(100*time.Millisecond))
 			}
 			if err := steps[name](); err != nil {
-				return fmt.Errorf("bench: %s, round %d: %w", name, round+1, err)
+				return sum, fmt.Errorf("bench: %s, round %d: %w", name, round+1, err)
 			}
 		}
 	}
+	sum.RoundsDone = o.Rounds
+	sum.JS = js
 
 	// The table.
 	ref := merge(add1k)
@@ -346,16 +483,23 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 		"The broker is `meridian standalone` (embedded etcd, 3 bookies, broker) in its own process, driven through the unmodified pulsar-client-go; "+
 		"the bookie rows are 3 bookies and the ledger client in the bench process.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, o.Command, o.Rounds, o.Duration)
-	fmt.Fprintf(&sb, "| measurement | msgs/s | MB/s | entries/s | msgs/entry | p50 | p99 | p99.9 | server CPU s / M msgs | client CPU s / M msgs | msgs/s ÷ bookie 1 KiB adds/s | entries/s ÷ bookie adds/s, same entry size |\n")
-	fmt.Fprintf(&sb, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&sb, "| measurement | msgs/s | MB/s | entries/s | msgs/entry | p50 | p99 | p99.9 | fsyncs/s (3 bookies) | entries per fsync | bookie reads/s | server CPU s / M msgs | client CPU s / M msgs | msgs/s ÷ bookie 1 KiB adds/s | entries/s ÷ bookie adds/s, same entry size |\n")
+	fmt.Fprintf(&sb, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	row := func(r Result, entryRef *Result, msRound, withRatio bool) {
 		if len(r.Lat) == 0 && r.Ops == 0 {
 			return
 		}
-		ent, per, cpuS, cpuC, ratio, ratioE := "", "", "", "", "", ""
+		ent, per, cpuS, cpuC, ratio, ratioE, fs, fper, reads := "", "", "", "", "", "", "", "", ""
 		if r.Entries > 0 {
 			ent = fmt.Sprintf("%.0f", float64(r.Entries)/r.Elapsed.Seconds())
 			per = fmt.Sprintf("%.1f", float64(r.Ops)/float64(r.Entries))
+		}
+		if r.Fsyncs > 0 {
+			fs = fmt.Sprintf("%.0f", float64(r.Fsyncs)/r.Elapsed.Seconds())
+			fper = fmt.Sprintf("%.1f", float64(r.FsyncedOps)/float64(r.Fsyncs))
+		}
+		if strings.HasPrefix(r.Name, "broker") {
+			reads = fmt.Sprintf("%.0f", r.BookieReads/r.Elapsed.Seconds())
 		}
 		if r.ServerCPU > 0 && r.Ops > 0 {
 			cpuS = fmt.Sprintf("%.1f", r.ServerCPU.Seconds()/float64(r.Ops)*1e6)
@@ -383,32 +527,40 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 				lat[i] = r.pct(p).Round(q).String()
 			}
 		}
-		fmt.Fprintf(&sb, "| %s | %.0f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, r.rate(), r.mbps(), ent, per,
-			lat[0], lat[1], lat[2], cpuS, cpuC, ratio, ratioE)
+		fmt.Fprintf(&sb, "| %s | %.0f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, r.rate(), r.mbps(), ent, per,
+			lat[0], lat[1], lat[2], fs, fper, reads, cpuS, cpuC, ratio, ratioE)
 	}
 	if len(disk) > 0 {
 		d := merge(disk)
 		d.Entries = 0
 		row(d, nil, false, false)
+		sum.Disk, sum.DiskSeq = d, merge(diskSeq)
+		fmt.Fprintf(&sb, "| %s | | %.0f | | | | | | | | | | | | |\n", sum.DiskSeq.Name, sum.DiskSeq.mbps())
 	}
 	row(ref, &ref, false, true)
 	if len(addBatch) > 0 {
 		row(refBatch, &refBatch, false, false)
 	}
-	pb, pu := merge(prodB), merge(prodU)
+	pb, pu, ps := merge(prodB), merge(prodU), merge(prodS)
 	row(pb, &refBatch, false, true)
 	row(pu, &ref, false, true)
-	row(merge(prodHalf), nil, false, true)
-	row(merge(backlog), nil, false, true)
-	row(merge(tailP), nil, false, true)
-	row(merge(tailC), nil, true, true)
+	row(ps, nil, false, false)
+	half, bl := merge(prodHalf), merge(backlog)
+	row(half, nil, false, true)
+	row(bl, nil, false, true)
+	tp, tc := merge(tailP), merge(tailC)
+	row(tp, nil, false, true)
+	row(tc, nil, true, true)
+	sum.Add1k, sum.AddBatch, sum.Batched, sum.Unbatched, sum.Sync, sum.Half, sum.Backlog, sum.TailP, sum.TailC = ref, refBatch, pb, pu, ps, half, bl, tp, tc
+	sum.BatchEntrySize, sum.BatchInflight = batchEntrySize, batchInflight
 
 	fmt.Fprintf(&sb, "\nSetup: the msgs/s column is writes/s in the disk row and adds/s in bookie rows (no client CPU there). 1 KiB payloads; %d producer(s) per measurement, each on its own topic and client connection, MaxPendingMessages %d, "+
 		"SendTimeout 30 s; batching with BatchingMaxPublishDelay %v and the client's other defaults (1000 messages or 128 KiB per batch); "+
-		"latency from the SendAsync call (which blocks while MaxPendingMessages are outstanding) to its callback; the 50 %% row is paced at half of "+
+		"latency from the SendAsync call (which blocks while MaxPendingMessages are outstanding) to its callback; the sync row sends one message at a time (Send, latency = its duration); the 50 %% row is paced at half of "+
 		"the same round's batched rate. Consumers: Exclusive, ReceiverQueueSize 1000, every message acked (the client groups acks); "+
 		"the backlog row reads the batched row's messages from the start (capped at %s); the tailing row's latency is from the message's publish "+
-		"time (set by the client when its batch opens; ms resolution) to its receipt. Entries are counted from the send receipts' message ids (a batch's messages share one entry). "+
+		"time (set by the client when its batch opens; ms resolution) to its receipt, and its bookie reads/s are over the tailed producer's window. Entries are counted from the send receipts' message ids (a batch's messages share one entry). "+
+		"fsyncs/s: group commits of the standalone's three bookies (each one Pebble commit with fsync), from their metrics; entries per fsync: adds per group commit (a broker entry is written to 3 bookies). "+
 		"CPU: user+system of the standalone process (server) and of the bench process (client: pulsar-client-go) during the measurement; "+
 		"for bookie rows server CPU is the bench process (3 bookies, ledger client and the adds loop). The bookie 1 KiB reference row has %d adds in flight "+
 		"(the broker keeps up to 1000 sends per producer in flight: its MaxPendingSendsPerProducer), the batched-size row %d (MaxPendingMessages ÷ the batched row's messages per entry). "+
@@ -432,13 +584,17 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) error {
 		}
 		fmt.Fprintf(&sb, "\n")
 	}
+	if o.Peers != nil {
+		jsSection(&sb, js, sum.Perf)
+	}
 	fmt.Fprint(out, "\n"+sb.String())
+	sum.Section = sb.String()
 
 	if lines := sa.logLines(); len(lines) > 0 {
 		fmt.Fprintf(out, "\nthe standalone logged %d warning/error lines (%s); first:\n  %s\n", len(lines), sa.LogPath, strings.Join(lines[:min(5, len(lines))], "\n  "))
 	}
 	if o.Out != "" {
-		return writeReport(o.Out, sb.String())
+		return sum, writeReport(o.Out, sb.String())
 	}
-	return nil
+	return sum, nil
 }

@@ -54,6 +54,38 @@ type GeorepOptions struct {
 	MeridianBin string
 	// Command: how the run was invoked, printed above the table.
 	Command string
+	// Peers: if set, a NATS JetStream mirror (a second domain over a
+	// leafnode) is measured beside Meridian's replication: lag at
+	// LagRate and the backfill of a new mirror.
+	Peers *Peers
+	// LagRate: the fixed rate of the replication-lag row beside the
+	// JetStream mirror's (and of the mirror's publisher). Default 20,000
+	// msgs/s (the issue's target rate).
+	LagRate float64
+	// ProfileDir: if set, CPU and allocation profiles of east's broker and
+	// one of its bookies during the async max-rate row are written there.
+	ProfileDir string
+}
+
+// GeorepSummary is what RunGeorep measured, for the side-by-side table.
+type GeorepSummary struct {
+	Section  string
+	Base     Result             // single-region max rate
+	Max      map[string]*geoRow // by mode
+	Lag      *geoRow            // async at LagRate
+	Mirror   mirrorResult
+	MirrorOK bool
+	MirErr   error
+	Backfill backfillResult
+	Profiles []*profilePair
+}
+
+// backfillResult: a region added to a namespace whose topic already holds
+// N messages, until west's consumer has them all.
+type backfillResult struct {
+	N    int
+	Time time.Duration
+	Err  error
 }
 
 func (o *GeorepOptions) defaults() {
@@ -74,6 +106,9 @@ func (o *GeorepOptions) defaults() {
 	}
 	if o.Command == "" {
 		o.Command = "meridian bench georep"
+	}
+	if o.LagRate == 0 {
+		o.LagRate = 20000
 	}
 }
 
@@ -238,33 +273,33 @@ func (g *geoDeployment) backlog(ctx context.Context, topic string) int64 {
 // (receipt in east → received by a consumer in west) per mode; and the
 // replication throughput (the rate at which west receives what east takes
 // unthrottled). It prints one markdown table with ratios to the baseline.
-func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) {
+func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (sum GeorepSummary, err error) {
 	o.defaults()
 	if o.Size < 16 {
-		return fmt.Errorf("bench: --size %d: at least 16 bytes (sequence number and send time)", o.Size)
+		return sum, fmt.Errorf("bench: --size %d: at least 16 bytes (sequence number and send time)", o.Size)
 	}
 	for _, m := range o.Modes {
 		if m != "async" && m != "sync" && m != "stretched" {
-			return fmt.Errorf("bench: mode %q: want async, sync or stretched", m)
+			return sum, fmt.Errorf("bench: mode %q: want async, sync or stretched", m)
 		}
 	}
 	dir := o.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp(".", ".bench-georep-")
 		if err != nil {
-			return err
+			return sum, err
 		}
 		defer os.RemoveAll(d)
 		dir = d
 	}
 	if dir, err = filepath.Abs(dir); err != nil {
-		return err
+		return sum, err
 	}
 	bin := o.MeridianBin
 	if bin == "" {
 		fmt.Fprintf(out, "building meridian ...\n")
 		if bin, err = buildMeridian(ctx, dir); err != nil {
-			return err
+			return sum, err
 		}
 	}
 	plan, err := up.NewPlan(up.Options{
@@ -272,13 +307,23 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) 
 		DataDir: filepath.Join(dir, "up"), GossipProfile: "fast",
 	})
 	if err != nil {
-		return err
+		return sum, err
 	}
 	fmt.Fprintf(out, "starting east and west (1 broker, 3 bookies over 3 racks, etcd, global-store member each; a witness), data in %s ...\n", plan.Options.DataDir)
 	t0 := time.Now()
+	pprofDir := ""
+	if o.ProfileDir != "" {
+		// The deployment's processes inherit it (cmd/meridian/pprof.go).
+		pprofDir = filepath.Join(dir, "pprof")
+		if err := os.MkdirAll(pprofDir, 0o755); err != nil {
+			return sum, err
+		}
+		os.Setenv("MERIDIAN_PPROF_DIR", pprofDir)
+	}
 	dep, err := up.Start(ctx, plan, bin, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	os.Unsetenv("MERIDIAN_PPROF_DIR")
 	if err != nil {
-		return err
+		return sum, err
 	}
 	defer func() {
 		fmt.Fprintf(out, "stopping the deployment ...\n")
@@ -351,7 +396,7 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) 
 
 	// Namespaces: the baseline lists only east; one per mode lists both.
 	if err := g.createNamespace(ctx, "public/bench-local", []string{"east"}, nil); err != nil {
-		return fmt.Errorf("bench: single-region namespace: %w", err)
+		return sum, fmt.Errorf("bench: single-region namespace: %w", err)
 	}
 	nsNA := map[string]string{}
 	for _, m := range o.Modes {
@@ -368,12 +413,12 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) 
 		base.r = r
 		return err
 	}); err != nil {
-		return fmt.Errorf("bench: baseline: %w", err)
+		return sum, fmt.Errorf("bench: baseline: %w", err)
 	}
 	base.ref = &base.r
 	printRow(base)
 	if base.r.Ops == 0 {
-		return fmt.Errorf("bench: the single-region baseline produced nothing (%v)", base.r.FirstErr)
+		return sum, fmt.Errorf("bench: the single-region baseline produced nothing (%v)", base.r.FirstErr)
 	}
 	rows := []*geoRow{base}
 	maxRows := map[string]*geoRow{}
@@ -385,7 +430,7 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) 
 			prepare()
 			ok, why, err := g.probeHeld(ctx, m, topics("bench-"+m, "probe", 1)[0], o.Size)
 			if err != nil {
-				return err
+				return sum, err
 			}
 			fmt.Fprintf(out, "  %s probe: %s\n", m, why)
 			if !ok {
@@ -396,13 +441,38 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) 
 			printRow(row)
 			continue
 		}
+		var profs []*profilePair
+		var profWG sync.WaitGroup
+		if pprofDir != "" && m == "async" {
+			// East's broker and one of its bookies, under the async load.
+			for _, pr := range []struct{ proc, file, name string }{
+				{"east-broker-1", "east-broker", "east's broker (separate process), async replicated produce"},
+				{"east-bookie-1", "east-bookie", "one of east's bookies (separate process), async replicated produce"},
+			} {
+				pp := &profilePair{Name: pr.name, Bin: bin, Window: max(time.Second, o.Duration-3*time.Second)}
+				profs = append(profs, pp)
+				pid := dep.Pid(pr.proc)
+				profWG.Add(1)
+				go func() {
+					defer profWG.Done()
+					addr, err := pprofAddr(pprofDir, pid)
+					if err == nil {
+						time.Sleep(2 * time.Second) // past the producer's start
+						pp.CPU, pp.Allocs, err = captureProfiles(ctx, addr, o.ProfileDir, pr.file, pp.Window)
+					}
+					pp.Err = err
+				}()
+			}
+		}
 		if err := measured(row, func() error {
 			r, err := produce(ctx, g.east.ServiceURL, maxSpec(topics("bench-"+m, "max", o.Producers), 0))
 			row.r = r
 			return err
 		}); err != nil {
-			return fmt.Errorf("bench: %s max: %w", m, err)
+			return sum, fmt.Errorf("bench: %s max: %w", m, err)
 		}
+		profWG.Wait()
+		sum.Profiles = append(sum.Profiles, profs...)
 		if row.r.Ops == 0 {
 			row.na = fmt.Sprintf("no message acknowledged (%d failed: %v)", row.r.Errors, row.r.FirstErr)
 		}
@@ -423,7 +493,7 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) 
 		baseHalf.r = r
 		return err
 	}); err != nil {
-		return fmt.Errorf("bench: baseline at 50 %%: %w", err)
+		return sum, fmt.Errorf("bench: baseline at 50 %%: %w", err)
 	}
 	baseHalf.ref = &baseHalf.r
 	printRow(baseHalf)
@@ -441,7 +511,7 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) 
 		if err := measured(row, func() error {
 			return g.tagged(ctx, row, topics("bench-"+m, "lag", 1), half, o)
 		}); err != nil {
-			return fmt.Errorf("bench: %s lag: %w", m, err)
+			return sum, fmt.Errorf("bench: %s lag: %w", m, err)
 		}
 		printRow(row)
 	}
@@ -479,12 +549,52 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) 
 		stopPoll()
 		polled.Wait()
 		if err != nil {
-			return fmt.Errorf("bench: replication throughput: %w", err)
+			return sum, fmt.Errorf("bench: replication throughput: %w", err)
 		}
 		if mb := maxBacklog.Load(); mb >= 0 {
 			repl.note = fmt.Sprintf("east's replication backlog to west peaked at %d entries (polled every 250 ms)", mb)
 		}
 		printRow(repl)
+	}
+
+	// 4. Beside JetStream: async lag at a fixed rate, then a JetStream
+	// mirror at the same rate and its backfill, then Meridian's backfill
+	// of a newly added region.
+	sum.Max, sum.Base = maxRows, base.r
+	if a := maxRows["async"]; a != nil && a.na == "" {
+		row := &geoRow{name: fmt.Sprintf("async at %.0f msgs/s", o.LagRate), mode: "async", ref: &baseHalf.r}
+		if err := measured(row, func() error { return g.tagged(ctx, row, topics("bench-async", "lag20k", 1), o.LagRate, o) }); err != nil {
+			return sum, fmt.Errorf("bench: async lag at %.0f msgs/s: %w", o.LagRate, err)
+		}
+		printRow(row)
+		sum.Lag = row
+	}
+	if o.Peers != nil {
+		prepare()
+		fmt.Fprintf(out, "  JetStream mirror at %.0f msgs/s ...\n", o.LagRate)
+		mr, err := measureMirror(ctx, *o.Peers, filepath.Join(dir, "nats-mirror"), o.LagRate, min(o.Duration, 10*time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				return sum, ctx.Err()
+			}
+			sum.MirErr = err
+			fmt.Fprintf(out, "  JetStream mirror: %v\n", err)
+		} else {
+			sum.Mirror, sum.MirrorOK = mr, true
+			fmt.Fprintf(out, "  JetStream mirror: %.0f msgs/s, lag p50 %v p99 %v; backfill %d msgs in %v\n", mr.Rate,
+				pctOf(mr.Lag, 0.5).Round(10*time.Microsecond), pctOf(mr.Lag, 0.99).Round(10*time.Microsecond), mr.BackfillN, mr.BackfillTime.Round(time.Millisecond))
+		}
+	}
+	prepare()
+	n := int(o.LagRate * min(o.Duration, 10*time.Second).Seconds())
+	sum.Backfill = g.backfill(ctx, o, n)
+	if err := ctx.Err(); err != nil {
+		return sum, err
+	}
+	if b := sum.Backfill; b.Err != nil {
+		fmt.Fprintf(out, "  backfill: %v\n", b.Err)
+	} else {
+		fmt.Fprintf(out, "  backfill: west received %d msgs %v after it was added (%.0f msgs/s)\n", b.N, b.Time.Round(time.Millisecond), float64(b.N)/b.Time.Seconds())
 	}
 
 	// The table.
@@ -584,22 +694,78 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (err error) 
 			replMode, repl.replRate, repl.replRate/repl.r.rate(), repl.r.rate(), repl.replRate/base.r.rate(), repl.replDuring/repl.r.rate(), repl.catchUp.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&sb, "\n")
+	side(&sb, &sum, o)
 	fmt.Fprint(out, "\n"+sb.String())
+	sum.Section = sb.String()
 	if o.Out != "" {
 		if o.Append {
 			if _, err := os.Stat(o.Out); err == nil {
 				f, err := os.OpenFile(o.Out, os.O_APPEND|os.O_WRONLY, 0o644)
 				if err != nil {
-					return err
+					return sum, err
 				}
 				defer f.Close()
 				_, err = f.WriteString("\n" + sb.String())
-				return err
+				return sum, err
 			}
 		}
-		return writeReport(o.Out, sb.String())
+		return sum, writeReport(o.Out, sb.String())
 	}
-	return nil
+	return sum, nil
+}
+
+// side renders the lag-at-a-fixed-rate, JetStream mirror and backfill
+// measurements.
+func side(sb *strings.Builder, sum *GeorepSummary, o GeorepOptions) {
+	fmt.Fprintf(sb, "\n### Replication beside a JetStream mirror\n\n")
+	fmt.Fprintf(sb, "| measurement | rate msgs/s | lag p50 | lag p99 | lag max | backfill msgs/s | CPU s / M msgs (all servers) | notes |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+	if l := sum.Lag; l != nil {
+		if l.na != "" {
+			fmt.Fprintf(sb, "| Meridian async, paced %.0f msgs/s: receipt in east → received by west's consumer | n/a | | | | | | %s |\n", o.LagRate, mdEscape(l.na))
+		} else {
+			var note []string
+			if l.missing > 0 {
+				note = append(note, fmt.Sprintf("**%d acknowledged messages never reached west**", l.missing))
+			}
+			if l.r.rate() < 0.95*o.LagRate {
+				note = append(note, fmt.Sprintf("east took only %.0f msgs/s of the %.0f offered: saturated", l.r.rate(), o.LagRate))
+			}
+			lagMax := time.Duration(0)
+			for _, d := range l.lag {
+				lagMax = max(lagMax, d)
+			}
+			fmt.Fprintf(sb, "| Meridian async, paced %.0f msgs/s: receipt in east → received by west's consumer | %.0f | %s | %s | %s | | %.1f | %s |\n", o.LagRate,
+				l.r.rate(), ms(pctOf(l.lag, 0.5)), ms(pctOf(l.lag, 0.99)), ms(lagMax), l.cpu.Seconds()/float64(max(1, l.r.Ops))*1e6, mdEscape(strings.Join(note, "; ")))
+		}
+	}
+	if sum.MirErr != nil {
+		fmt.Fprintf(sb, "| JetStream mirror (domain hub → leaf over a leafnode), paced %.0f msgs/s | n/a | | | | | | %s |\n", o.LagRate, mdEscape(sum.MirErr.Error()))
+	} else if sum.MirrorOK {
+		m := sum.Mirror
+		lagMax := time.Duration(0)
+		for _, d := range m.Lag {
+			lagMax = max(lagMax, d)
+		}
+		fmt.Fprintf(sb, "| JetStream mirror (domain hub → leaf over a leafnode, R1 file, default fsync), paced %.0f msgs/s: source store → mirror store, /jsz polled every 2 ms | %.0f | %s | %s | %s | %.0f | %.1f | backfill: a new mirror of the %d messages took %v |\n",
+			o.LagRate, m.Rate, ms(pctOf(m.Lag, 0.5)), ms(pctOf(m.Lag, 0.99)), ms(lagMax), float64(m.BackfillN)/m.BackfillTime.Seconds(),
+			m.CPU.Seconds()/float64(max(1, m.Msgs))*1e6, m.BackfillN, m.BackfillTime.Round(time.Millisecond))
+	}
+	if b := sum.Backfill; b.Err != nil {
+		fmt.Fprintf(sb, "| Meridian backfill: region west added to a namespace whose topic holds N messages | n/a | | | | | | %s |\n", mdEscape(b.Err.Error()))
+	} else if b.N > 0 {
+		fmt.Fprintf(sb, "| Meridian backfill: west added to the namespace of a topic holding %d messages, until west's consumer has them all | | | | | %.0f | | took %v from the policy change |\n",
+			b.N, float64(b.N)/b.Time.Seconds(), b.Time.Round(time.Millisecond))
+	}
+	fmt.Fprintf(sb, "\nThe two lags are not the same measure: Meridian's runs from the producer's receipt in east to the message's arrival at a consumer in west (it includes west's persistence and dispatch); "+
+		"JetStream's (as peers/nats_mirror.sh measures it) from the first poll that sees a sequence in the source stream to the poll that sees it in the mirror, so it has the poll period's resolution and includes no consumer. "+
+		"JetStream commands: `nats -s A stream add benchstream --subjects bench.mx --storage file --replicas 1 --defaults`, `nats -s B stream add --config mirror.json` (mirror.external.api = `$JS.hub.API`), "+
+		"`nats -s A bench js pub async bench.mx --msgs N --throughput %.0f --batch 100 --size 1024 --no-progress --csv F`; backfill: a second mirror created on B once A holds the N messages, timed until its last_seq reaches N. "+
+		"Meridian backfill: namespace public/bench-backfill lists only east while one producer writes N batched messages; then `POST /admin/v2/namespaces/public/bench-backfill/replication [\"east\",\"west\"]` and a consumer in west (Earliest) receives them; the time runs from the POST to the last arrival.\n",
+		o.LagRate)
+	if len(sum.Profiles) > 0 {
+		fmt.Fprintf(sb, "\n")
+	}
 }
 
 func mdEscape(s string) string {
@@ -956,4 +1122,76 @@ func (g *geoDeployment) tagged(ctx context.Context, row *geoRow, topics []string
 		row.catchUp = time.Duration(max(0, rec.lastRecv-lastReceipt))
 	}
 	return nil
+}
+
+// backfill measures how fast a newly added region catches up: namespace
+// public/bench-backfill lists only east while n batched 1 KiB messages are
+// produced into one topic; then west is added to its regions, and a
+// consumer in west (Earliest) receives them. The time runs from the
+// policy change to the last arrival.
+func (g *geoDeployment) backfill(ctx context.Context, o GeorepOptions, n int) backfillResult {
+	res := backfillResult{N: n}
+	ns := "public/bench-backfill"
+	if err := g.createNamespace(ctx, ns, []string{"east"}, nil); err != nil {
+		res.Err = fmt.Errorf("namespace: %w", err)
+		return res
+	}
+	topic := fmt.Sprintf("persistent://%s/bf-%s", ns, time.Now().Format("150405"))
+	c, err := newPulsarClient(g.east.ServiceURL)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, BatchingMaxPublishDelay: batchDelay, MaxPendingMessages: o.MaxPending, SendTimeout: 30 * time.Second})
+	if err != nil {
+		c.Close()
+		res.Err = fmt.Errorf("producer: %w", err)
+		return res
+	}
+	payload := make([]byte, o.Size)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		wg.Add(1)
+		p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: payload}, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	p.Close()
+	c.Close()
+	if f := failed.Load(); f > 0 {
+		res.Err = fmt.Errorf("%d of %d sends failed before the backfill", f, n)
+		return res
+	}
+	g.settle(ctx)
+	start := time.Now()
+	if err := adminCall(ctx, g.east.AdminURL, "POST", "/admin/v2/namespaces/"+ns+"/replication", []string{"east", "west"}, nil); err != nil {
+		res.Err = fmt.Errorf("add west: %w", err)
+		return res
+	}
+	var cons *consumers
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		cons, err = subscribe(g.west.ServiceURL, consumeSpec{Topics: []string{topic}, Sub: "backfill", Earliest: true})
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		res.Err = fmt.Errorf("consumer in west: %w", err)
+		return res
+	}
+	defer cons.unsubscribe()
+	var want atomic.Int64
+	want.Store(int64(n))
+	r := cons.receive(ctx, consumeSpec{Stall: 20 * time.Second, Duration: 3 * time.Minute}, start, &want)
+	if r.Ops < n {
+		res.Err = fmt.Errorf("west received %d of %d messages (stalled 20 s)", r.Ops, n)
+		return res
+	}
+	res.Time = r.Elapsed
+	return res
 }

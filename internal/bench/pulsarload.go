@@ -27,6 +27,9 @@ type loadSpec struct {
 	Size       int // payload bytes
 	MaxPending int // MaxPendingMessages per producer
 	BatchDelay time.Duration
+	// Sync: one message at a time (Send waits for the receipt), as
+	// `nats bench js pub sync` publishes; latency is Send's duration.
+	Sync bool
 }
 
 func quietPulsarLogger() plog.Logger {
@@ -133,6 +136,24 @@ func produce(ctx context.Context, serviceURL string, s loadSpec) (Result, error)
 				el := time.Since(start)
 				if el >= s.Duration {
 					break
+				}
+				if s.Sync {
+					t := time.Now()
+					_, err := sd.prod.Send(ctx, &pulsar.ProducerMessage{Payload: payload})
+					lat := time.Since(t)
+					sd.mu.Lock()
+					if err != nil {
+						sd.errs++
+						if sd.first == nil {
+							sd.first = err
+						}
+					} else {
+						sd.ok++
+						sd.entries++
+						sd.lat = append(sd.lat, lat)
+					}
+					sd.mu.Unlock()
+					continue
 				}
 				if perRate == 0 {
 					send()

@@ -25,6 +25,10 @@ type standaloneProc struct {
 	URL      string // pulsar://127.0.0.1:PORT
 	AdminURL string // http://127.0.0.1:PORT
 	LogPath  string
+	// BookieMetrics: the bookies' Prometheus endpoints (http://ADDR/metrics).
+	BookieMetrics []string
+	// PprofDir: where the process wrote its pprof address (MERIDIAN_PPROF_DIR).
+	PprofDir string
 }
 
 // buildMeridian builds ./cmd/meridian into dir (run from the module root).
@@ -42,13 +46,17 @@ func buildMeridian(ctx context.Context, dir string) (string, error) {
 // until GET /admin/v2/tenants answers 200. The process gets SIGTERM when ctx
 // is cancelled, and SIGKILL if this process dies first (Pdeathsig).
 func startStandalone(ctx context.Context, bin, dir string) (*standaloneProc, error) {
-	var addrs [4]string
+	var addrs [7]string
 	for i := range addrs {
 		a, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
 		addrs[i] = a
+	}
+	pprofDir := filepath.Join(dir, "pprof")
+	if err := os.MkdirAll(pprofDir, 0o755); err != nil {
+		return nil, err
 	}
 	logf, err := os.Create(filepath.Join(dir, "standalone.log"))
 	if err != nil {
@@ -59,13 +67,17 @@ func startStandalone(ctx context.Context, bin, dir string) (*standaloneProc, err
 		"--data-dir", filepath.Join(dir, "standalone"),
 		"--listen", addrs[0], "--admin", addrs[1],
 		"--etcd-client-url", "http://"+addrs[2], "--etcd-peer-url", "http://"+addrs[3],
-		"--bookie-base-port", "0", "--log-level", "warn")
+		"--bookie-base-port", "0", "--bookie-metrics", strings.Join(addrs[4:7], ","), "--log-level", "warn")
+	c.Env = append(os.Environ(), "MERIDIAN_PPROF_DIR="+pprofDir)
 	c.Stdout, c.Stderr = logf, logf
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start %s standalone: %w", bin, err)
 	}
-	p := &standaloneProc{cmd: c, done: make(chan struct{}), URL: "pulsar://" + addrs[0], AdminURL: "http://" + addrs[1], LogPath: logf.Name()}
+	p := &standaloneProc{cmd: c, done: make(chan struct{}), URL: "pulsar://" + addrs[0], AdminURL: "http://" + addrs[1], LogPath: logf.Name(), PprofDir: pprofDir}
+	for _, a := range addrs[4:7] {
+		p.BookieMetrics = append(p.BookieMetrics, "http://"+a+"/metrics")
+	}
 	go func() {
 		p.waitErr = c.Wait()
 		close(p.done)
@@ -173,4 +185,61 @@ func (p *standaloneProc) logLines() []string {
 func (p *standaloneProc) logTail(n int) string {
 	l := p.logLines()
 	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// bookieCounters are the standalone's bookies' counters, summed.
+type bookieCounters struct {
+	Commits, Entries, Reads, BytesWritten float64
+}
+
+func (c bookieCounters) sub(o bookieCounters) bookieCounters {
+	return bookieCounters{c.Commits - o.Commits, c.Entries - o.Entries, c.Reads - o.Reads, c.BytesWritten - o.BytesWritten}
+}
+
+// bookies scrapes the bookies' group commits (fsyncs), the entries they
+// committed, the reads they answered (ReadEntry, ReadLac) and the bytes
+// they committed, summed over the bookies.
+func (p *standaloneProc) bookies() bookieCounters {
+	var c bookieCounters
+	for _, u := range p.BookieMetrics {
+		m := scrapeMetrics(u)
+		c.Commits += m["meridian_bookie_group_commits_total"]
+		c.Entries += m["meridian_bookie_group_commit_entries_sum"]
+		c.Reads += m["meridian_bookie_reads_total"]
+		c.BytesWritten += m["meridian_bookie_written_bytes_total"]
+	}
+	return c
+}
+
+// scrapeMetrics reads a Prometheus text endpoint and sums each metric's
+// series (all label sets) by name.
+func scrapeMetrics(url string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(l, ' ')
+		if sp < 0 {
+			continue
+		}
+		name := l[:sp]
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			name = name[:i]
+		}
+		v, err := strconv.ParseFloat(l[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[name] += v
+	}
+	return out
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -23,6 +22,7 @@ import (
 	"github.com/meridian-mq/meridian/bookie"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/ports"
 	"github.com/meridian-mq/meridian/rack"
 )
 
@@ -55,6 +55,11 @@ type Result struct {
 	ServerCPU, ClientCPU time.Duration
 	Errors               int   // operations that failed (not in Ops)
 	FirstErr             error // the first of them
+	// DiskFlushes: flush requests the disks completed during the run
+	// (machine-wide, /proc/diskstats); BookieReads: reads the bookies
+	// answered; BookieBytes: bytes the bookies committed.
+	DiskFlushes              uint64
+	BookieReads, BookieBytes float64
 }
 
 func (r Result) rate() float64 { return float64(r.Ops) / r.Elapsed.Seconds() }
@@ -82,6 +87,9 @@ func merge(rs []Result) Result {
 		out.ServerCPU += r.ServerCPU
 		out.ClientCPU += r.ClientCPU
 		out.Errors += r.Errors
+		out.DiskFlushes += r.DiskFlushes
+		out.BookieReads += r.BookieReads
+		out.BookieBytes += r.BookieBytes
 		if out.FirstErr == nil {
 			out.FirstErr = r.FirstErr
 		}
@@ -132,6 +140,36 @@ func DiskFsync(dir string, d time.Duration) (Result, error) {
 	return r, nil
 }
 
+// DiskSeq writes n MiB to a new file in 1 MiB writes, then one
+// fdatasync: the disk's sequential durable write rate (its bandwidth
+// limit; the fsync rate is DiskFsync's).
+func DiskSeq(dir string, mib int) (Result, error) {
+	f, err := os.CreateTemp(dir, "seq-*.dat")
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i * 13)
+	}
+	r := Result{Name: fmt.Sprintf("disk sequential %d MiB write + fdatasync", mib)}
+	start := time.Now()
+	for range mib {
+		if _, err := f.Write(buf); err != nil {
+			return r, err
+		}
+	}
+	if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+		return r, err
+	}
+	r.Elapsed = time.Since(start)
+	r.Ops = 1
+	r.Bytes = int64(mib) << 20
+	return r, nil
+}
+
 // storageRig is an embedded etcd and three bookies on loopback.
 type storageRig struct {
 	etcd    *cluster.Etcd
@@ -141,14 +179,9 @@ type storageRig struct {
 	client  *ledger.Client
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freeAddr plans a loopback port through internal/ports (reserved
+// machine-wide, so tests running beside the bench never get it).
+func freeAddr() (string, error) { return ports.Free("127.0.0.1") }
 
 func startRig(ctx context.Context, dir string) (*storageRig, error) {
 	ca, _ := freeAddr()
@@ -271,9 +304,15 @@ func (r *storageRig) LedgerAdds(ctx context.Context, size, inflight int, d time.
 	return res, firstErr
 }
 
+// StorageSummary is what RunStorage measured.
+type StorageSummary struct {
+	Section         string
+	Disk, One, Many Result
+}
+
 // RunStorage measures the disk and the bookie add path, alternating, and
 // prints the table.
-func RunStorage(ctx context.Context, o StorageOptions, out io.Writer) error {
+func RunStorage(ctx context.Context, o StorageOptions, out io.Writer) (sum StorageSummary, err error) {
 	if o.Duration == 0 {
 		o.Duration = 5 * time.Second
 	}
@@ -284,14 +323,14 @@ func RunStorage(ctx context.Context, o StorageOptions, out io.Writer) error {
 	if dir == "" {
 		d, err := os.MkdirTemp(".", ".bench-storage-")
 		if err != nil {
-			return err
+			return sum, err
 		}
 		defer os.RemoveAll(d)
 		dir = d
 	}
 	rig, err := startRig(ctx, dir)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	defer rig.close()
 	var disk, one, many []Result
@@ -299,15 +338,15 @@ func RunStorage(ctx context.Context, o StorageOptions, out io.Writer) error {
 		fmt.Fprintf(out, "round %d/%d ...\n", round+1, o.Rounds)
 		r, err := DiskFsync(dir, o.Duration)
 		if err != nil {
-			return err
+			return sum, err
 		}
 		disk = append(disk, r)
 		if r, err = rig.LedgerAdds(ctx, 1024, 1, o.Duration); err != nil {
-			return err
+			return sum, err
 		}
 		one = append(one, r)
 		if r, err = rig.LedgerAdds(ctx, 1024, 64, o.Duration); err != nil {
-			return err
+			return sum, err
 		}
 		many = append(many, r)
 	}
@@ -335,10 +374,11 @@ func RunStorage(ctx context.Context, o StorageOptions, out io.Writer) error {
 	row(a64, true)
 	fmt.Fprintf(&sb, "\nEach bookie add is acknowledged only after fsync on 2 of 3 bookies (all 3 write); the three bookies share this one disk, so every entry costs 3 writes on it. Group commit lets one fsync carry many entries: with 64 adds in flight the add rate is %.1f× the disk's raw fsync rate.\n", a64.rate()/d.rate())
 	fmt.Fprint(out, sb.String())
+	sum.Section, sum.Disk, sum.One, sum.Many = sb.String(), d, a1, a64
 	if o.Out != "" {
-		return writeReport(o.Out, sb.String())
+		return sum, writeReport(o.Out, sb.String())
 	}
-	return nil
+	return sum, nil
 }
 
 // writeReport writes a section into the markdown report: a new file gets
