@@ -2,6 +2,7 @@ package georep
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +27,7 @@ type deployment struct {
 	d   *up.Deployment
 	e   up.Endpoints
 	dir string
+	tls bool // Options.TLS: https admin, pulsar+ssl clients (tls_test.go)
 }
 
 func startDeployment(t *testing.T, o up.Options) *deployment {
@@ -33,7 +35,9 @@ func startDeployment(t *testing.T, o up.Options) *deployment {
 	bin := testutil.MeridianBinary(t)
 	o.DataDir = t.TempDir()
 	if o.GossipProfile == "" {
-		o.GossipProfile = "fast"
+		// MERIDIAN_TEST_GOSSIP_PROFILE=meridian runs with the default
+		// profile (make bench-failover measures both).
+		o.GossipProfile = cmp.Or(os.Getenv("MERIDIAN_TEST_GOSSIP_PROFILE"), "fast")
 	}
 	if o.OwnershipTTL == "" {
 		o.OwnershipTTL = "3s"
@@ -48,9 +52,9 @@ func startDeployment(t *testing.T, o up.Options) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dep := &deployment{t: t, d: d, dir: o.DataDir, e: d.Endpoints()}
+	dep := &deployment{t: t, d: d, dir: o.DataDir, e: d.Endpoints(), tls: o.TLS}
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("MERIDIAN_TEST_DUMP_LOGS") != "" {
 			dep.dumpLogs()
 		}
 		d.Stop(5 * time.Second)
@@ -92,6 +96,15 @@ func (d *deployment) killRegion(name string) {
 	}
 }
 
+// signalRegion sends sig to every process of a region.
+func (d *deployment) signalRegion(name string, sig syscall.Signal) {
+	for _, p := range d.region(name).Processes {
+		if pid := d.d.Pid(p.Name); pid > 0 {
+			syscall.Kill(pid, sig)
+		}
+	}
+}
+
 func (d *deployment) kill(name string) {
 	if pid := d.d.Pid(name); pid > 0 {
 		syscall.Kill(pid, syscall.SIGKILL)
@@ -117,12 +130,12 @@ func (d *deployment) admin(region, method, path string, body, out any) error {
 			b, _ := json.Marshal(body)
 			rd = bytes.NewReader(b)
 		}
-		req, err = http.NewRequest(method, "http://"+p.Admin+path, rd)
+		req, err = http.NewRequest(method, d.httpScheme()+p.Admin+path, rd)
 		if err != nil {
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		if resp, err = http.DefaultClient.Do(req); err == nil {
+		if resp, err = d.httpClient().Do(req); err == nil {
 			break
 		}
 	}
@@ -175,7 +188,7 @@ func (d *deployment) replication(region, filter string) ([]replStatus, error) {
 			continue
 		}
 		var resp *http.Response
-		resp, err = http.Get("http://" + p.Admin + "/admin/v2/meridian/replication?filter=" + filter)
+		resp, err = d.httpClient().Get(d.httpScheme() + p.Admin + "/admin/v2/meridian/replication?filter=" + filter)
 		if err != nil {
 			continue
 		}
@@ -215,7 +228,14 @@ func (d *deployment) waitReplicated(region, topic string, remotes []string, time
 	d.t.Fatalf("%s: %s not replicated to %v within %v: %+v", region, topic, remotes, timeout, last)
 }
 
+// quietLogger discards the Go client's logs, unless
+// MERIDIAN_TEST_CLIENT_LOG names a file to append them to (debugging).
 func quietLogger() plog.Logger {
+	if path := os.Getenv("MERIDIAN_TEST_CLIENT_LOG"); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			return plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		}
+	}
 	return plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
@@ -225,7 +245,7 @@ func (d *deployment) client(region string) pulsar.Client {
 	if region != "" {
 		url = d.region(region).ServiceURL
 	}
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, ConnectionTimeout: 5 * time.Second, OperationTimeout: 30 * time.Second, Logger: quietLogger()})
+	c, err := pulsar.NewClient(d.clientOptions(pulsar.ClientOptions{URL: url, ConnectionTimeout: 5 * time.Second, OperationTimeout: 30 * time.Second, Logger: quietLogger()}))
 	if err != nil {
 		d.t.Fatal(err)
 	}

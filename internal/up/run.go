@@ -39,6 +39,10 @@ type Endpoints struct {
 	GlobalStore []string         `json:"global_store"`
 	Witness     ProcEndpoint     `json:"witness"`
 	ControlURL  string           `json:"control_url"`
+	// TLSTrustCertsFile is the CA a client of a TLS deployment trusts
+	// (pulsar.ClientOptions.TLSTrustCertsFilePath); empty without TLS.
+	// (No secret is ever written here: keys stay in their 0600 files.)
+	TLSTrustCertsFile string `json:"tls_trust_certs_file,omitempty"`
 }
 
 // RegionEndpoint is one region of endpoints.json.
@@ -67,6 +71,11 @@ type ProcEndpoint struct {
 func Start(ctx context.Context, p *Plan, bin string, log *slog.Logger) (*Deployment, error) {
 	if err := p.Save(); err != nil {
 		return nil, err
+	}
+	if p.Options.TLS {
+		if err := p.makePKI(); err != nil {
+			return nil, fmt.Errorf("up: TLS certificates: %w", err)
+		}
 	}
 	d := &Deployment{Plan: p, bin: bin, log: log, procs: map[string]*exec.Cmd{}}
 	if err := os.MkdirAll(filepath.Join(p.Options.DataDir, "logs"), 0o755); err != nil {
@@ -120,13 +129,13 @@ func (d *Deployment) SetDefaultReplication(ctx context.Context, timeout time.Dur
 	var admins []string
 	for _, ps := range d.Plan.Procs {
 		if ps.Role == "broker" && ps.Admin != "" {
-			admins = append(admins, "http://"+ps.Admin)
+			admins = append(admins, d.Plan.Options.scheme()+ps.Admin)
 		}
 	}
 	if len(admins) == 0 {
 		return errors.New("up: no broker to set the replication of " + DefaultNamespace)
 	}
-	c := http.Client{Timeout: 5 * time.Second}
+	c := d.httpClient(5 * time.Second)
 	var last error
 	deadline := time.Now().Add(timeout)
 	for i := 0; ; i++ {
@@ -180,6 +189,9 @@ func (d *Deployment) startProc(ps ProcSpec) error {
 	// Children die with `up` (no orphans if it is killed), and each is its
 	// own process group so a terminal's ^C reaches `up` only.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if gid, ok := d.Plan.Options.RegionGIDs[ps.regionOrWitness()]; ok {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(os.Getuid()), Gid: gid, NoSetGroups: true}
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("up: start %s: %w", ps.Name, err)
@@ -189,6 +201,14 @@ func (d *Deployment) startProc(ps ProcSpec) error {
 	d.procs[ps.Name] = cmd
 	d.mu.Unlock()
 	return nil
+}
+
+// regionOrWitness is the process's region, "witness" for the witness.
+func (ps ProcSpec) regionOrWitness() string {
+	if ps.Role == "witness" {
+		return "witness"
+	}
+	return ps.Region
 }
 
 // waitReady waits until a process serves: etcd answers /health, a bookie
@@ -210,9 +230,9 @@ func (d *Deployment) waitReady(ctx context.Context, ps ProcSpec, timeout time.Du
 		ok := false
 		switch ps.Role {
 		case "etcd", "global-etcd", "witness":
-			ok = httpOK("http://" + ps.Addr + "/health")
+			ok = d.httpOK(d.Plan.Options.scheme() + ps.Addr + "/health")
 		case "broker":
-			ok = httpOK("http://" + ps.Admin + "/admin/v2/tenants")
+			ok = d.httpOK(d.Plan.Options.scheme() + ps.Admin + "/admin/v2/tenants")
 		default:
 			if c, err := net.DialTimeout("tcp", ps.Addr, 200*time.Millisecond); err == nil {
 				c.Close()
@@ -227,9 +247,8 @@ func (d *Deployment) waitReady(ctx context.Context, ps ProcSpec, timeout time.Du
 	return errors.New("not ready in time")
 }
 
-func httpOK(url string) bool {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get(url)
+func (d *Deployment) httpOK(url string) bool {
+	resp, err := d.httpClient(time.Second).Get(url)
 	if err != nil {
 		return false
 	}
@@ -274,6 +293,7 @@ func (d *Deployment) Pid(name string) int {
 func (d *Deployment) Endpoints() Endpoints {
 	var e Endpoints
 	var all []string
+	o := d.Plan.Options
 	for _, r := range d.Plan.Options.Regions {
 		re := RegionEndpoint{Name: r}
 		var urls []string
@@ -287,26 +307,29 @@ func (d *Deployment) Endpoints() Endpoints {
 			case "broker":
 				urls = append(urls, ps.Addr)
 				if re.AdminURL == "" {
-					re.AdminURL = "http://" + ps.Admin
+					re.AdminURL = o.scheme() + ps.Admin
 				}
 			case "etcd":
-				re.EtcdURL = "http://" + ps.Addr
+				re.EtcdURL = o.scheme() + ps.Addr
 			case "global-etcd":
-				e.GlobalStore = append(e.GlobalStore, "http://"+ps.Addr)
+				e.GlobalStore = append(e.GlobalStore, o.scheme()+ps.Addr)
 			}
 		}
-		re.ServiceURL = "pulsar://" + strings.Join(urls, ",")
+		re.ServiceURL = o.pulsarScheme() + strings.Join(urls, ",")
 		all = append(all, urls...)
 		e.Regions = append(e.Regions, re)
 	}
 	for _, ps := range d.Plan.Procs {
 		if ps.Role == "witness" {
 			e.Witness = ProcEndpoint{Name: ps.Name, Role: ps.Role, Pid: d.Pid(ps.Name), Addr: ps.Addr}
-			e.GlobalStore = append(e.GlobalStore, "http://"+ps.Addr)
+			e.GlobalStore = append(e.GlobalStore, o.scheme()+ps.Addr)
 		}
 	}
 	sort.Strings(e.GlobalStore)
-	e.ServiceURL = "pulsar://" + strings.Join(all, ",")
+	e.ServiceURL = o.pulsarScheme() + strings.Join(all, ",")
+	if o.TLS {
+		e.TLSTrustCertsFile = CAFile(o.DataDir)
+	}
 	e.ControlURL = "http://" + d.Plan.Control
 	return e
 }

@@ -15,13 +15,11 @@ package up
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/meridian-mq/meridian/internal/ports"
 )
 
 // Options describe the topology.
@@ -36,8 +34,23 @@ type Options struct {
 	OwnershipTTL string
 	// FailoverLeaseTTL for brokers, e.g. "3s" (empty: broker default).
 	FailoverLeaseTTL string
-	// GossipProfile: "lan" (default) or "fast" (loopback tests).
+	// GossipProfile: "meridian" (default), "lan" or "fast" (loopback tests).
 	GossipProfile string
+	// RegionGIDs, if set, runs the processes of a region (key: region
+	// name, or "witness") with that group id, so packet filters can tell
+	// regions apart on one host (iptables' owner match: network fault
+	// tests cut a region off). Needs root.
+	RegionGIDs map[string]uint32 `json:",omitempty"`
+	// ReplicationProxies: each broker advertises a second address for its
+	// replication gRPC (ProcSpec.ReplProxy) that the caller serves with a
+	// proxy to the real one (drills slow the inter-region links there:
+	// internal/wanproxy). Until the proxy runs, other regions cannot
+	// replicate to the broker.
+	ReplicationProxies bool `json:",omitempty"`
+	// TLS runs every process with TLS (tls.go): a local CA and a
+	// certificate per process in DATA-DIR/tls, pulsar+ssl:// and https://
+	// listeners, mutual TLS on every gRPC and etcd link.
+	TLS bool `json:",omitempty"`
 }
 
 func (o *Options) defaults() {
@@ -60,22 +73,25 @@ func (o *Options) defaults() {
 		o.Host = "127.0.0.1"
 	}
 	if o.GossipProfile == "" {
-		o.GossipProfile = "lan"
+		o.GossipProfile = "meridian"
 	}
 }
 
 // ProcSpec is one process of the plan.
 type ProcSpec struct {
-	Name   string   `json:"name"`
-	Role   string   `json:"role"` // bookie | broker | etcd | global-etcd | witness
-	Region string   `json:"region,omitempty"`
-	Rack   string   `json:"rack,omitempty"`
-	Addr   string   `json:"addr"`            // main address (client URL host:port for etcd)
-	Admin  string   `json:"admin,omitempty"` // broker admin address
-	Peer   string   `json:"peer,omitempty"`  // etcd peer address
-	Gossip string   `json:"gossip,omitempty"`
-	Repl   string   `json:"replication,omitempty"` // broker replication (gRPC) address
-	Args   []string `json:"args"`
+	Name   string `json:"name"`
+	Role   string `json:"role"` // bookie | broker | etcd | global-etcd | witness
+	Region string `json:"region,omitempty"`
+	Rack   string `json:"rack,omitempty"`
+	Addr   string `json:"addr"`            // main address (client URL host:port for etcd)
+	Admin  string `json:"admin,omitempty"` // broker admin address
+	Peer   string `json:"peer,omitempty"`  // etcd peer address
+	Gossip string `json:"gossip,omitempty"`
+	Repl   string `json:"replication,omitempty"` // broker replication (gRPC) address
+	// ReplProxy: the replication address the broker advertises, served by
+	// the caller's proxy (Options.ReplicationProxies).
+	ReplProxy string   `json:"replication_proxy,omitempty"`
+	Args      []string `json:"args"`
 }
 
 // Plan is the whole topology with fixed addresses.
@@ -85,42 +101,15 @@ type Plan struct {
 	Control string     `json:"control"` // the up process's control address
 }
 
-// Ports are picked below the kernel's ephemeral range (Linux default
-// 32768-60999): a port handed out by the kernel for ":0" may be taken by
-// some process's outgoing connection (etcd peers dial each other) before
-// the planned process binds it. Each port is handed out once per process.
-const portLow, portHigh = 20000, 32000
-
-var (
-	portMu   sync.Mutex
-	portUsed = map[int]bool{}
-)
-
-func freePort(host string) (string, error) {
-	portMu.Lock()
-	defer portMu.Unlock()
-	start := portLow + rand.IntN(portHigh-portLow)
-	for i := 0; i < portHigh-portLow; i++ {
-		port := portLow + (start-portLow+i)%(portHigh-portLow)
-		if portUsed[port] {
-			continue
-		}
-		addr := net.JoinHostPort(host, strconv.Itoa(port))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		l.Close()
-		portUsed[port] = true
-		return addr, nil
-	}
-	return "", fmt.Errorf("up: no free port in %d-%d on %s", portLow, portHigh, host)
-}
+// freePort plans a port (package ports: below the ephemeral range, never
+// handed out twice on this machine while its planner lives).
+func freePort(host string) (string, error) { return ports.Free(host) }
 
 // NewPlan assigns names, racks and free ports.
 func NewPlan(o Options) (*Plan, error) {
 	o.defaults()
 	p := &Plan{Options: o}
+	h := o.scheme()
 	ports := func(n int) ([]string, error) {
 		out := make([]string, n)
 		for i := range out {
@@ -144,7 +133,7 @@ func NewPlan(o Options) (*Plan, error) {
 		if r == "witness" {
 			name, role = "witness", "witness"
 		}
-		initial = append(initial, name+"=http://"+a[1])
+		initial = append(initial, name+"="+h+a[1])
 		ps := ProcSpec{Name: name, Role: role, Addr: a[0], Peer: a[1]}
 		if r != "witness" {
 			ps.Region = r
@@ -154,7 +143,13 @@ func NewPlan(o Options) (*Plan, error) {
 	for i := range globals {
 		g := &globals[i]
 		g.Args = []string{"etcd", "--name", g.Name, "--data-dir", filepath.Join(o.DataDir, g.Name),
-			"--client-url", "http://" + g.Addr, "--peer-url", "http://" + g.Peer, "--initial-cluster", strings.Join(initial, ",")}
+			"--client-url", h + g.Addr, "--peer-url", h + g.Peer, "--initial-cluster", strings.Join(initial, ",")}
+		if g.Role == "witness" {
+			// The witness leads the global store: losing a region then
+			// never changes the leader, which would extend every lease
+			// (the dead region's failover lease too) by its TTL.
+			g.Args = append(g.Args, "--prefer-leader")
+		}
 	}
 	for _, r := range o.Regions {
 		a, err := ports(2)
@@ -163,7 +158,7 @@ func NewPlan(o Options) (*Plan, error) {
 		}
 		etcd := ProcSpec{Name: r + "-etcd", Role: "etcd", Region: r, Addr: a[0], Peer: a[1],
 			Args: []string{"etcd", "--name", r + "-etcd", "--data-dir", filepath.Join(o.DataDir, r+"-etcd"),
-				"--client-url", "http://" + a[0], "--peer-url", "http://" + a[1]}}
+				"--client-url", h + a[0], "--peer-url", h + a[1]}}
 		p.Procs = append(p.Procs, etcd)
 		for _, g := range globals {
 			if g.Region == r {
@@ -178,7 +173,7 @@ func NewPlan(o Options) (*Plan, error) {
 			name := fmt.Sprintf("%s-bookie-%d", r, i)
 			rack := fmt.Sprintf("r%d", (i-1)%o.RacksPerRegion+1)
 			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "bookie", Region: r, Rack: rack, Addr: a[0], Gossip: a[1],
-				Args: []string{"bookie", "--region", r, "--etcd", "http://" + etcd.Addr, "--id", name, "--rack", rack,
+				Args: []string{"bookie", "--region", r, "--etcd", h + etcd.Addr, "--id", name, "--rack", rack,
 					"--listen", a[0], "--data-dir", filepath.Join(o.DataDir, name)}})
 		}
 		for i := 1; i <= o.BrokersPerRegion; i++ {
@@ -187,15 +182,25 @@ func NewPlan(o Options) (*Plan, error) {
 				return nil, err
 			}
 			name := fmt.Sprintf("%s-broker-%d", r, i)
-			args := []string{"broker", "--region", r, "--etcd", "http://" + etcd.Addr, "--id", name,
-				"--listen", a[0], "--admin", a[1], "--replication-listen", a[3], "--global-etcd", globalURLs(globals, r)}
+			args := []string{"broker", "--region", r, "--etcd", h + etcd.Addr, "--id", name,
+				"--listen", a[0], "--admin", a[1], "--replication-listen", a[3], "--global-etcd", globalURLs(globals, r, h)}
 			if o.OwnershipTTL != "" {
 				args = append(args, "--ownership-ttl", o.OwnershipTTL)
 			}
 			if o.FailoverLeaseTTL != "" {
 				args = append(args, "--failover-lease-ttl", o.FailoverLeaseTTL)
 			}
-			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "broker", Region: r, Addr: a[0], Admin: a[1], Gossip: a[2], Repl: a[3], Args: args})
+			ps := ProcSpec{Name: name, Role: "broker", Region: r, Addr: a[0], Admin: a[1], Gossip: a[2], Repl: a[3]}
+			if o.ReplicationProxies {
+				px, err := freePort(o.Host)
+				if err != nil {
+					return nil, err
+				}
+				ps.ReplProxy = px
+				args = append(args, "--replication-advertise", px)
+			}
+			ps.Args = args
+			p.Procs = append(p.Procs, ps)
 		}
 	}
 	for _, g := range globals {
@@ -215,6 +220,14 @@ func NewPlan(o Options) (*Plan, error) {
 		ps := &p.Procs[i]
 		if ps.Gossip != "" {
 			ps.Args = append(ps.Args, "--gossip-addr", ps.Gossip, "--gossip-seeds", strings.Join(seeds, ","), "--gossip-profile", o.GossipProfile)
+			if o.TLS {
+				ps.Args = append(ps.Args, "--gossip-key-file", GossipKeyFile(o.DataDir))
+			}
+		}
+	}
+	if o.TLS {
+		for i := range p.Procs {
+			p.Procs[i].Args = append(p.Procs[i].Args, tlsArgs(o.DataDir, p.Procs[i].Name)...)
 		}
 	}
 	c, err := freePort(o.Host)
@@ -226,11 +239,16 @@ func NewPlan(o Options) (*Plan, error) {
 }
 
 // globalURLs lists the global store's client URLs, the region's own
-// member first.
-func globalURLs(globals []ProcSpec, region string) string {
+// member first, each named by its region ("east=http://...": brokers stop
+// sending requests to the members of regions they see unreachable; the
+// witness is never avoided).
+func globalURLs(globals []ProcSpec, region, scheme string) string {
 	var own, rest []string
 	for _, g := range globals {
-		u := "http://" + g.Addr
+		u := scheme + g.Addr
+		if g.Role == "global-etcd" && g.Region != "" {
+			u = g.Region + "=" + u
+		}
 		if g.Region == region {
 			own = append(own, u)
 		} else {
