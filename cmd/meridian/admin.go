@@ -21,6 +21,8 @@ func newAdminCmd() *cobra.Command {
 	var url string
 	cmd := &cobra.Command{Use: "admin", Short: "Administer tenants, namespaces, topics and subscriptions over the admin API"}
 	cmd.PersistentFlags().StringVar(&url, "url", "http://127.0.0.1:8080", "admin API URL of any broker")
+	var cf clientFlags
+	cf.register(cmd.PersistentFlags())
 	// do sends one request and returns the answer's body; an HTTP error
 	// becomes an error with the broker's reason.
 	do := func(method, path string, body any) ([]byte, error) {
@@ -37,7 +39,14 @@ func newAdminCmd() *cobra.Command {
 			return nil, err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err := cf.authorize(req); err != nil {
+			return nil, err
+		}
+		hc, err := cf.httpClient(60 * time.Second)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := hc.Do(req)
 		if err != nil {
 			return nil, err
 		}
@@ -88,9 +97,17 @@ func newAdminCmd() *cobra.Command {
 	tenants := &cobra.Command{Use: "tenants", Short: "Tenants"}
 	sub(tenants, "list", "List tenants", 0, func(a []string) error { return call("GET", "/admin/v2/tenants", nil) })
 	sub(tenants, "get TENANT", "Show a tenant", 1, func(a []string) error { return call("GET", "/admin/v2/tenants/"+a[0], nil) })
-	sub(tenants, "create TENANT", "Create a tenant", 1, func(a []string) error {
-		return call("PUT", "/admin/v2/tenants/"+a[0], map[string]any{"adminRoles": []string{}, "allowedClusters": []string{}})
-	})
+	var adminRoles, allowedClusters string
+	for _, verb := range []struct{ use, short, method string }{
+		{"create TENANT", "Create a tenant", "PUT"},
+		{"update TENANT", "Replace a tenant's admin roles and allowed clusters", "POST"},
+	} {
+		c := sub(tenants, verb.use, verb.short, 1, func(a []string) error {
+			return call(verb.method, "/admin/v2/tenants/"+a[0], map[string]any{"adminRoles": orEmpty(splitList(adminRoles)), "allowedClusters": orEmpty(splitList(allowedClusters))})
+		})
+		c.Flags().StringVarP(&adminRoles, "admin-roles", "r", "", "roles that administer the tenant, comma-separated")
+		c.Flags().StringVarP(&allowedClusters, "allowed-clusters", "c", "", "regions the tenant may use, comma-separated")
+	}
 	sub(tenants, "delete TENANT", "Delete a tenant without namespaces", 1, func(a []string) error { return call("DELETE", "/admin/v2/tenants/"+a[0], nil) })
 
 	namespaces := &cobra.Command{Use: "namespaces", Short: "Namespaces and their policies"}
@@ -130,7 +147,7 @@ func newAdminCmd() *cobra.Command {
 				body["regions"] = *u.Regions
 			}
 			if len(body) == 0 {
-				return fmt.Errorf("nothing to update: give at least one of --regions, --replication, --failover, --primary, --sync-on-unreachable, --sync-timeout, --min-regions, --start-at, --replication-backlog-quota, --replication-rate")
+				return fmt.Errorf("nothing to update: give at least one of --regions, --replication, --failover, --primary, --sync-on-unreachable, --sync-timeout, --min-regions, --start-at, --replication-backlog-quota, --replication-rate, --failover-delay, --switch-back-delay, --orphans")
 			}
 			return call("POST", "/admin/v2/namespaces/"+a[0]+"/meridian-replication", body)
 		},
@@ -255,8 +272,15 @@ replicated yet is not in REGION.`,
 			}
 			return call("GET", "/admin/v2/meridian/failover", nil)
 		}})
+	failover.AddCommand(&cobra.Command{Use: "orphans TENANT/NS",
+		Short: "List the messages an old active region acknowledged and had not replicated at a failover (the async tail), replicated late",
+		Args:  cobra.ExactArgs(1), RunE: func(_ *cobra.Command, a []string) error {
+			return call("GET", "/admin/v2/meridian/failover/"+a[0]+"/orphans", nil)
+		}})
 	cmd.AddCommand(tenants, namespaces, topics, subs, regions, failover, newReplicationCmd(do))
 	cmd.AddCommand(newAdminStorageCmds()...)
+	cmd.AddCommand(newTokensCmd(), newGossipKeysCmd(do))
+	namespaces.AddCommand(newPermissionCmds(call)...)
 	return cmd
 }
 
@@ -383,6 +407,9 @@ type replFlags struct {
 	startAt           string
 	backlogQuota      string
 	rate              string
+	failoverDelay     time.Duration
+	switchBackDelay   time.Duration
+	orphans           string
 }
 
 func (f *replFlags) register(c *cobra.Command) {
@@ -397,6 +424,9 @@ func (f *replFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.startAt, "start-at", "", "where a newly added region's replication starts: earliest | latest (default earliest)")
 	fl.StringVar(&f.rate, "replication-rate", "", "replication rate limit of the namespace to each remote region, bytes per second or with a unit (50MiB); 0 = none")
 	fl.StringVar(&f.backlogQuota, "replication-backlog-quota", "", "bound on each remote region's replication backlog, in bytes or with a unit (10GiB, 500MB); 0 = none")
+	fl.DurationVar(&f.failoverDelay, "failover-delay", 0, "active-standby: how long the active region must be seen down before another takes over (default 2s)")
+	fl.DurationVar(&f.switchBackDelay, "switch-back-delay", 0, "active-standby: how long a more preferred region that returned must be up and caught up before the namespace moves back (default 30s; 0 = never on its own)")
+	fl.StringVar(&f.orphans, "orphans", "", "active-standby: the async tail of a failover, when the old region returns: replicate | quarantine (default replicate; listed either way)")
 }
 
 // replUpdate holds the flags given on the command line (nil = not given).
@@ -435,6 +465,19 @@ func (f *replFlags) update(c *cobra.Command) (replUpdate, error) {
 	str("primary", "primary", f.primary)
 	str("sync-on-unreachable", "syncOnUnreachable", f.syncOnUnreachable)
 	str("start-at", "startAt", f.startAt)
+	str("orphans", "orphans", f.orphans)
+	if changed("failover-delay") {
+		if f.failoverDelay < time.Millisecond {
+			return u, fmt.Errorf("--failover-delay %s: at least 1ms", f.failoverDelay)
+		}
+		u.fields["failoverDelayMs"] = f.failoverDelay.Milliseconds()
+	}
+	if changed("switch-back-delay") {
+		if f.switchBackDelay < 0 {
+			return u, fmt.Errorf("--switch-back-delay %s: must not be negative (0 = never)", f.switchBackDelay)
+		}
+		u.fields["switchBackDelayMs"] = f.switchBackDelay.Milliseconds()
+	}
 	if changed("sync-timeout") {
 		if f.syncTimeout < 0 {
 			return u, fmt.Errorf("--sync-timeout %s: must not be negative", f.syncTimeout)

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -10,30 +13,115 @@ import (
 	"github.com/meridian-mq/meridian/bookie/autorecovery"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// newAutorecoveryCmd runs a region's auto-recovery: an auditor candidate
-// (one per region audits at a time) and re-replication workers.
+// Auto-recovery runs, by default, inside every broker process (`meridian
+// broker`, hence `meridian up`) and inside `meridian standalone`: each is a
+// candidate for the region's auditor (one is elected through etcd) and runs
+// re-replication workers, which coordinate through etcd. `meridian
+// autorecovery` runs the same thing as a process of its own, for
+// deployments that keep copying off the brokers (then start brokers with
+// --autorecovery=false).
+
+// recoveryFlags are auto-recovery's settings, shared by the broker,
+// standalone and autorecovery commands.
+type recoveryFlags struct {
+	enabled bool
+	delay   time.Duration
+	scrub   time.Duration
+	mbps    float64
+	workers int
+}
+
+// register adds the flags; prefix is "" for `meridian autorecovery` and
+// "recovery-" where they sit beside other roles' flags.
+func (r *recoveryFlags) register(f *pflag.FlagSet, prefix string, withEnable bool) {
+	if withEnable {
+		f.BoolVar(&r.enabled, "autorecovery", true, "run auto-recovery in this process (an auditor candidate and re-replication workers)")
+	}
+	f.DurationVar(&r.delay, "lost-bookie-delay", 60*time.Second, "how long one bookie may be gone (registration expired, gossip failed) before its fragments are re-replicated; two or more gone together: at once")
+	f.DurationVar(&r.scrub, prefix+"scrub-interval", time.Hour, "how often the auditor scans every ledger for fragments below their write quorum or breaking the placement rule")
+	f.Float64Var(&r.mbps, prefix+"throttle-mbps", 50, "re-replication copy cap of this process in MiB/s (0: unlimited)")
+	f.IntVar(&r.workers, prefix+"workers", 2, "re-replication workers in this process")
+}
+
+// config builds the autorecovery.Config.
+func (r recoveryFlags) config(store *cluster.Store, view *cluster.BookieView, alive func(string) bool, metrics *autorecovery.Metrics, log *slog.Logger) (autorecovery.Config, error) {
+	cfg := autorecovery.DefaultConfig()
+	cfg.Store, cfg.Bookies, cfg.Alive, cfg.Metrics = store, view, alive, metrics
+	cfg.Logger = log.With("component", "autorecovery")
+	cfg.LostBookieDelay = r.delay
+	if r.scrub > 0 {
+		cfg.ScrubInterval = r.scrub
+	}
+	cfg.ThrottleBytesPerSec = int64(r.mbps * (1 << 20))
+	if r.mbps <= 0 {
+		cfg.ThrottleBytesPerSec = -1
+	}
+	cfg.Throttle = autorecovery.NewThrottle(cfg.ThrottleBytesPerSec) // shared by all workers of the process
+	return cfg, cfg.Validate()
+}
+
+// runAutorecovery starts an auditor candidate and the workers on ctx; wait
+// blocks until they stopped (after ctx ends).
+func runAutorecovery(ctx context.Context, cfg autorecovery.Config, id string, workers int, client *ledger.Client) (wait func(), err error) {
+	cfg.ScrubReader = client // the scrub samples each replica's data too
+	aud, err := autorecovery.NewAuditor(cfg, id)
+	if err != nil {
+		return nil, err
+	}
+	var ws []*autorecovery.Worker
+	for i := range max(workers, 1) {
+		w, err := autorecovery.NewWorker(cfg, fmt.Sprintf("%s/w%d", id, i), client)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { aud.Run(ctx) })
+	for _, w := range ws {
+		wg.Go(func() { w.Run(ctx) })
+	}
+	return wg.Wait, nil
+}
+
+func processID() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", h, os.Getpid())
+}
+
+// newAutorecoveryCmd runs a region's auto-recovery as a process of its own.
 func newAutorecoveryCmd() *cobra.Command {
-	var region, etcd, root, id string
-	var delay, scrub time.Duration
-	var mbps float64
-	var workers int
+	var region, etcd, root, id, metricsAddr string
+	var rf recoveryFlags
+	var gossip gossipFlags
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "autorecovery",
-		Short: "Run auto-recovery: detect lost bookies and re-replicate their fragments",
+		Short: "Run auto-recovery: detect lost bookies and re-replicate their fragments (brokers run it too, by default)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if id == "" {
-				h, _ := os.Hostname()
-				id = fmt.Sprintf("%s-%d", h, os.Getpid())
+				id = processID()
 			}
 			log := logger()
 			ctx, stop := signalContext()
 			defer stop()
 			md := MetadataConfig{Endpoints: splitList(etcd), Root: root}
+			secfc := sec.merge(cmd, SecurityFileConfig{})
+			tlsSrc, err := secfc.tlsSource()
+			if err != nil {
+				return err
+			}
+			storeCfg, err := secfc.storeConfig(md.Endpoints, md.regionPrefix(region), tlsSrc)
+			if err != nil {
+				return err
+			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			store, err := cluster.Connect(sctx, cluster.StoreConfig{Endpoints: md.Endpoints, Prefix: md.regionPrefix(region)})
+			store, err := cluster.Connect(sctx, storeCfg)
 			cancel()
 			if err != nil {
 				return err
@@ -44,41 +132,47 @@ func newAutorecoveryCmd() *cobra.Command {
 				return err
 			}
 			defer view.Close()
-			client, err := ledger.New(ledger.Config{Store: store, Bookies: ledger.ViewSource{View: view}, Region: region, Logger: log})
+			var alive func(string) bool
+			m, err := gossip.start(id, cluster.RoleAutorecovery, region, "", "", "", log)
+			if err != nil {
+				return err
+			}
+			if m != nil {
+				defer m.Shutdown()
+				alive = autorecovery.GossipAlive(m)
+			}
+			client, err := ledger.New(ledger.Config{Store: store, Bookies: ledger.ViewSource{View: view}, Region: region, Logger: log, DialOptions: ledgerDialOptions(tlsSrc)})
 			if err != nil {
 				return err
 			}
 			defer client.Close()
-
-			cfg := autorecovery.DefaultConfig()
-			cfg.Store, cfg.Bookies, cfg.Logger = store, view, log
-			cfg.LostBookieDelay = delay
-			if scrub > 0 {
-				cfg.ScrubInterval = scrub
-			}
-			cfg.ThrottleBytesPerSec = int64(mbps * (1 << 20))
-			if mbps <= 0 {
-				cfg.ThrottleBytesPerSec = -1
-			}
-			cfg.Throttle = autorecovery.NewThrottle(cfg.ThrottleBytesPerSec) // shared by all workers
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-			aud, err := autorecovery.NewAuditor(cfg, id)
-			if err != nil {
-				return err
-			}
-			var wg sync.WaitGroup
-			wg.Go(func() { aud.Run(ctx) })
-			for i := range max(workers, 1) {
-				w, err := autorecovery.NewWorker(cfg, fmt.Sprintf("%s/w%d", id, i), client)
+			metrics := autorecovery.NewMetrics(region)
+			if metricsAddr != "" {
+				lis, err := net.Listen("tcp", metricsAddr)
 				if err != nil {
 					return err
 				}
-				wg.Go(func() { w.Run(ctx) })
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(metrics.Gatherer(), promhttp.HandlerOpts{}))
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				go srv.Serve(lis)
+				defer srv.Close()
 			}
-			log.Info("autorecovery running", "id", id, "region", region, "lost_bookie_delay", delay, "throttle_mbps", mbps, "workers", workers)
-			wg.Wait()
+			cfg, err := rf.config(store, view, alive, metrics, log)
+			if err != nil {
+				return err
+			}
+			wait, err := runAutorecovery(ctx, cfg, id, rf.workers, client)
+			if err != nil {
+				return err
+			}
+			log.Info("autorecovery running", "id", id, "region", region, "lost_bookie_delay", rf.delay, "throttle_mbps", rf.mbps, "workers", rf.workers, "gossip", m != nil)
+			wait()
+			if m != nil {
+				lctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				m.Leave(lctx)
+				cancel()
+			}
 			return nil
 		},
 	}
@@ -87,9 +181,9 @@ func newAutorecoveryCmd() *cobra.Command {
 	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")
 	f.StringVar(&root, "metadata-root", "/meridian", "etcd key root of Meridian's metadata")
 	f.StringVar(&id, "id", "", "name of this process in the auditor election (default: host-pid)")
-	f.DurationVar(&delay, "lost-bookie-delay", 60*time.Second, "how long one bookie may be unregistered before its fragments are re-replicated (two or more at once: immediately)")
-	f.DurationVar(&scrub, "scrub-interval", time.Hour, "how often the auditor scans every ledger without a new loss")
-	f.Float64Var(&mbps, "throttle-mbps", 50, "copy throughput cap in MiB/s for this process (0: unlimited)")
-	f.IntVar(&workers, "workers", 2, "re-replication workers in this process")
+	f.StringVar(&metricsAddr, "metrics", "", "Prometheus /metrics listen address (empty: off)")
+	rf.register(f, "", false)
+	gossip.register(cmd)
+	sec.registerTLS(cmd)
 	return cmd
 }

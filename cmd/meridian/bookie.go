@@ -12,8 +12,10 @@ import (
 
 func newBookieCmd() *cobra.Command {
 	var cfgPath, region, etcd string
+	var powerLoss bool
 	var bc bookie.Config
 	var gossip gossipFlags
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "bookie",
 		Short: "Run a bookie: a storage node keeping ledger entries durably on Pebble",
@@ -54,6 +56,17 @@ func newBookieCmd() *cobra.Command {
 			if f.Changed("etcd") || len(fc.Metadata.Endpoints) == 0 {
 				fc.Metadata.Endpoints = splitList(etcd)
 			}
+			if powerLoss {
+				// Drills and tests only: what is not fsynced lives in this
+				// process's memory, so a kill -9 loses it (bookie.PowerLossFS).
+				c = c.SimulatePowerLoss()
+			}
+			fc.Security = sec.merge(cmd, fc.Security)
+			if fc.Security.TLS.Enabled() {
+				c.TLS = fc.Security.TLS
+			} else {
+				fc.Security.TLS = c.TLS
+			}
 			log := logger()
 			c.Logger = log
 			ctx, stop := signalContext()
@@ -72,14 +85,27 @@ func newBookieCmd() *cobra.Command {
 	f.StringVar(&bc.Rack, "rack", "", "rack label")
 	f.StringVar(&bc.MetricsAddr, "metrics", "", "Prometheus /metrics listen address (empty: off)")
 	f.Float64Var(&bc.DiskUsageThreshold, "disk-usage-threshold", bookie.DefaultDiskUsageThreshold, "disk usage fraction at which the bookie turns read-only")
+	f.BoolVar(&powerLoss, "simulate-power-loss", false, "drills and tests only: keep every write not yet fsynced in memory (bookie.PowerLossFS), so a kill -9 of this bookie loses what a power loss would")
 	gossip.register(cmd)
+	sec.registerTLS(cmd)
 	return cmd
 }
 
-// runBookie runs one bookie until ctx ends.
+// The bookie follows its decommission record (read-only, then removed).
+var _ bookie.Decommissioner = (*cluster.BookieRegistry)(nil)
+
+// runBookie runs one bookie until ctx ends (or a decommission removed it).
 func runBookie(ctx context.Context, fc FileConfig, c bookie.Config, gossip *gossipFlags) error {
+	tlsSrc, err := fc.Security.tlsSource()
+	if err != nil {
+		return err
+	}
+	storeCfg, err := fc.Security.storeConfig(fc.Metadata.Endpoints, fc.Metadata.regionPrefix(fc.Region), tlsSrc)
+	if err != nil {
+		return err
+	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	store, err := cluster.Connect(sctx, cluster.StoreConfig{Endpoints: fc.Metadata.Endpoints, Prefix: fc.Metadata.regionPrefix(fc.Region)})
+	store, err := cluster.Connect(sctx, storeCfg)
 	cancel()
 	if err != nil {
 		return err
@@ -111,8 +137,12 @@ func runBookie(ctx context.Context, fc FileConfig, c bookie.Config, gossip *goss
 			m.Leave(lctx)
 		}()
 	}
-	<-ctx.Done()
-	c.Logger.Info("bookie stopping")
+	select {
+	case <-ctx.Done():
+		c.Logger.Info("bookie stopping")
+	case <-srv.Removed():
+		c.Logger.Warn("bookie decommissioned and removed from the region; stopping")
+	}
 	if err := srv.Close(); err != nil {
 		return fmt.Errorf("bookie close: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/meridian-mq/meridian/bookie/autorecovery"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker"
 	"github.com/meridian-mq/meridian/cluster"
@@ -35,6 +36,9 @@ func newBrokerCmd() *cobra.Command {
 	var cfgPath, region, etcd, globalEtcd string
 	var bf BrokerFileConfig
 	var gossip gossipFlags
+	var rf recoveryFlags
+	var maxEntries int
+	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker: the Pulsar protocol and admin API over the region's bookies (external etcd, bookie processes)",
@@ -78,8 +82,21 @@ func newBrokerCmd() *cobra.Command {
 			log := logger()
 			ctx, stop := signalContext()
 			defer stop()
+			secfc := sec.merge(cmd, fc.Security)
+			tlsSrc, err := secfc.tlsSource()
+			if err != nil {
+				return err
+			}
+			security, err := secfc.brokerSecurity(tlsSrc)
+			if err != nil {
+				return err
+			}
+			storeCfg, err := secfc.storeConfig(fc.Metadata.Endpoints, fc.Metadata.regionPrefix(fc.Region), tlsSrc)
+			if err != nil {
+				return err
+			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			store, err := cluster.Connect(sctx, cluster.StoreConfig{Endpoints: fc.Metadata.Endpoints, Prefix: fc.Metadata.regionPrefix(fc.Region)})
+			store, err := cluster.Connect(sctx, storeCfg)
 			cancel()
 			if err != nil {
 				return err
@@ -91,8 +108,12 @@ func newBrokerCmd() *cobra.Command {
 				if f.Changed("global-etcd") {
 					eps = splitList(globalEtcd)
 				}
+				gcfg, err := secfc.storeConfig(eps, fc.Metadata.globalPrefix(), tlsSrc)
+				if err != nil {
+					return err
+				}
 				gctx, gcancel := context.WithTimeout(ctx, 30*time.Second)
-				global, err = cluster.Connect(gctx, cluster.StoreConfig{Endpoints: eps, Prefix: fc.Metadata.globalPrefix()})
+				global, err = cluster.Connect(gctx, gcfg)
 				gcancel()
 				if err != nil {
 					return err
@@ -121,7 +142,8 @@ func newBrokerCmd() *cobra.Command {
 			}
 			// Ledger ids come from the global store, so they never collide
 			// between regions (message ids are built from them).
-			lc, err := ledger.New(ledger.Config{Store: store, IDs: cluster.NewIDAllocator(global), Bookies: bookies, Region: fc.Region, Rack: c.Rack, Logger: log.With("component", "ledger")})
+			lc, err := ledger.New(ledger.Config{Store: store, IDs: cluster.NewIDAllocator(global), Bookies: bookies, Region: fc.Region, Rack: c.Rack, Logger: log.With("component", "ledger"),
+				DialOptions: ledgerDialOptions(tlsSrc)})
 			if err != nil {
 				return err
 			}
@@ -131,10 +153,37 @@ func newBrokerCmd() *cobra.Command {
 				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
 				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
 				ReplicationAddr: c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
+				Security: security,
 			}
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
+			bc.ManagedLedger.MaxEntriesPerLedger = maxEntries
+			// Auto-recovery in the broker's process (see autorecovery.go).
+			var waitRecovery func()
+			if rf.enabled {
+				var alive func(string) bool
+				if m != nil {
+					alive = autorecovery.GossipAlive(m)
+				}
+				metrics := autorecovery.NewMetrics(fc.Region)
+				rcfg, err := rf.config(store, view, alive, metrics, log)
+				if err != nil {
+					return err
+				}
+				rctx, rstop := context.WithCancel(ctx)
+				defer rstop()
+				if waitRecovery, err = runAutorecovery(rctx, rcfg, "broker-"+name, rf.workers, lc); err != nil {
+					return err
+				}
+				bc.ExtraMetrics = append(bc.ExtraMetrics, metrics.Gatherer())
+			}
 			if m != nil {
+				bc.Security.GossipKeys = m
 				bc.HealthView = m.Snapshot // automatic failover of active-standby namespaces
+				bc.PublishProbe = func(ok bool, at time.Time) {
+					if err := m.SetTags(cluster.ProbeTags(ok, at)); err != nil {
+						log.Warn("publish write probe", "err", err)
+					}
+				}
 			}
 			if c.FailoverLeaseTTL > 0 {
 				r := failover.DefaultLeaseRules()
@@ -156,6 +205,9 @@ func newBrokerCmd() *cobra.Command {
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			err = b.Close(cctx)
+			if waitRecovery != nil {
+				waitRecovery() // ctx is done: the auditor resigns, the workers give their claims back
+			}
 			if m != nil {
 				m.Leave(cctx)
 			}
@@ -166,7 +218,7 @@ func newBrokerCmd() *cobra.Command {
 	f.StringVar(&cfgPath, "config", "", "config file (YAML; sections region, metadata, broker)")
 	f.StringVar(&region, "region", "default", "region of this broker")
 	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")
-	f.StringVar(&globalEtcd, "global-etcd", "", "the global store's endpoints, comma-separated (default: the region's etcd, single region)")
+	f.StringVar(&globalEtcd, "global-etcd", "", "the global store's endpoints, comma-separated; REGION=URL names a member's region, so that it is not sent requests while gossip sees its region unreachable (default: the region's etcd, single region)")
 	f.StringVar(&bf.ID, "id", "", "broker id (default: the advertised address)")
 	f.StringVar(&bf.ListenAddr, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
 	f.StringVar(&bf.AdvertisedAddr, "advertise", "", "address clients are told to connect to (default: the listen address)")
@@ -178,6 +230,9 @@ func newBrokerCmd() *cobra.Command {
 	f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
 	f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")
 	f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")
+	f.IntVar(&maxEntries, "max-entries-per-ledger", 0, "roll a topic's ledger over after this many entries (0: the default, 50000)")
+	rf.register(f, "recovery-", true)
 	gossip.register(cmd)
+	sec.registerBroker(cmd)
 	return cmd
 }

@@ -17,15 +17,19 @@ import (
 // meridian produce / consume: small pulsar-client-go tools to try a
 // deployment by hand (produce in one region, consume in another).
 
-func pulsarClient(url string) (pulsar.Client, error) {
-	return pulsar.NewClient(pulsar.ClientOptions{
+func pulsarClient(url string, cf *clientFlags) (pulsar.Client, error) {
+	o := pulsar.ClientOptions{
 		URL:               url,
 		ConnectionTimeout: 5 * time.Second,
 		OperationTimeout:  30 * time.Second,
 		// The client logs every reconnect at info level; keep the
 		// terminal for the messages unless --log-level debug.
 		Logger: plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(clientLogOut(), nil))),
-	})
+	}
+	if err := cf.pulsarOptions(&o); err != nil {
+		return nil, err
+	}
+	return pulsar.NewClient(o)
 }
 
 func clientLogOut() io.Writer {
@@ -37,6 +41,7 @@ func clientLogOut() io.Writer {
 
 func newProduceCmd() *cobra.Command {
 	var url, topic, prefix, key string
+	var cf clientFlags
 	var n int
 	cmd := &cobra.Command{
 		Use:   "produce",
@@ -50,7 +55,7 @@ func newProduceCmd() *cobra.Command {
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			c, err := pulsarClient(url)
+			c, err := pulsarClient(url, &cf)
 			if err != nil {
 				return err
 			}
@@ -74,6 +79,7 @@ func newProduceCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	cf.register(f)
 	f.StringVar(&url, "url", "pulsar://127.0.0.1:6650", "service URL (pulsar://host:port[,host:port...])")
 	f.StringVar(&topic, "topic", "", "topic (my-topic or persistent://tenant/ns/topic)")
 	f.IntVar(&n, "messages", 10, "messages to send")
@@ -84,6 +90,7 @@ func newProduceCmd() *cobra.Command {
 
 func newConsumeCmd() *cobra.Command {
 	var url, topic, subName, subType, start string
+	var cf clientFlags
 	var count int
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -111,7 +118,7 @@ producer name, then acknowledges it. It stops after --count messages (0: until C
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			c, err := pulsarClient(url)
+			c, err := pulsarClient(url, &cf)
 			if err != nil {
 				return err
 			}
@@ -146,6 +153,7 @@ producer name, then acknowledges it. It stops after --count messages (0: until C
 		},
 	}
 	f := cmd.Flags()
+	cf.register(f)
 	f.StringVar(&url, "url", "pulsar://127.0.0.1:6650", "service URL (pulsar://host:port[,host:port...])")
 	f.StringVar(&topic, "topic", "", "topic (my-topic or persistent://tenant/ns/topic)")
 	f.StringVar(&subName, "subscription", "", "subscription name")

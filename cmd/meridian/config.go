@@ -24,6 +24,9 @@ type FileConfig struct {
 	Broker BrokerFileConfig `yaml:"broker"`
 	// Etcd: the embedded etcd role (`meridian etcd`).
 	Etcd cluster.EtcdConfig `yaml:"etcd"`
+	// Security: TLS, tokens, authorization, etcd credentials
+	// (security.go). Absent: plaintext, no authentication.
+	Security SecurityFileConfig `yaml:"security"`
 }
 
 // MetadataConfig locates the region's etcd.

@@ -38,6 +38,12 @@ func newEtcdCmd() *cobra.Command {
 			if f.Changed("cluster-state") {
 				c.ClusterState = ec.ClusterState
 			}
+			if f.Changed("prefer-leader") {
+				c.PreferLeader = ec.PreferLeader
+			}
+			if f.Changed("tls-cert-file") || f.Changed("tls-key-file") || f.Changed("tls-trust-certs-file") {
+				c.TLS = ec.TLS
+			}
 			log := logger()
 			e, err := cluster.StartEtcd(c)
 			if err != nil {
@@ -63,5 +69,9 @@ func newEtcdCmd() *cobra.Command {
 	f.StringVar(&ec.PeerURL, "peer-url", "http://127.0.0.1:2380", "URL peers connect to")
 	f.StringVar(&ec.InitialCluster, "initial-cluster", "", "name=peerURL,... of every member (default: this member alone)")
 	f.StringVar(&ec.ClusterState, "cluster-state", "new", "new or existing")
+	f.StringVar(&ec.TLS.CertFile, "tls-cert-file", "", "PEM certificate of this member: with --tls-key-file and --tls-trust-certs-file, clients and peers use mutual TLS (https:// URLs)")
+	f.StringVar(&ec.TLS.KeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	f.StringVar(&ec.TLS.CAFile, "tls-trust-certs-file", "", "PEM CA certificates clients and peers must chain to")
+	f.BoolVar(&ec.PreferLeader, "prefer-leader", false, "take the raft leadership whenever another member leads (the global store's witness: a leader change extends every lease, so a dead region's member must not lead)")
 	return cmd
 }

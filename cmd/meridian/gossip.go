@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/proto/metapb"
@@ -17,6 +19,7 @@ type gossipFlags struct {
 	addr    string
 	seeds   string
 	key     string
+	keyFile string
 	profile string
 }
 
@@ -24,8 +27,9 @@ func (g *gossipFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&g.addr, "gossip-addr", "", "gossip (serf) bind address host:port; empty: no gossip")
 	f.StringVar(&g.seeds, "gossip-seeds", "", "gossip members to join, comma-separated host:port")
-	f.StringVar(&g.key, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; empty: plaintext")
-	f.StringVar(&g.profile, "gossip-profile", "lan", "gossip timings: lan (memberlist's LAN defaults) or fast (loopback tests)")
+	f.StringVar(&g.key, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; empty: plaintext (visible in ps: prefer --gossip-key-file)")
+	f.StringVar(&g.keyFile, "gossip-key-file", "", "file holding the base64 gossip key")
+	f.StringVar(&g.profile, "gossip-profile", "meridian", "gossip timings: meridian (failure detection in ~2-4 s across regions), lan (memberlist's LAN defaults) or fast (loopback tests)")
 }
 
 // start joins the gossip cluster if --gossip-addr is set (nil otherwise).
@@ -35,12 +39,14 @@ func (g *gossipFlags) start(name string, role cluster.Role, region, rack, servic
 	}
 	var c cluster.MembershipConfig
 	switch g.profile {
-	case "lan", "":
+	case "meridian", "":
+		c = cluster.RegionsConfig()
+	case "lan":
 		c = cluster.DefaultMembershipConfig()
 	case "fast":
 		c = cluster.FastLocalConfig()
 	default:
-		return nil, fmt.Errorf("gossip profile %q: want lan or fast", g.profile)
+		return nil, fmt.Errorf("gossip profile %q: want meridian, lan or fast", g.profile)
 	}
 	host, port, err := net.SplitHostPort(g.addr)
 	if err != nil {
@@ -52,6 +58,13 @@ func (g *gossipFlags) start(name string, role cluster.Role, region, rack, servic
 	}
 	c.NodeName, c.Role, c.Region, c.Rack, c.ServiceAddr, c.AdminAddr = name, role, region, rack, service, admin
 	c.Seeds = splitList(g.seeds)
+	if g.keyFile != "" {
+		b, err := os.ReadFile(g.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		g.key = strings.TrimSpace(string(b))
+	}
 	if g.key != "" {
 		k, err := base64.StdEncoding.DecodeString(g.key)
 		if err != nil {

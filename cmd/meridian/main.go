@@ -14,6 +14,7 @@ import (
 )
 
 func main() {
+	startPprof()
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "meridian:", err)
 		os.Exit(1)
@@ -31,7 +32,7 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newEtcdCmd(), newBookieCmd(), newStandaloneCmd(), newBrokerCmd(), newUpCmd(), newAutorecoveryCmd(), newAdminCmd(), newBenchCmd())
-	root.AddCommand(newProduceCmd(), newConsumeCmd())
+	root.AddCommand(newProduceCmd(), newConsumeCmd(), newDrillCmd())
 	return root
 }
 

@@ -6,12 +6,15 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie"
+	"github.com/meridian-mq/meridian/bookie/autorecovery"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/spf13/cobra"
 )
 
@@ -19,8 +22,12 @@ func newStandaloneCmd() *cobra.Command {
 	var dataDir, etcdClient, etcdPeer, bookieHost string
 	var bookies, bookieBasePort int
 	var listen, adminAddr string
+	var bookieMetrics []string
 	var policyEvery time.Duration
 	var maxConnsPerIP, maxProducersPerTopic int
+	var rf recoveryFlags
+	var sec securityFlags
+	var genTLS bool
 	cmd := &cobra.Command{
 		Use:   "standalone",
 		Short: "Run one region in one process: embedded etcd, bookies and a broker on loopback",
@@ -30,22 +37,64 @@ its own rack) and one broker speaking the Pulsar protocol on
 pulsar://127.0.0.1:6650 with the admin API on http://127.0.0.1:8080. Tenant
 public and namespace public/default exist; topics are created on first use.
 A restart on the same data directory keeps every acknowledged message and
-every subscription's position.`,
+every subscription's position.
+
+--tls makes every listener TLS (pulsar+ssl://127.0.0.1:6651, admin
+https://127.0.0.1:8443, etcd and the bookies mutual TLS) with a local CA
+and certificate made in DATA-DIR/tls (kept across restarts); clients
+trust DATA-DIR/tls/ca.pem. --token-secret-key/--token-public-key turn
+token authentication on, --authorization role permissions.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
 			ctx, stop := signalContext()
 			defer stop()
-			e, err := cluster.StartEtcd(cluster.EtcdConfig{
+			f := cmd.Flags()
+			if genTLS {
+				files, err := tlsutil.LocalPKI(filepath.Join(dataDir, "tls"), map[string]tlsutil.Leaf{"standalone": tlsutil.LocalLeaf("standalone", "standalone")})
+				if err != nil {
+					return fmt.Errorf("--tls: %w", err)
+				}
+				sec.fc.TLS = files["standalone"]
+				if !f.Changed("listen") {
+					listen = "127.0.0.1:6651"
+				}
+				if !f.Changed("admin") {
+					adminAddr = "127.0.0.1:8443"
+				}
+			}
+			secfc := sec.merge(cmd, SecurityFileConfig{})
+			if genTLS {
+				secfc.TLS = sec.fc.TLS
+			}
+			tlsSrc, err := secfc.tlsSource()
+			if err != nil {
+				return err
+			}
+			security, err := secfc.brokerSecurity(tlsSrc)
+			if err != nil {
+				return err
+			}
+			ecfg := cluster.EtcdConfig{
 				Name: "standalone", DataDir: filepath.Join(dataDir, "etcd"),
 				ClientURL: etcdClient, PeerURL: etcdPeer,
-			})
+			}
+			if tlsSrc != nil {
+				ecfg.TLS = secfc.TLS
+				ecfg.ClientURL = strings.Replace(etcdClient, "http://", "https://", 1)
+				ecfg.PeerURL = strings.Replace(etcdPeer, "http://", "https://", 1)
+			}
+			e, err := cluster.StartEtcd(ecfg)
 			if err != nil {
 				return err
 			}
 			defer e.Close()
 			md := MetadataConfig{Endpoints: []string{e.ClientURL()}}
+			storeCfg, err := secfc.storeConfig(md.Endpoints, md.regionPrefix("standalone"), tlsSrc)
+			if err != nil {
+				return err
+			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			store, err := cluster.Connect(sctx, cluster.StoreConfig{Endpoints: md.Endpoints, Prefix: md.regionPrefix("standalone")})
+			store, err := cluster.Connect(sctx, storeCfg)
 			cancel()
 			if err != nil {
 				return err
@@ -69,6 +118,10 @@ every subscription's position.`,
 				c.ListenAddr = net.JoinHostPort(bookieHost, strconv.Itoa(port))
 				c.DataDir = filepath.Join(dataDir, c.ID)
 				c.Logger = log.With("bookie", c.ID)
+				if i <= len(bookieMetrics) {
+					c.MetricsAddr = bookieMetrics[i-1]
+				}
+				c.TLS = secfc.TLS
 				s, err := bookie.New(c, cluster.NewBookieRegistry(store, 0))
 				if err != nil {
 					return err
@@ -88,7 +141,8 @@ every subscription's position.`,
 			for len(view.Bookies(true)) < min(bookies, 3) {
 				time.Sleep(20 * time.Millisecond)
 			}
-			lc, err := ledger.New(ledger.Config{Store: store, Bookies: ledger.ViewSource{View: view}, Region: "standalone", Logger: log.With("component", "ledger")})
+			lc, err := ledger.New(ledger.Config{Store: store, Bookies: ledger.ViewSource{View: view}, Region: "standalone", Logger: log.With("component", "ledger"),
+				DialOptions: ledgerDialOptions(tlsSrc)})
 			if err != nil {
 				return err
 			}
@@ -97,6 +151,23 @@ every subscription's position.`,
 				Cluster: "standalone", ListenAddr: listen, AdminAddr: adminAddr,
 				Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery,
 				MaxConnectionsPerIP: maxConnsPerIP, MaxProducersPerTopic: maxProducersPerTopic,
+				Security: security,
+			}
+			// Self-healing storage in the same process (autorecovery.go).
+			if rf.enabled {
+				metrics := autorecovery.NewMetrics("standalone")
+				rcfg, err := rf.config(store, view, nil, metrics, log)
+				if err != nil {
+					return err
+				}
+				rctx, rstop := context.WithCancel(ctx)
+				wait, err := runAutorecovery(rctx, rcfg, "standalone", rf.workers, lc)
+				if err != nil {
+					rstop()
+					return err
+				}
+				defer func() { rstop(); wait() }()
+				bc.ExtraMetrics = append(bc.ExtraMetrics, metrics.Gatherer())
 			}
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = min(bookies, 3), min(bookies, 3), min(bookies, 2)
 			brk, err := broker.New(bc)
@@ -113,7 +184,8 @@ every subscription's position.`,
 					log.Warn("broker close", "err", err)
 				}
 			}()
-			log.Info("meridian standalone ready", "service_url", brk.ServiceURL(), "admin_url", brk.AdminURL(), "etcd", e.ClientURL(), "bookies", bookies, "data_dir", dataDir)
+			log.Info("meridian standalone ready", "service_url", brk.ServiceURL(), "admin_url", brk.AdminURL(), "etcd", e.ClientURL(), "bookies", bookies, "data_dir", dataDir,
+				"tls_trust_certs_file", secfc.TLS.CAFile, "authentication", security.Tokens != nil, "authorization", security.Authorization)
 			select {
 			case <-ctx.Done():
 			case err := <-e.Err():
@@ -135,5 +207,9 @@ every subscription's position.`,
 	f.IntVar(&bookies, "bookies", 3, "number of bookies")
 	f.StringVar(&bookieHost, "bookie-host", "127.0.0.1", "host the bookies listen on")
 	f.IntVar(&bookieBasePort, "bookie-base-port", 3181, "port of the first bookie; the others follow (0: any free ports)")
+	rf.register(f, "recovery-", true)
+	f.StringSliceVar(&bookieMetrics, "bookie-metrics", nil, "Prometheus /metrics listen addresses of the bookies, in order, comma-separated (default: none)")
+	f.BoolVar(&genTLS, "tls", false, "TLS everywhere with a local CA and certificate made in DATA-DIR/tls (pulsar+ssl on 6651, admin https on 8443 unless --listen/--admin say otherwise)")
+	sec.registerBroker(cmd)
 	return cmd
 }

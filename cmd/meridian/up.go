@@ -71,6 +71,7 @@ A second "up" on the same --data-dir reuses its ports and data.`,
 	f.IntVar(&o.RacksPerRegion, "racks-per-region", 3, "racks per region")
 	f.StringVar(&o.DataDir, "data-dir", "./data/up", "data, logs, plan.json and endpoints.json")
 	f.StringVar(&o.OwnershipTTL, "ownership-ttl", "", "brokers' bundle ownership lease (e.g. 5s)")
+	f.BoolVar(&o.TLS, "tls", false, "TLS everywhere: a local CA and a certificate per process in DATA-DIR/tls, pulsar+ssl:// and https:// URLs, mutual TLS on every gRPC and etcd link, gossip encrypted with a generated key; clients trust DATA-DIR/tls/ca.pem")
 	f.StringVar(&restart, "restart", "", "restart one process of the running deployment in --data-dir, by name")
 	return cmd
 }
@@ -85,6 +86,11 @@ func printUpSummary(w io.Writer, e up.Endpoints, dataDir, bin string) {
 		names = append(names, r.Name)
 	}
 	first, last := e.Regions[0], e.Regions[len(e.Regions)-1]
+	// With TLS, every client command trusts the deployment's CA.
+	tf := ""
+	if e.TLSTrustCertsFile != "" {
+		tf = " --tls-trust-certs-file " + e.TLSTrustCertsFile
+	}
 	fmt.Fprintf(w, "\nMeridian is up: regions %s; %s replicates across all of them (async, primary %s).\n",
 		strings.Join(names, ", "), up.DefaultNamespace, first.Name)
 	fmt.Fprintf(w, "  all regions   service URL %s\n", e.ServiceURL)
@@ -96,14 +102,14 @@ func printUpSummary(w io.Writer, e up.Endpoints, dataDir, bin string) {
 	if len(e.Regions) > 1 {
 		fmt.Fprintf(w, "Try it, in another terminal:\n")
 		fmt.Fprintf(w, "1. consume in %s (leave it running; it subscribes first, so nothing is trimmed before it reads):\n", last.Name)
-		fmt.Fprintf(w, "     %s consume --url %s --topic hello --subscription demo\n", bin, last.ServiceURL)
+		fmt.Fprintf(w, "     %s consume --url %s --topic hello --subscription demo%s\n", bin, last.ServiceURL, tf)
 		fmt.Fprintf(w, "2. produce in %s, in a third terminal (the messages appear in %s, with the ids %s gave them):\n", first.Name, last.Name, first.Name)
-		fmt.Fprintf(w, "     %s produce --url %s --topic hello --messages 10\n", bin, first.ServiceURL)
-		fmt.Fprintf(w, "   replication status: %s admin --url %s replication status public/default\n", bin, first.AdminURL)
+		fmt.Fprintf(w, "     %s produce --url %s --topic hello --messages 10%s\n", bin, first.ServiceURL, tf)
+		fmt.Fprintf(w, "   replication status: %s admin --url %s%s replication status public/default\n", bin, first.AdminURL, tf)
 	} else {
 		fmt.Fprintf(w, "Try it, in another terminal:\n")
-		fmt.Fprintf(w, "1. %s consume --url %s --topic hello --subscription demo\n", bin, first.ServiceURL)
-		fmt.Fprintf(w, "2. %s produce --url %s --topic hello --messages 10\n", bin, first.ServiceURL)
+		fmt.Fprintf(w, "1. %s consume --url %s --topic hello --subscription demo%s\n", bin, first.ServiceURL, tf)
+		fmt.Fprintf(w, "2. %s produce --url %s --topic hello --messages 10%s\n", bin, first.ServiceURL, tf)
 	}
 	var pids []string
 	for _, p := range first.Processes {

@@ -293,9 +293,17 @@ type LedgerMetadata struct {
 	Length    int64       `protobuf:"varint,8,opt,name=length,proto3" json:"length,omitempty"`
 	Fragments []*Fragment `protobuf:"bytes,9,rep,name=fragments,proto3" json:"fragments,omitempty"`
 	// Creation time, Unix milliseconds, from the creator's clock (informational).
-	CtimeMs       int64             `protobuf:"varint,10,opt,name=ctime_ms,json=ctimeMs,proto3" json:"ctime_ms,omitempty"`
-	Placement     *PlacementPolicy  `protobuf:"bytes,11,opt,name=placement,proto3" json:"placement,omitempty"`
-	Custom        map[string]string `protobuf:"bytes,12,rep,name=custom,proto3" json:"custom,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	CtimeMs   int64             `protobuf:"varint,10,opt,name=ctime_ms,json=ctimeMs,proto3" json:"ctime_ms,omitempty"`
+	Placement *PlacementPolicy  `protobuf:"bytes,11,opt,name=placement,proto3" json:"placement,omitempty"`
+	Custom    map[string]string `protobuf:"bytes,12,rep,name=custom,proto3" json:"custom,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The etcd lease (of the cluster holding this record) that the ledger's
+	// writer process keeps alive while it lives: auto-recovery recovers (fences
+	// and closes) an OPEN ledger only once this lease has expired, so an idle
+	// ledger of a live writer is never fenced (Pulsar #26074). 0: the writer
+	// recorded none, and auto-recovery never fences the ledger.
+	WriterLease int64 `protobuf:"varint,13,opt,name=writer_lease,json=writerLease,proto3" json:"writer_lease,omitempty"`
+	// Who writes it (informational: host and pid, or the process's name).
+	Writer        string `protobuf:"bytes,14,opt,name=writer,proto3" json:"writer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -412,6 +420,20 @@ func (x *LedgerMetadata) GetCustom() map[string]string {
 		return x.Custom
 	}
 	return nil
+}
+
+func (x *LedgerMetadata) GetWriterLease() int64 {
+	if x != nil {
+		return x.WriterLease
+	}
+	return 0
+}
+
+func (x *LedgerMetadata) GetWriter() string {
+	if x != nil {
+		return x.Writer
+	}
+	return ""
 }
 
 // A bookie's registration, written under a lease.
@@ -597,7 +619,7 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\x1amin_racks_per_write_quorum\x18\x02 \x01(\x05R\x16minRacksPerWriteQuorum\x12\x18\n" +
 	"\aenforce\x18\x03 \x01(\bR\aenforce\x12\x18\n" +
 	"\aregions\x18\x04 \x03(\tR\aregions\x12;\n" +
-	"\x1amin_regions_for_durability\x18\x05 \x01(\x05R\x17minRegionsForDurability\"\xc3\x04\n" +
+	"\x1amin_regions_for_durability\x18\x05 \x01(\x05R\x17minRegionsForDurability\"\xfe\x04\n" +
 	"\x0eLedgerMetadata\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x1b\n" +
 	"\tledger_id\x18\x02 \x01(\x03R\bledgerId\x12#\n" +
@@ -612,7 +634,9 @@ const file_metapb_meta_proto_rawDesc = "" +
 	"\bctime_ms\x18\n" +
 	" \x01(\x03R\actimeMs\x12?\n" +
 	"\tplacement\x18\v \x01(\v2!.meridian.meta.v1.PlacementPolicyR\tplacement\x12D\n" +
-	"\x06custom\x18\f \x03(\v2,.meridian.meta.v1.LedgerMetadata.CustomEntryR\x06custom\x1a9\n" +
+	"\x06custom\x18\f \x03(\v2,.meridian.meta.v1.LedgerMetadata.CustomEntryR\x06custom\x12!\n" +
+	"\fwriter_lease\x18\r \x01(\x03R\vwriterLease\x12\x16\n" +
+	"\x06writer\x18\x0e \x01(\tR\x06writer\x1a9\n" +
 	"\vCustomEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x01\n" +
