@@ -10,10 +10,10 @@ PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pul
 
 # Pure packages run with the race detector; multi-process integration tests
 # without it (on 2 cores it slows processes enough to trip timeouts).
-RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/... ./broker/codec/ ./replicator/ ./failover/
+RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/... ./broker/codec/ ./replicator/ ./failover/ ./drill/... ./internal/wanproxy/ ./internal/ports/ ./internal/authtoken/ ./internal/tlsutil/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/up/ ./cmd/... ./internal/georep/
 
-.PHONY: build run test test-race test-integration bench proto proto-tools lint drill fuzz clean
+.PHONY: build run test test-race test-integration bench bench-scale bench-failover proto proto-tools lint drill drill-all fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meridian
@@ -24,7 +24,7 @@ build:
 run: build
 	./$(BIN) up --data-dir ./data/up
 
-test: lint test-race test-integration fuzz
+test: lint test-race test-integration fuzz drill
 
 test-race:
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
@@ -42,14 +42,43 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZN) ./broker/codec/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZN) ./broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEntryMeta$$' -fuzztime $(FUZZN) ./broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZN) ./internal/authtoken/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMetadata$$' -fuzztime $(FUZZN) ./bookie/ledger/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecords$$' -fuzztime $(FUZZN) ./broker/mledger/
 
-# Storage first (disk fsync rate vs bookie adds with 1 and 64 in flight),
-# then the broker beside its storage, then geo-replication (a 2-region
-# `meridian up` deployment: async and sync vs a single-region namespace,
-# replication lag and throughput; ~2.5 min); all go to BENCHMARKS.md.
+# One command, one run, one report (BENCHMARKS.md, ~15 min): installs the
+# peers with go install at pinned versions (nats-server, natscli,
+# pulsar-client-go's perf; into bin/peers), then storage (disk fsync and
+# sequential rates vs bookie adds), the broker beside its storage with NATS
+# JetStream R1/R3 (default fsync and sync_interval: always) alternating
+# round by round, geo-replication (a 2-region `meridian up` deployment)
+# beside a JetStream mirror, CPU and allocation profiles of the broker and
+# a bookie under load (bin/bench-profiles); the report leads with the
+# ratios Meridian/peer and Meridian/limit.
 bench: build
-	./$(BIN) bench storage --out BENCHMARKS.md
-	MERIDIAN_BENCH_APPEND=1 ./$(BIN) bench all --out BENCHMARKS.md
+	./$(BIN) bench all --out BENCHMARKS.md
+
+# Scale (long, heavy, not in CI): one broker made to hold TOPICS topics
+# (default 100,000), each with a ledger and a subscription with a connected
+# consumer, created over raw Pulsar-protocol connections within TIME_BOX
+# (default 25m); broker memory per idle topic, topic-creation rate, lookup
+# latency while it creates, etcd's database size -> BENCHMARKS-scale.md.
+bench-scale: build
+	./$(BIN) bench scale --out BENCHMARKS-scale.md --topics $${TOPICS:-100000} --time-box $${TIME_BOX:-25m}
+
+# Failover RTO, median and max over RUNS runs of the kill -9 and SIGSTOP
+# region-loss tests (about 1 minute per run): with the default settings
+# (gossip profile meridian, 5 s lease, the client's backoff), then tuned
+# (gossip fast, 2 s lease, failover delay 500 ms, client backoff capped at
+# 500 ms); 1,000 msgs/s. Then the split-view test with the tuned settings
+# (SPLIT_RUNS times): they must not flap.
+bench-failover:
+	MERIDIAN_TEST_SEND_INTERVAL=1ms MERIDIAN_TEST_GOSSIP_PROFILE=meridian RUNS=$${RUNS:-5} scripts/failover-rto.sh
+	MERIDIAN_TEST_SEND_INTERVAL=1ms MERIDIAN_TEST_GOSSIP_PROFILE=fast MERIDIAN_TEST_FAILOVER_LEASE_TTL=2s \
+	  MERIDIAN_TEST_FAILOVER_DELAY=500ms MERIDIAN_TEST_CLIENT_MAX_BACKOFF=500ms RUNS=$${RUNS:-5} scripts/failover-rto.sh
+	# The tuned settings must not flap: the split-view test with them.
+	MERIDIAN_TEST_GOSSIP_PROFILE=fast MERIDIAN_TEST_FAILOVER_LEASE_TTL=2s MERIDIAN_TEST_FAILOVER_DELAY=500ms \
+	  $(GO) test -count=$${SPLIT_RUNS:-3} -p 1 -v -run 'TestSplitViewsNeverOverlap$$' ./internal/georep/
 
 proto-tools:
 	$(GO) install $(PROTOC_GEN_GO)
@@ -65,8 +94,17 @@ lint:
 	$(GO) vet ./...
 	$(GO) test -count=1 -run TestGeneratedCodeIsFresh ./proto/
 
-drill:
-	@echo "drills arrive with the drills issue (scenarios/)"; exit 1
+# Disaster drills (scenarios/, `meridian drill`): the quick ones run in CI
+# (make test), the whole set with drill-all. Reports in drill-out/NAME/.
+DRILLS_CI  := region-outage-async region-outage-sync rack-loss
+DRILLS_ALL := $(DRILLS_CI) region-blackhole failback bookie-crash-under-load bookie-power-loss owner-broker-crash disk-full region-partition slow-wan stretched-region-outage
+drill: build
+	@failed=; for d in $(DRILLS_CI); do ./$(BIN) drill $$d --out drill-out/$$d || failed="$$failed $$d"; done; \
+	  if [ -n "$$failed" ]; then echo "drills failed:$$failed"; exit 1; fi
+
+drill-all: build
+	@failed=; for d in $(DRILLS_ALL); do ./$(BIN) drill $$d --out drill-out/$$d || failed="$$failed $$d"; done; \
+	  if [ -n "$$failed" ]; then echo "drills failed:$$failed"; exit 1; fi
 
 clean:
 	rm -rf bin
