@@ -130,14 +130,40 @@ func Connect(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	}
 	s := &Store{cli: cli, prefix: cfg.Prefix, reqTO: cfg.RequestTimeout, owned: true,
 		eps: &storeEndpoints{all: eps, inUse: strings.Join(urls(eps), ",")}}
-	// Fail fast when etcd is not there rather than on first use.
-	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	defer cancel()
-	if _, err := cli.Get(cctx, s.abs("/__ping")); err != nil {
-		cli.Close()
-		return nil, fmt.Errorf("cluster: etcd %v not reachable: %w", cfg.Endpoints, err)
+	// Fail fast when etcd is not there rather than on first use; but an
+	// etcd that answers it cannot serve yet (electing a leader: seen on a
+	// global store whose witness was taking the leadership) is asked
+	// again until ctx ends.
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+		_, err := cli.Get(cctx, s.abs("/__ping"))
+		cancel()
+		if err == nil {
+			return s, nil
+		}
+		if !electing(err) || ctx.Err() != nil {
+			cli.Close()
+			return nil, fmt.Errorf("cluster: etcd %v not reachable: %w", cfg.Endpoints, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
 	}
-	return s, nil
+}
+
+// electing reports an answer of an etcd that is up but has no leader to
+// serve a request through yet, or lost it during the request.
+func electing(err error) bool {
+	switch rpctypes.ErrorDesc(err) {
+	case rpctypes.ErrorDesc(rpctypes.ErrGRPCNoLeader),
+		rpctypes.ErrorDesc(rpctypes.ErrGRPCTimeout),
+		rpctypes.ErrorDesc(rpctypes.ErrGRPCTimeoutDueToLeaderFail),
+		rpctypes.ErrorDesc(rpctypes.ErrGRPCLeaderChanged),
+		rpctypes.ErrorDesc(rpctypes.ErrGRPCRequestTooManyRequests):
+		return true
+	}
+	return false
 }
 
 // Sub returns a Store sharing this one's connection with a longer prefix.

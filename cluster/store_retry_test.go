@@ -73,3 +73,38 @@ func TestWriteRetriesOnlyUnappliedRequests(t *testing.T) {
 		t.Fatalf("dropped until the deadline: %v after %d calls", err, calls)
 	}
 }
+
+// Connect asks again an etcd that answers it has no leader yet (reads are
+// safe to repeat), and gives up at once on one that is not there.
+func TestElecting(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{rpctypes.ErrGRPCNoLeader, true},
+		{rpctypes.ErrGRPCTimeout, true},
+		{rpctypes.ErrGRPCTimeoutDueToLeaderFail, true},
+		{rpctypes.ErrGRPCLeaderChanged, true},
+		{rpctypes.ErrGRPCRequestTooManyRequests, true},
+		{context.DeadlineExceeded, false},
+		{status.Error(codes.Unavailable, "connection refused"), false},
+		{rpctypes.ErrGRPCPermissionDenied, false},
+	} {
+		if got := electing(tc.err); got != tc.want {
+			t.Errorf("electing(%v) = %t, want %t", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestConnectGivesUpOnAnAbsentEtcd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := Connect(ctx, StoreConfig{Endpoints: []string{"http://127.0.0.1:1"}, Prefix: "/x", DialTimeout: time.Second})
+	if err == nil {
+		t.Fatal("connected to nothing")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("gave up after %v; want about the dial timeout (1s)", d)
+	}
+}
