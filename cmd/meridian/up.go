@@ -71,7 +71,7 @@ A second "up" on the same --data-dir reuses its ports and data.`,
 	f.IntVar(&o.RacksPerRegion, "racks-per-region", 3, "racks per region")
 	f.StringVar(&o.DataDir, "data-dir", "./data/up", "data, logs, plan.json and endpoints.json")
 	f.StringVar(&o.OwnershipTTL, "ownership-ttl", "", "brokers' bundle ownership lease (e.g. 5s)")
-	f.BoolVar(&o.TLS, "tls", false, "TLS everywhere: a local CA and a certificate per process in DATA-DIR/tls, pulsar+ssl:// and https:// URLs, mutual TLS on every gRPC and etcd link, gossip encrypted with a generated key; clients trust DATA-DIR/tls/ca.pem")
+	f.BoolVar(&o.TLS, "tls", false, "TLS everywhere: a local CA and a certificate per process in DATA-DIR/tls, pulsar+ssl:// and https:// URLs, mutual TLS on every gRPC and etcd link, etcd authentication on (users named after the certificates), gossip encrypted with a generated key; clients trust DATA-DIR/tls/ca.pem")
 	f.StringVar(&restart, "restart", "", "restart one process of the running deployment in --data-dir, by name")
 	return cmd
 }

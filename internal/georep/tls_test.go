@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/meridian-mq/meridian/internal/up"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
@@ -330,5 +333,45 @@ func TestReplicationOverMutualTLS(t *testing.T) {
 	}
 	if err := add(clientFiles); err != nil {
 		t.Fatalf("bookie with the deployment's certificate: %v", err)
+	}
+
+	// etcd authentication (up --tls turns it on): a certificate of the
+	// deployment's CA whose name is not an etcd user ("mallory") is
+	// refused every request by a region's etcd and by the global store;
+	// the client certificate (user "client") is served.
+	etcdGet := func(files tlsutil.Files, url string) error {
+		src, err := tlsutil.NewSource(files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		s, err := cluster.Connect(ctx, cluster.StoreConfig{Endpoints: []string{url}, Prefix: "/meridian", TLS: src.ClientConfig("")})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		_, _, err = s.List(ctx, "/")
+		return err
+	}
+	for _, url := range []string{d.region("west").EtcdURL, d.e.GlobalStore[0]} {
+		if err := etcdGet(mallory, url); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Fatalf("etcd %s with a certificate whose name is no etcd user: %v, want permission denied", url, err)
+		}
+		if err := etcdGet(clientFiles, url); err != nil {
+			t.Fatalf("etcd %s with the client certificate: %v", url, err)
+		}
+	}
+
+	// meridian admin bookies list on a TLS deployment: etcd over mutual
+	// TLS as user "client", and each bookie asked for its disk usage
+	// over mutual TLS (a bookie that does not answer shows "-").
+	out, err := exec.Command(testutil.MeridianBinary(t), "admin", "bookies", "list", "--etcd", d.region("west").EtcdURL, "--region", "west",
+		"--tls-cert-file", clientFiles.CertFile, "--tls-key-file", clientFiles.KeyFile, "--tls-trust-certs-file", clientFiles.CAFile).CombinedOutput()
+	if err != nil {
+		t.Fatalf("admin bookies list: %v: %s", err, out)
+	}
+	if n := strings.Count(string(out), "% of "); n != 3 {
+		t.Fatalf("admin bookies list shows the disk usage of %d of west's 3 bookies:\n%s", n, out)
 	}
 }

@@ -100,6 +100,12 @@ func Start(ctx context.Context, p *Plan, bin string, log *slog.Logger) (*Deploym
 				return nil, fmt.Errorf("up: %s: %w (see %s)", ps.Name, err, d.logPath(ps.Name))
 			}
 		}
+		if roles[0] == "etcd" && p.Options.TLS {
+			if err := d.enableEtcdAuth(ctx); err != nil {
+				d.Stop(10 * time.Second)
+				return nil, err
+			}
+		}
 	}
 	if err := d.SetDefaultReplication(ctx, 90*time.Second); err != nil {
 		d.Stop(10 * time.Second)
