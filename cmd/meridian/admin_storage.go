@@ -15,6 +15,7 @@ import (
 	"github.com/meridian-mq/meridian/bookie/autorecovery"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -25,12 +26,27 @@ import (
 // the region's etcd (and ask each bookie for its disk usage).
 func newAdminStorageCmds() []*cobra.Command {
 	var etcd, region string
-	connect := func(ctx context.Context) (*cluster.Store, error) {
-		return cluster.Connect(ctx, cluster.StoreConfig{Endpoints: splitList(etcd), Prefix: MetadataConfig{}.regionPrefix(region)})
+	// On a TLS deployment: etcd over mutual TLS (with etcd
+	// authentication), and the bookies asked over mutual TLS too.
+	var sec securityFlags
+	var tlsSrc *tlsutil.Source
+	connect := func(ctx context.Context, cmd *cobra.Command) (*cluster.Store, error) {
+		secfc := sec.merge(cmd, SecurityFileConfig{})
+		src, err := secfc.tlsSource()
+		if err != nil {
+			return nil, err
+		}
+		tlsSrc = src
+		sc, err := secfc.storeConfig(splitList(etcd), MetadataConfig{}.regionPrefix(region), src)
+		if err != nil {
+			return nil, err
+		}
+		return cluster.Connect(ctx, sc)
 	}
 	flags := func(c *cobra.Command) {
 		c.Flags().StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints")
 		c.Flags().StringVar(&region, "region", "default", "the region")
+		sec.registerTLS(c)
 	}
 	bookies := &cobra.Command{Use: "bookies", Short: "Bookies of a region"}
 	list := &cobra.Command{
@@ -39,7 +55,7 @@ func newAdminStorageCmds() []*cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
 			defer cancel()
-			s, err := connect(ctx)
+			s, err := connect(ctx, cmd)
 			if err != nil {
 				return err
 			}
@@ -70,7 +86,7 @@ func newAdminStorageCmds() []*cobra.Command {
 				if d := dec[b.Reg.Id]; d != cluster.DecommissionNone {
 					state = string(d) // draining (read-only, its fragments moving off)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", b.Reg.Id, b.Reg.Addr, b.Reg.Region, b.Reg.Rack, state, diskUsage(ctx, b.Reg.Addr), frags[b.Reg.Id])
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", b.Reg.Id, b.Reg.Addr, b.Reg.Region, b.Reg.Rack, state, diskUsage(ctx, b.Reg.Addr, tlsSrc), frags[b.Reg.Id])
 			}
 			var gone []string
 			for id := range frags {
@@ -119,7 +135,7 @@ Without --no-wait the command shows progress until then.`,
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			s, err := connect(ctx)
+			s, err := connect(ctx, cmd)
 			if err != nil {
 				return err
 			}
@@ -156,7 +172,7 @@ Without --no-wait the command shows progress until then.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			s, err := connect(ctx)
+			s, err := connect(ctx, cmd)
 			if err != nil {
 				return err
 			}
@@ -179,7 +195,7 @@ Without --no-wait the command shows progress until then.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			s, err := connect(ctx)
+			s, err := connect(ctx, cmd)
 			if err != nil {
 				return err
 			}
@@ -363,8 +379,12 @@ func fragmentsPerBookie(ctx context.Context, s *cluster.Store) (map[string]int, 
 }
 
 // diskUsage asks a bookie for its disk usage ("-" if it does not answer).
-func diskUsage(ctx context.Context, addr string) string {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func diskUsage(ctx context.Context, addr string, src *tlsutil.Source) string {
+	creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+	if src != nil {
+		creds = grpc.WithTransportCredentials(src.GRPCClient())
+	}
+	cc, err := grpc.NewClient(addr, creds)
 	if err != nil {
 		return "-"
 	}
