@@ -322,6 +322,23 @@ func (m *Membership) ListKeys() (KeyringStatus, error) {
 	return KeyringStatus{Members: resp.NumNodes, Keys: resp.Keys, PrimaryKeys: resp.PrimaryKeys}, err
 }
 
+// keyOpTries bounds how often a keyring operation is sent when members
+// miss the query's deadline.
+const keyOpTries = 3
+
+// askAgain runs a keyring query, again (up to keyOpTries in all) while
+// it failed only because some member did not answer in time (a loaded
+// machine; seen in CI-like runs of the rotation test): every operation is
+// idempotent. A member that answered with an error is not asked again.
+func askAgain(q func() (*serf.KeyResponse, error), retrying func(*serf.KeyResponse)) (*serf.KeyResponse, error) {
+	resp, err := q()
+	for try := 1; try < keyOpTries && err != nil && resp != nil && resp.NumErr == 0 && resp.NumResp < resp.NumNodes; try++ {
+		retrying(resp)
+		resp, err = q()
+	}
+	return resp, err
+}
+
 func (m *Membership) keyOp(op string, key []byte, f func(string) (*serf.KeyResponse, error)) (*serf.KeyResponse, error) {
 	if m.down.Load() {
 		return nil, ErrMembershipClosed
@@ -334,7 +351,10 @@ func (m *Membership) keyOp(op string, key []byte, f func(string) (*serf.KeyRespo
 			return nil, fmt.Errorf("cluster: %s gossip key: %w", op, err)
 		}
 	}
-	resp, err := f(base64.StdEncoding.EncodeToString(key))
+	k := base64.StdEncoding.EncodeToString(key)
+	resp, err := askAgain(func() (*serf.KeyResponse, error) { return f(k) }, func(r *serf.KeyResponse) {
+		m.log.Warn("gossip: keyring "+op+": not every member answered; asking again", "answered", r.NumResp, "members", r.NumNodes)
+	})
 	if err != nil {
 		var msgs []string
 		if resp != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/serf/serf"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"go.uber.org/goleak"
 )
@@ -588,4 +589,40 @@ func TestMembershipCrashedMemberRestarts(t *testing.T) {
 		}
 	}
 	t.Logf("back alive %s after restart", time.Since(failedAt).Round(time.Millisecond))
+}
+
+// A keyring query that some member did not answer in time is sent again;
+// one a member answered with an error is not; at most keyOpTries times.
+func TestKeyringQueryAskedAgain(t *testing.T) {
+	missing := &serf.KeyResponse{NumNodes: 3, NumResp: 2}
+	refused := &serf.KeyResponse{NumNodes: 3, NumResp: 3, NumErr: 1, Messages: map[string]string{"b": "Removing the primary key is not allowed"}}
+	ok := &serf.KeyResponse{NumNodes: 3, NumResp: 3}
+	errMissing, errRefused := errors.New("2/3 nodes reported success"), errors.New("1/3 nodes reported failure")
+	for _, c := range []struct {
+		name    string
+		answers []*serf.KeyResponse
+		calls   int
+		wantErr bool
+	}{
+		{"answered at once", []*serf.KeyResponse{ok}, 1, false},
+		{"a member late once", []*serf.KeyResponse{missing, ok}, 2, false},
+		{"a member refused", []*serf.KeyResponse{refused, ok}, 1, true},
+		{"a member never answers", []*serf.KeyResponse{missing, missing, missing, ok}, keyOpTries, true},
+	} {
+		calls := 0
+		resp, err := askAgain(func() (*serf.KeyResponse, error) {
+			r := c.answers[calls]
+			calls++
+			switch r {
+			case missing:
+				return r, errMissing
+			case refused:
+				return r, errRefused
+			}
+			return r, nil
+		}, func(*serf.KeyResponse) {})
+		if calls != c.calls || (err != nil) != c.wantErr || resp == nil {
+			t.Errorf("%s: %d queries, err %v; want %d queries, error %v", c.name, calls, err, c.calls, c.wantErr)
+		}
+	}
 }
