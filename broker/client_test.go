@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -26,6 +27,37 @@ var (
 
 func quietLogger() plog.Logger {
 	return plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// lockedBuffer is a bytes.Buffer safe for the client's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// keptLogger is a client logger whose last lines the test prints when it
+// fails (what the client saw is often the only clue to a stall).
+func keptLogger(t testing.TB) plog.Logger {
+	buf := &lockedBuffer{}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		buf.mu.Lock()
+		lines := strings.Split(strings.TrimSpace(buf.b.String()), "\n")
+		buf.mu.Unlock()
+		if len(lines) > 150 {
+			lines = lines[len(lines)-150:]
+		}
+		t.Logf("---- last lines of the client's log ----\n%s", strings.Join(lines, "\n"))
+	})
+	return plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 }
 
 func newPulsarClient(t testing.TB, url string) pulsar.Client {

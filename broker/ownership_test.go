@@ -67,11 +67,11 @@ func TestOwnerBrokerLoss(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			r := testutil.StartRegion(t, "east", "r1", "r1", "r2", "r2")
-			b1 := r.AddBroker("broker-1", "--ownership-ttl", "3s")
-			b2 := r.AddBroker("broker-2", "--ownership-ttl", "3s")
+			b1 := r.AddBroker("broker-1", "--ownership-ttl", "3s", "--log-level", "info")
+			b2 := r.AddBroker("broker-2", "--ownership-ttl", "3s", "--log-level", "info")
 			brokers := map[string]*testutil.BrokerProc{b1.ID: b1, b2.ID: b2}
 			client, err := pulsar.NewClient(pulsar.ClientOptions{URL: b1.URL() + "," + strings.TrimPrefix(b2.URL(), "pulsar://"),
-				ConnectionTimeout: 3 * time.Second, OperationTimeout: 30 * time.Second, Logger: quietLogger()})
+				ConnectionTimeout: 3 * time.Second, OperationTimeout: 30 * time.Second, Logger: keptLogger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
