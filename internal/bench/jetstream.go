@@ -555,27 +555,48 @@ func jszLastSeq(httpBase, stream string) (uint64, bool) {
 	return 0, false
 }
 
+// seqSample is a source stream's last sequence seen at a time.
+type seqSample struct {
+	t   time.Time
+	seq uint64
+}
+
+// sourceTimeOf estimates when the source first held sequence m from its
+// samples (ascending seq): between the last sample below m and the first
+// at or above it, by linear interpolation — the publisher is paced, so
+// sequences grow evenly between two polls. Taking the first sample at or
+// above m instead (as the first version did) dates m to the poll that saw
+// it, up to a poll period late, so it under-reports the lag by up to
+// that much.
+func sourceTimeOf(hist []seqSample, m uint64) (time.Time, bool) {
+	i := sort.Search(len(hist), func(i int) bool { return hist[i].seq >= m })
+	if i == len(hist) {
+		return time.Time{}, false
+	}
+	if i == 0 || hist[i].seq == m {
+		return hist[i].t, true
+	}
+	a, b := hist[i-1], hist[i]
+	frac := float64(m-a.seq) / float64(b.seq-a.seq)
+	return a.t.Add(time.Duration(frac * float64(b.t.Sub(a.t)))), true
+}
+
 // pollMirrorLag polls the source's and the mirror's last sequence every
 // 2 ms (as peers/physbench jszlag does) until the mirror has want: the
-// lag of a mirror sample is its time minus the first time the source was
-// seen holding that sequence (resolution: the poll period).
+// lag of a mirror sample is its time minus when the source reached that
+// sequence (sourceTimeOf; never negative).
 func pollMirrorLag(ctx context.Context, srcHTTP, dstHTTP, src, dst string, want uint64) []time.Duration {
-	type sample struct {
-		t   time.Time
-		seq uint64
-	}
-	var hist []sample
+	var hist []seqSample
 	var lags []time.Duration
 	for ctx.Err() == nil {
 		now := time.Now()
 		if s, ok := jszLastSeq(srcHTTP, src); ok && (len(hist) == 0 || s > hist[len(hist)-1].seq) {
-			hist = append(hist, sample{now, s})
+			hist = append(hist, seqSample{now, s})
 		}
 		now2 := time.Now()
 		if m, ok := jszLastSeq(dstHTTP, dst); ok && m > 0 {
-			i := sort.Search(len(hist), func(i int) bool { return hist[i].seq >= m })
-			if i < len(hist) {
-				lags = append(lags, now2.Sub(hist[i].t))
+			if t, ok := sourceTimeOf(hist, m); ok {
+				lags = append(lags, max(0, now2.Sub(t)))
 			}
 			if m >= want {
 				break
