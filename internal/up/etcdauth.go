@@ -77,8 +77,8 @@ type etcdCluster struct {
 	users map[string]string // user → role
 }
 
-// enableEtcdAuth turns authentication on in every etcd of the deployment
-// (once: an etcd where it is on already is left as it is).
+// enableEtcdAuth turns authentication on in every etcd of the deployment,
+// with a user for each process of the plan.
 func (d *Deployment) enableEtcdAuth(ctx context.Context) error {
 	src, err := tlsutil.NewSource(ClientFiles(d.Plan.Options.DataDir))
 	if err != nil {
@@ -103,9 +103,8 @@ func enableAuth(ctx context.Context, c etcdCluster, src *tlsutil.Source) error {
 	defer cli.Close()
 	// A just-started cluster may still be electing its leader: ask
 	// again until it answers.
-	var st *clientv3.AuthStatusResponse
 	for {
-		if st, err = cli.AuthStatus(ctx); err == nil {
+		if _, err = cli.AuthStatus(ctx); err == nil {
 			break
 		}
 		select {
@@ -114,9 +113,10 @@ func enableAuth(ctx context.Context, c etcdCluster, src *tlsutil.Source) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	if st.Enabled {
-		return nil
-	}
+	// Every step is idempotent (etcd ignores a role granted again and an
+	// enable of enabled authentication), so an `up` on a directory whose
+	// etcds have authentication on already adds only what is new (a
+	// process added to the plan).
 	if _, err := cli.RoleAdd(ctx, EtcdRole); err != nil && !exists(err) {
 		return fmt.Errorf("role %s: %w", EtcdRole, err)
 	}
