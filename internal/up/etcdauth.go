@@ -142,3 +142,51 @@ func enableAuth(ctx context.Context, c etcdCluster, src *tlsutil.Source) error {
 func exists(err error) bool {
 	return errors.Is(err, rpctypes.ErrRoleAlreadyExist) || errors.Is(err, rpctypes.ErrUserAlreadyExist)
 }
+
+// waitWitnessLeads waits (up to timeout) until the global store's witness
+// holds the raft leadership, which it takes soon after the members start
+// (--prefer-leader). While the leadership moves, the global store answers
+// requests late or with "request timed out": a broker starting then
+// failed its first registrations (seen in CI), so bookies and brokers
+// start only after the move. Past timeout it logs and goes on.
+func (d *Deployment) waitWitnessLeads(ctx context.Context, timeout time.Duration) {
+	var w ProcSpec
+	for _, ps := range d.Plan.Procs {
+		if ps.Role == "witness" {
+			w = ps
+		}
+	}
+	if w.Name == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := d.Plan.Options.scheme() + w.Addr
+	cc := clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Context: ctx, Logger: zap.NewNop()}
+	if d.Plan.Options.TLS {
+		src, err := tlsutil.NewSource(ClientFiles(d.Plan.Options.DataDir))
+		if err != nil {
+			d.log.Warn("up: cannot check the global store's leader", "err", err)
+			return
+		}
+		cc.TLS = src.ClientConfig("")
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		d.log.Warn("up: cannot check the global store's leader", "err", err)
+		return
+	}
+	defer cli.Close()
+	for {
+		st, err := cli.Status(ctx, url)
+		if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			d.log.Warn("up: the witness did not take the global store's leadership in time; starting anyway", "timeout", timeout)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

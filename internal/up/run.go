@@ -100,11 +100,14 @@ func Start(ctx context.Context, p *Plan, bin string, log *slog.Logger) (*Deploym
 				return nil, fmt.Errorf("up: %s: %w (see %s)", ps.Name, err, d.logPath(ps.Name))
 			}
 		}
-		if roles[0] == "etcd" && p.Options.TLS {
-			if err := d.enableEtcdAuth(ctx); err != nil {
-				d.Stop(10 * time.Second)
-				return nil, err
+		if roles[0] == "etcd" {
+			if p.Options.TLS {
+				if err := d.enableEtcdAuth(ctx); err != nil {
+					d.Stop(10 * time.Second)
+					return nil, err
+				}
 			}
+			d.waitWitnessLeads(ctx, 30*time.Second)
 		}
 	}
 	if err := d.SetDefaultReplication(ctx, 90*time.Second); err != nil {
