@@ -43,15 +43,10 @@ func newGeorepBenchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
-			if o.MeridianBin == "" {
-				// This binary has the broker, bookie and etcd commands too.
-				exe, err := os.Executable()
-				if err != nil {
-					return err
-				}
-				o.MeridianBin = exe
+			if err := orThisBinary(&o.MeridianBin); err != nil {
+				return err
 			}
-			o.Modes = splitModes(modes)
+			o.Modes = splitList(modes)
 			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
 			_, err := bench.RunGeorep(ctx, o, os.Stdout)
 			return err
@@ -69,14 +64,18 @@ func newGeorepBenchCmd() *cobra.Command {
 	return c
 }
 
-func splitModes(s string) []string {
-	var out []string
-	for _, m := range strings.Split(s, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			out = append(out, m)
-		}
+// orThisBinary sets an empty binary path to this binary's, which has the
+// standalone, broker, bookie and etcd commands too.
+func orThisBinary(path *string) error {
+	if *path != "" {
+		return nil
 	}
-	return out
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	*path = exe
+	return nil
 }
 
 // newBrokerBenchCmd: `bench broker`, the broker vs the bookie add path.
@@ -88,13 +87,8 @@ func newBrokerBenchCmd(use string, disk bool) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
-			if o.MeridianBin == "" {
-				// This binary has the standalone command too.
-				exe, err := os.Executable()
-				if err != nil {
-					return err
-				}
-				o.MeridianBin = exe
+			if err := orThisBinary(&o.MeridianBin); err != nil {
+				return err
 			}
 			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
 			_, err := bench.RunBroker(ctx, o, os.Stdout)
@@ -124,12 +118,8 @@ func newAllBenchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
-			if o.MeridianBin == "" {
-				exe, err := os.Executable()
-				if err != nil {
-					return err
-				}
-				o.MeridianBin = exe
+			if err := orThisBinary(&o.MeridianBin); err != nil {
+				return err
 			}
 			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
 			return bench.RunAll(ctx, o, os.Stdout)
@@ -185,12 +175,8 @@ func newScaleBenchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
-			if o.MeridianBin == "" {
-				exe, err := os.Executable()
-				if err != nil {
-					return err
-				}
-				o.MeridianBin = exe
+			if err := orThisBinary(&o.MeridianBin); err != nil {
+				return err
 			}
 			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
 			return bench.RunScale(ctx, o, os.Stdout)
