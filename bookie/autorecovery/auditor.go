@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -168,11 +169,19 @@ func (a *Auditor) lead(ctx context.Context) error {
 		a.lost = lost
 		a.draining_ = draining
 		a.mu.Unlock()
-		if len(newly) > 0 || newDrain || !now.Before(nextScrub) {
+		changed := len(newly) > 0 || newDrain
+		if changed {
 			if len(newly) > 0 {
 				a.cfg.Logger.Warn("bookies lost", "newly", newly, "lost", lost, "delay", a.cfg.LostBookieDelay)
 			}
-			if len(newly) > 0 || newDrain {
+			// Say who is lost before the scan, which reads every ledger's
+			// metadata and can take long on a loaded etcd.
+			if err := a.publish(ctx, now, det, lost, draining, ep); err != nil && ctx.Err() == nil {
+				a.cfg.Logger.Warn("publish recovery status", "err", err)
+			}
+		}
+		if changed || !now.Before(nextScrub) {
+			if changed {
 				ep.begin(now)
 			}
 			scrub := !now.Before(nextScrub)
@@ -188,7 +197,7 @@ func (a *Auditor) lead(ctx context.Context) error {
 				nextScrub = now.Add(a.cfg.ScrubInterval)
 			}
 		}
-		if !now.Before(nextStatus) {
+		if changed || !now.Before(nextStatus) {
 			if err := a.publish(ctx, now, det, lost, draining, ep); err != nil && ctx.Err() == nil {
 				a.cfg.Logger.Warn("publish recovery status", "err", err)
 			}
@@ -353,7 +362,10 @@ func (a *Auditor) scan(ctx context.Context, moveOut map[string]bool, known map[s
 		return err
 	}
 	written, misplaced := 0, 0
-	clear(known) // bookies no ledger uses any more stop being of interest
+	// Bookies no ledger uses any more stop being of interest, but only once
+	// the scan has read every ledger: a scan that fails half-way must not
+	// make the detector forget the lost bookies it is retrying for.
+	uses := map[string]bool{}
 	for _, id := range ids {
 		m, err := ledger.ReadMetadata(ctx, s, id)
 		if errors.Is(err, ledger.ErrNoSuchLedger) {
@@ -364,7 +376,7 @@ func (a *Auditor) scan(ctx context.Context, moveOut map[string]bool, known map[s
 		}
 		for _, f := range m.Meta.Fragments {
 			for _, b := range f.Ensemble {
-				known[b.Id] = true
+				uses[b.Id] = true
 			}
 		}
 		mis := Misplaced(m.Meta, a.labels)
@@ -389,6 +401,8 @@ func (a *Auditor) scan(ctx context.Context, moveOut map[string]bool, known map[s
 			a.cfg.Logger.Info("ledger under-replicated", "ledger", id, "lost", found, "fragments", frags, "misplaced", mis, "state", m.Meta.State.String())
 		}
 	}
+	clear(known)
+	maps.Copy(known, uses)
 	a.mu.Lock()
 	a.stats.Scans++
 	a.stats.MarkersWritten += written
