@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
 
@@ -29,7 +30,8 @@ type Broker struct {
 	id      string // random per start: generated producer names stay unique
 
 	own       *ownership
-	gown      *ownership // stretched namespaces' bundles, in the global store
+	gown      *ownership     // stretched namespaces' bundles, in the global store
+	bundles   *cluster.Cache // the region's bundle boundaries, watched (boundariesHint)
 	stretched *stretched
 	fo        *failoverState
 	serving   *servingState
@@ -152,6 +154,8 @@ func (b *Broker) Start() error {
 		return err
 	}
 	b.startFailoverControl()
+	b.meta.Watch()
+	b.bundles = cluster.WatchPrefix(b.cfg.Store, "/bundles/")
 	b.wg.Add(2)
 	go b.acceptLoop()
 	go b.policyLoop()
@@ -262,7 +266,14 @@ func (b *Broker) Close(ctx context.Context) error {
 		if l := o.currentLease(); l != nil {
 			_ = l.Revoke(ctx)
 		}
+		if o.cache != nil {
+			o.cache.Close()
+		}
 	}
+	if b.bundles != nil {
+		b.bundles.Close()
+	}
+	b.meta.Close()
 	b.cancel()
 	b.wg.Wait()
 	if b.stretched != nil {
@@ -311,6 +322,11 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 	if err != nil {
 		return "", false, err
 	}
+	if u, ok := b.lookupHint(tn); ok {
+		b.metrics.lookups.WithLabelValues("memory").Inc()
+		return u, false, nil
+	}
+	b.metrics.lookups.WithLabelValues("store").Inc()
 	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
 	if err != nil {
 		return "", false, namespaceErr(tn.NamespaceName(), err)
@@ -342,6 +358,40 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 		return owner.ServiceURL, false, nil
 	}
 	return b.serverURL, false, nil
+}
+
+// lookupHint answers the lookup of a topic whose bundle has an owner from
+// the watched copies of the namespace's policies, its bundle boundaries
+// and the bundle keys: no etcd read, the common case. ok is false when a
+// copy lacks what it needs (then lookup reads the store). A hint may be a
+// moment stale, like any lookup answer by the time the client acts on it:
+// the broker it names checks its ownership with fresh reads when the
+// client's producer or consumer arrives (loadTopic), and refuses otherwise,
+// and the client looks up again.
+func (b *Broker) lookupHint(tn TopicName) (string, bool) {
+	ns := tn.NamespaceName()
+	pol, ok := b.meta.PoliciesHint(ns)
+	if !ok {
+		return "", false
+	}
+	bs, ok := b.boundariesHint(ns)
+	if !ok {
+		return "", false
+	}
+	own := b.ownershipFor(pol)
+	if own == nil {
+		return "", false
+	}
+	bi, ok := own.ownerHint(bundleOf(tn, bs))
+	return bi.ServiceURL, ok
+}
+
+// policiesForLookup: the watched copy's policies, else the store's.
+func (b *Broker) policiesForLookup(ctx context.Context, ns string) (Policies, error) {
+	if p, ok := b.meta.PoliciesHint(ns); ok {
+		return p, nil
+	}
+	return b.meta.GetPolicies(ctx, ns)
 }
 
 // getTopic returns the loaded topic, loading (and, with create, creating)

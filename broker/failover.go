@@ -196,7 +196,7 @@ func (b *Broker) crossRegionLookup(ctx context.Context, topic string) (string, e
 	if err != nil {
 		return "", nil // the normal lookup reports it
 	}
-	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
+	pol, err := b.policiesForLookup(ctx, tn.NamespaceName())
 	if err != nil {
 		return "", nil
 	}

@@ -154,6 +154,54 @@ type Metadata struct {
 
 	mu    sync.Mutex
 	cache map[string][]byte // key → last value read; nil value = known absent
+
+	// namespaces is a watched copy of the namespaces' policies, for
+	// lookups (PoliciesHint); nil until Watch.
+	namespaces *cluster.Cache
+}
+
+// Watch starts the watched copy of the namespaces' policies that
+// PoliciesHint answers from; Close stops it.
+func (m *Metadata) Watch() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.namespaces == nil {
+		m.namespaces = cluster.WatchPrefix(m.s, keyNamespaces)
+	}
+}
+
+// Close stops the watch Watch started.
+func (m *Metadata) Close() {
+	m.mu.Lock()
+	c := m.namespaces
+	m.namespaces = nil
+	m.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// PoliciesHint returns a namespace's policies from the watched copy, with
+// no etcd read; ok is false when the copy does not have them (not watching,
+// not current, or a namespace created a moment ago): ask GetPolicies. The
+// answer may lag a change by the watch's delivery; it serves lookups, whose
+// answers the broker they name checks again.
+func (m *Metadata) PoliciesHint(ns string) (Policies, bool) {
+	m.mu.Lock()
+	c := m.namespaces
+	m.mu.Unlock()
+	if c == nil {
+		return Policies{}, false
+	}
+	kv, found, live := c.Get(keyNamespaces + ns)
+	if !found || !live {
+		return Policies{}, false
+	}
+	var p Policies
+	if err := json.Unmarshal(kv.Value, &p); err != nil {
+		return Policies{}, false
+	}
+	return p, true
 }
 
 // NewMetadata returns the metadata layer on s.

@@ -22,6 +22,7 @@ type metrics struct {
 	dedupDropped   prometheus.Counter
 	rejectedFrames prometheus.Counter
 	limitExceeded  *prometheus.CounterVec // by limit (limits.go)
+	lookups        *prometheus.CounterVec // by where the answer came from
 	storageLatency prometheus.Histogram
 	replSent       prometheus.Counter
 	replApplied    prometheus.Counter
@@ -86,6 +87,8 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		rejectedFrames: c("rejected_frames_total", "Frames refused: malformed, oversize, unknown command, bad checksum."),
 		limitExceeded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "limit_exceeded_total",
 			Help: "Requests and connections refused by a per-client limit (Config.Max*), by limit.", ConstLabels: l}, []string{"limit"}),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "lookups_total",
+			Help: "Topic lookups answered, by where the answer came from: memory (the watched copies of the policies, bundles and owners) or store (etcd reads).", ConstLabels: l}, []string{"answered"}),
 		storageLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "meridian", Subsystem: "broker", Name: "storage_write_latency_seconds",
 			Help: "Time from a SEND's append to its persistence on the ack quorum of bookies.", ConstLabels: l,
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16)}),
@@ -101,10 +104,12 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		age:     prometheus.NewDesc("meridian_replication_seconds_behind", "Age of the oldest local entry a remote region has not acknowledged.", []string{"topic", "remote"}, l),
 		up:      prometheus.NewDesc("meridian_replication_connected", "1 while the replication stream to the remote region is open.", []string{"topic", "remote"}, l),
 	})
-	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.rejectedFrames, m.limitExceeded, m.storageLatency)
+	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.rejectedFrames, m.limitExceeded, m.lookups, m.storageLatency)
 	for _, name := range limitLabels {
 		m.limitExceeded.WithLabelValues(name)
 	}
+	m.lookups.WithLabelValues("memory")
+	m.lookups.WithLabelValues("store")
 	m.reg.MustRegister(&topicCollector{b: b,
 		backlog:  prometheus.NewDesc("meridian_broker_subscription_backlog_messages", "Unacknowledged entries of a subscription.", []string{"topic", "subscription"}, l),
 		entries:  prometheus.NewDesc("meridian_broker_topic_entries", "Entries stored for a topic.", []string{"topic"}, l),

@@ -104,6 +104,10 @@ type ownership struct {
 	// owns at a time) the global store. regKey is the registration's key.
 	store  *cluster.Store
 	regKey string
+
+	// cache is a watched copy of the store's bundle keys: a lookup of an
+	// owned bundle answers from it without reading etcd (ownerHint).
+	cache *cluster.Cache
 }
 
 func (b *Broker) startOwnership(ctx context.Context) error {
@@ -114,6 +118,7 @@ func (b *Broker) startOwnership(ctx context.Context) error {
 		return err
 	}
 	o.lease = lease
+	o.cache = cluster.WatchPrefix(o.store, "/ownership/")
 	b.own = o
 	go o.keep(lease)
 	if b.cfg.GlobalStore != b.cfg.Store {
@@ -130,6 +135,7 @@ func (b *Broker) startOwnership(ctx context.Context) error {
 			lease = nil
 		}
 		g.lease = lease
+		g.cache = cluster.WatchPrefix(g.store, "/ownership/")
 		b.gown = g
 		go g.keep(lease)
 	}
@@ -267,6 +273,32 @@ func (o *ownership) owner(ctx context.Context, bd bundle) (BrokerInfo, bool, err
 	return bi, true, nil
 }
 
+// ownerHint answers a bundle's owner from memory: this broker for a
+// bundle it holds, else the watched copy of the bundle keys. ok is false
+// when neither knows (the bundle is unowned, or the copy is not current):
+// then ask owner. The answer may be a moment stale; the broker it names
+// checks its ownership when the client's producer or consumer arrives.
+func (o *ownership) ownerHint(bd bundle) (BrokerInfo, bool) {
+	o.mu.Lock()
+	_, mine := o.owned[bd.key()]
+	o.mu.Unlock()
+	if mine {
+		return o.info, true
+	}
+	if o.cache == nil {
+		return BrokerInfo{}, false
+	}
+	kv, found, live := o.cache.Get(bd.key())
+	if !found || !live {
+		return BrokerInfo{}, false
+	}
+	var bi BrokerInfo
+	if err := json.Unmarshal(kv.Value, &bi); err != nil || bi.ServiceURL == "" {
+		return BrokerInfo{}, false
+	}
+	return bi, true
+}
+
 // candidate picks the live broker owning the fewest bundles.
 func (o *ownership) candidate(ctx context.Context) (BrokerInfo, error) {
 	bs, err := o.brokers(ctx)
@@ -369,6 +401,23 @@ func (b *Broker) bundleFor(ctx context.Context, pol Policies, tn TopicName) (bun
 		return bundle{}, err
 	}
 	return bundleOf(tn, bs), nil
+}
+
+// boundariesHint returns a namespace's bundle boundaries from the watched
+// copy of the region's bundle records (ok false: ask boundaries).
+func (b *Broker) boundariesHint(ns string) ([]uint32, bool) {
+	if b.bundles == nil {
+		return nil, false
+	}
+	kv, found, live := b.bundles.Get("/bundles/" + ns)
+	if !found || !live {
+		return nil, false
+	}
+	var bs []uint32
+	if err := json.Unmarshal(kv.Value, &bs); err != nil || len(bs) < 2 {
+		return nil, false
+	}
+	return bs, true
 }
 
 // boundaries returns a namespace's bundle boundaries and their etcd

@@ -401,6 +401,26 @@ type Event struct {
 // ctx is done. The channel closes when the watch ends; a caller that needs a
 // consistent view re-lists and watches again from the list's revision + 1.
 func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan []Event {
+	return s.watch(ctx, prefix, fromRev, false)
+}
+
+// WatchProgress is Watch that also delivers an empty batch for each
+// progress notification etcd sends (RequestProgress asks for one): a
+// watcher that hears one knows its copy is current as of then.
+func (s *Store) WatchProgress(ctx context.Context, prefix string, fromRev int64) <-chan []Event {
+	return s.watch(ctx, prefix, fromRev, true)
+}
+
+// RequestProgress asks etcd to send every watch of this store a progress
+// notification (seen by WatchProgress watchers as an empty batch).
+func (s *Store) RequestProgress(ctx context.Context) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	// The watches' stream is the one of contexts that require a leader.
+	return s.cli.RequestProgress(clientv3.WithRequireLeader(ctx))
+}
+
+func (s *Store) watch(ctx context.Context, prefix string, fromRev int64, progress bool) <-chan []Event {
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
 	if fromRev > 0 {
 		opts = append(opts, clientv3.WithRev(fromRev))
@@ -412,6 +432,9 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 		for resp := range wch {
 			if resp.Err() != nil {
 				return
+			}
+			if len(resp.Events) == 0 && !progress {
+				continue
 			}
 			evs := make([]Event, 0, len(resp.Events))
 			for _, ev := range resp.Events {
