@@ -49,8 +49,8 @@ type Writer struct {
 	delivering bool
 	stopScan   chan struct{}
 	stopOnce   sync.Once
-	// kick wakes the idle timeout scanner when an add becomes pending.
-	kick chan struct{}
+	// scanning: the timeout scanner runs (only while adds are pending).
+	scanning bool
 }
 
 type pendingAdd struct {
@@ -98,10 +98,8 @@ func newWriter(c *Client, m Metadata) *Writer {
 		bad:        map[string]time.Time{},
 		unavail:    map[string]time.Time{},
 		stopScan:   make(chan struct{}),
-		kick:       make(chan struct{}, 1),
 	}
 	w.cond = sync.NewCond(&w.mu)
-	go w.scanTimeouts()
 	c.addWriter(w)
 	return w
 }
@@ -227,12 +225,7 @@ func (w *Writer) AppendAsync(payload []byte, cb func(entryID int64, err error)) 
 	}
 	pa.digest = bookie.Digest(w.id, pa.entry, pa.lac, payload)
 	w.pending = append(w.pending, pa)
-	if len(w.pending) == 1 {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
-	}
+	w.startScanLocked()
 	sends := w.prepareSendsLocked(pa, nil)
 	w.mu.Unlock()
 	w.doSends(sends)
@@ -548,27 +541,35 @@ func (w *Writer) chooseReplacements(ens []*metapb.BookieRef, toReplace map[int]b
 	return out, nil
 }
 
+// startScanLocked starts the timeout scanner unless it runs or the writer
+// stopped. The scanner runs only while adds are pending: a broker holds a
+// writer per topic, and an idle goroutine per writer cost 100,000 idle
+// topics 800 MB of stacks (ticking ones, a core).
+func (w *Writer) startScanLocked() {
+	if w.scanning {
+		return
+	}
+	select {
+	case <-w.stopScan:
+		return
+	default:
+	}
+	w.scanning = true
+	go w.scanTimeouts()
+}
+
 // scanTimeouts treats a bookie that has not answered an add within
-// AddTimeout as failed (a paused or partitioned bookie sends no reset).
-// With no add pending it waits for one (kick) instead of ticking: a broker
-// holds a writer per topic, and 100,000 idle topics ticking every second
-// cost the scheduler a core.
+// AddTimeout as failed (a paused or partitioned bookie sends no reset). It
+// returns once no add is pending (the next add starts it again).
 func (w *Writer) scanTimeouts() {
 	tick := time.NewTicker(max(w.addTimeout/5, 20*time.Millisecond))
 	defer tick.Stop()
 	for {
-		w.mu.Lock()
-		idle := len(w.pending) == 0
-		w.mu.Unlock()
-		if idle {
-			select {
-			case <-w.stopScan:
-				return
-			case <-w.kick:
-			}
-		}
 		select {
 		case <-w.stopScan:
+			w.mu.Lock()
+			w.scanning = false
+			w.mu.Unlock()
 			return
 		case now := <-tick.C:
 			w.mu.Lock()
@@ -579,6 +580,11 @@ func (w *Writer) scanTimeouts() {
 						w.markFailedLocked(w.position(pa.entry, slot), fmt.Errorf("no answer within %s", w.addTimeout))
 					}
 				}
+			}
+			if len(w.pending) == 0 {
+				w.scanning = false
+				w.mu.Unlock()
+				return
 			}
 			w.mu.Unlock()
 		}

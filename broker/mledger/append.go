@@ -204,23 +204,34 @@ func (ml *ManagedLedger) pinFromLocked() Position {
 }
 
 func (ml *ManagedLedger) signalDeliver() {
-	select {
-	case ml.deliverCh <- struct{}{}:
+	ml.deliverMu.Lock()
+	defer ml.deliverMu.Unlock()
+	switch {
+	case ml.delivering:
+		ml.deliverAgain = true
+	case ml.deliverClosed:
+		// stopBackground delivers what is left itself.
 	default:
+		ml.delivering = true
+		ml.deliverWG.Add(1)
+		go ml.deliverer()
 	}
 }
 
-// deliverLoop runs user callbacks in append order, with no lock held.
-func (ml *ManagedLedger) deliverLoop() {
-	defer close(ml.deliverDone)
+// deliverer runs user callbacks in append order, with no lock held, until
+// none is ready and no signal came meanwhile. One runs at a time.
+func (ml *ManagedLedger) deliverer() {
+	defer ml.deliverWG.Done()
 	for {
-		select {
-		case <-ml.deliverCh:
-			ml.deliverReady()
-		case <-ml.stopDeliver:
-			ml.deliverReady()
+		ml.deliverReady()
+		ml.deliverMu.Lock()
+		if !ml.deliverAgain {
+			ml.delivering = false
+			ml.deliverMu.Unlock()
 			return
 		}
+		ml.deliverAgain = false
+		ml.deliverMu.Unlock()
 	}
 }
 

@@ -183,10 +183,16 @@ type ManagedLedger struct {
 	flushStopped bool
 
 	deliverStopped bool // under mu: callbacks run synchronously now
-	deliverCh      chan struct{}
-	stopDeliver    chan struct{}
-	deliverDone    chan struct{}
-	bg             sync.WaitGroup
+	// The deliverer goroutine runs only while there are callbacks to run
+	// (signalDeliver starts it): an idle goroutine per managed ledger
+	// cost 100,000 idle topics a few hundred MB of stacks.
+	deliverMu     sync.Mutex
+	delivering    bool // a deliverer runs
+	deliverAgain  bool // signalled while it ran
+	deliverClosed bool // stopBackground: none starts any more
+	deliverWG     sync.WaitGroup
+	deliverDone   chan struct{}
+	bg            sync.WaitGroup
 }
 
 // Open opens the managed ledger name, creating it if it does not exist, and
@@ -224,8 +230,6 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 		log:         cfg.Logger.With("ml", name),
 		readers:     map[int64]*ledger.Reader{},
 		cursors:     map[string]*Cursor{},
-		deliverCh:   make(chan struct{}, 1),
-		stopDeliver: make(chan struct{}),
 		deliverDone: make(chan struct{}),
 	}
 	ml.cond = sync.NewCond(&ml.mu)
@@ -247,7 +251,6 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 		ml.abandon()
 		return nil, err
 	}
-	go ml.deliverLoop()
 	return ml, nil
 }
 
@@ -709,8 +712,12 @@ func (ml *ManagedLedger) stopBackground() {
 	ml.mu.Lock()
 	ml.deliverStopped = true
 	ml.mu.Unlock()
-	close(ml.stopDeliver)
-	<-ml.deliverDone
+	ml.deliverMu.Lock()
+	ml.deliverClosed = true
+	ml.deliverMu.Unlock()
+	ml.deliverWG.Wait()
+	ml.deliverReady()
+	close(ml.deliverDone)
 }
 
 // Delete removes the managed ledger: it closes it, marks the list

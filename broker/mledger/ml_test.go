@@ -681,3 +681,39 @@ func TestLedgerFailureSettlesAppendsExactly(t *testing.T) {
 	}
 	checkEntries(t, readAll(t, ml, mledger.Earliest, 64), ps, 0)
 }
+
+// Issue 8 (100,000 topics on a broker): an idle managed ledger — its
+// ledger open, nothing in flight — holds no goroutine of its own (neither
+// a callback deliverer nor its writer's timeout scanner): each cost
+// 100,000 idle topics a few hundred MB of stacks.
+func TestIdleManagedLedgersHoldNoGoroutines(t *testing.T) {
+	r := startRegion(t)
+	lc := newLedgerClient(t, r.Store)
+	warm := openML(t, r.Store, lc, "idle-warm") // connections to the bookies
+	if _, err := warm.Append(ctxT(t, time.Minute), payload(0)); err != nil {
+		t.Fatal(err)
+	}
+	settle := func() int {
+		// Let finished goroutines exit.
+		n := runtime.NumGoroutine()
+		for range 50 {
+			time.Sleep(20 * time.Millisecond)
+			n = min(n, runtime.NumGoroutine())
+		}
+		return n
+	}
+	before := settle()
+	const n = 30
+	for i := range n {
+		ml := openML(t, r.Store, lc, fmt.Sprintf("idle-%d", i))
+		if _, err := ml.Append(ctxT(t, time.Minute), payload(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The scanner leaves at its next tick once nothing is pending.
+	time.Sleep(time.Second)
+	after := settle()
+	if per := float64(after-before) / n; per >= 0.5 {
+		t.Errorf("%d idle managed ledgers added %d goroutines (%.1f each), want none of their own", n, after-before, per)
+	}
+}
