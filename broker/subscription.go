@@ -68,10 +68,16 @@ type Subscription struct {
 	batchAcks map[mledger.Position][]uint64
 	drain     map[uint32]*drainRef
 
+	// The dispatch goroutine (run) runs only while it can make progress
+	// or waits for new entries with permits to spend; wake starts it. A
+	// subscription without permits (no consumer, or one that asked for
+	// nothing) has none: an idle goroutine per subscription cost 100,000
+	// idle topics a few hundred MB of stacks.
 	wakeCh  chan struct{}
 	stopCh  chan struct{}
 	stopped bool
-	done    chan struct{}
+	running bool // under mu
+	runWG   sync.WaitGroup
 }
 
 type pendingEntry struct {
@@ -101,13 +107,26 @@ func newSubscription(t *Topic, name string, typ pb.CommandSubscribe_SubType, cur
 		drain:     map[uint32]*drainRef{},
 		wakeCh:    make(chan struct{}, 1),
 		stopCh:    make(chan struct{}),
-		done:      make(chan struct{}),
 	}
-	go s.run()
+	s.wake()
 	return s
 }
 
+// wake makes dispatch look again: it nudges the dispatch goroutine, or
+// starts it. Called without s.mu held.
 func (s *Subscription) wake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	if !s.running {
+		s.running = true
+		s.runWG.Add(1)
+		go s.run()
+		return
+	}
+	// Under mu, so run, deciding under mu whether to leave, sees it.
 	select {
 	case s.wakeCh <- struct{}{}:
 	default:
@@ -123,7 +142,7 @@ func (s *Subscription) stop() {
 	s.stopped = true
 	s.mu.Unlock()
 	close(s.stopCh)
-	<-s.done
+	s.runWG.Wait()
 	if s.durable {
 		ctx, cancel := context.WithTimeout(context.Background(), 10e9)
 		defer cancel()
@@ -468,7 +487,7 @@ func (s *Subscription) seekTime(ctx context.Context, ms int64) error {
 }
 
 func (s *Subscription) run() {
-	defer close(s.done)
+	defer s.runWG.Done()
 	for {
 		notify := s.topic.ml.Notify(s.readHorizon())
 		more, caughtUp := s.dispatchOnce()
@@ -478,9 +497,20 @@ func (s *Subscription) run() {
 		// Wait for new entries only when dispatch read everything there is;
 		// otherwise (no permits, or entries held back) only a FLOW, an ack
 		// or a consumer change can let it progress — waiting on Notify then
-		// would wake at once, forever, with a backlog.
+		// would wake at once, forever, with a backlog. Each of those wakes
+		// dispatch, which starts this goroutine again: leave, unless a wake
+		// came meanwhile.
 		if !caughtUp {
-			notify = nil
+			s.mu.Lock()
+			select {
+			case <-s.wakeCh:
+				s.mu.Unlock()
+				continue
+			default:
+			}
+			s.running = false
+			s.mu.Unlock()
+			return
 		}
 		select {
 		case <-s.stopCh:
