@@ -52,6 +52,9 @@ type profilePair struct {
 // NAME.cpu.pb.gz and NAME.allocs.pb.gz. It blocks for the window.
 func captureProfiles(ctx context.Context, addr, dir, file string, window time.Duration) (cpu, allocs string, err error) {
 	secs := max(1, int(window.Seconds()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
 	cpu = filepath.Join(dir, file+".cpu.pb.gz")
 	allocs = filepath.Join(dir, file+".allocs.pb.gz")
 	var wg sync.WaitGroup
