@@ -601,7 +601,7 @@ func (w *Writer) idleReplaceLocked(now time.Time) {
 		return
 	}
 	ens := w.meta.LastFragment().Ensemble
-	due := map[int]bool{}
+	var due map[int]bool // allocated only when a member is due: the sweep visits every idle writer
 	for p, b := range ens {
 		reg, ok := w.c.cfg.Bookies.Lookup(b.Id)
 		if ok && reg != nil && !reg.ReadOnly {
@@ -614,6 +614,9 @@ func (w *Writer) idleReplaceLocked(now time.Time) {
 			continue
 		}
 		if now.Sub(since) >= after {
+			if due == nil {
+				due = map[int]bool{}
+			}
 			due[p] = true
 		}
 	}

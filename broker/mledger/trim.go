@@ -29,6 +29,17 @@ func (ml *ManagedLedger) Trim(ctx context.Context) error {
 }
 
 func (ml *ManagedLedger) trim(ctx context.Context) error {
+	// The last ledger of the list always stays: with one, there is nothing
+	// to look at (most of a broker's idle topics, every policy pass).
+	ml.mu.Lock()
+	err, one := ml.err, len(ml.ledgers) <= 1
+	ml.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if one {
+		return nil
+	}
 	in := trimInput{
 		now:            ml.now(),
 		retentionTime:  ml.cfg.RetentionTime,
@@ -66,7 +77,7 @@ func (ml *ManagedLedger) trim(ctx context.Context) error {
 	keep := append([]LedgerInfo(nil), ml.ledgers[len(del):]...)
 	ml.mu.Unlock()
 
-	err := ml.casListLocked(ctx, mlpbActive, keep)
+	err = ml.casListLocked(ctx, mlpbActive, keep)
 	if err == nil {
 		ml.mu.Lock()
 		var entries, size int64
