@@ -29,3 +29,33 @@ func TestSourceTimeOf(t *testing.T) {
 		}
 	}
 }
+
+// A mirror sample ahead of every source poll so far is dated once a later
+// source poll covers it, not dropped (a mirror that keeps up within a poll
+// left no sample at all).
+func TestMirrorLagsWaitForTheNextSourcePoll(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(us int) time.Time { return t0.Add(time.Duration(us) * time.Microsecond) }
+	var l mirrorLags
+	l.source(at(0), 100)
+	l.mirror(at(100), 90)  // behind: the source reached 90 at or before t0
+	l.mirror(at(300), 110) // ahead of every source poll: waits
+	if len(l.lags) != 1 || l.lags[0] != 100*time.Microsecond {
+		t.Fatalf("lags after the first polls: %v, want [100µs]", l.lags)
+	}
+	l.source(at(2000), 120) // 110 reached half way, at 1000 µs: after the mirror had it
+	l.mirror(at(2100), 115) // 115 reached at 1500 µs
+	l.source(at(4000), 120) // not newer: ignored
+	want := []time.Duration{100 * time.Microsecond, 0, 600 * time.Microsecond}
+	if len(l.lags) != len(want) {
+		t.Fatalf("lags %v, want %v", l.lags, want)
+	}
+	for i := range want {
+		if l.lags[i] != want[i] {
+			t.Errorf("lag %d = %v, want %v", i, l.lags[i], want[i])
+		}
+	}
+	if len(l.waiting) != 0 {
+		t.Errorf("%d mirror samples still waiting", len(l.waiting))
+	}
+}
