@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meridian-mq/meridian/cluster"
 )
 
 // Cursor is a position in the log with acknowledgements: a subscription's
@@ -336,6 +338,16 @@ func (c *Cursor) persist(ctx context.Context) error {
 func (ml *ManagedLedger) writeRecord(ctx context.Context, key string, rev int64, val []byte, del bool) (int64, error) {
 	ml.metaMu.Lock()
 	newRev, err := ml.fencedWriteLocked(ctx, key, rev, val, del)
+	if errors.Is(err, errRecordMoved) && rev != 0 {
+		// An update or delete of ours landed unseen: write over it at the
+		// record's revision now (ours is the newer value). A create (rev 0)
+		// of a record that exists goes back to its caller.
+		if kv, gerr := ml.store.Get(ctx, key); gerr == nil {
+			newRev, err = ml.fencedWriteLocked(ctx, key, kv.ModRevision, val, del)
+		} else if errors.Is(gerr, cluster.ErrNotFound) && del {
+			newRev, err = 0, nil // the delete itself landed
+		}
+	}
 	ml.metaMu.Unlock()
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
@@ -383,6 +395,16 @@ func (ml *ManagedLedger) OpenCursor(ctx context.Context, name string, initial Po
 		return nil, err
 	}
 	rev, err := ml.writeRecord(ctx, cursorKey(ml.name, name), 0, b, false)
+	if errors.Is(err, errRecordMoved) {
+		// An earlier create of this cursor landed while its answer was
+		// lost (the caller's context ended): that record is the cursor.
+		ac, aerr := ml.adoptCursor(ctx, name)
+		if aerr == nil {
+			ml.log.Info("cursor adopted: an earlier create had landed", "cursor", name, "mark_delete", ac.persisted)
+			return ac, nil
+		}
+		err = errors.Join(err, aerr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("mledger: %s: create cursor %s: %w", ml.name, name, err)
 	}
@@ -448,6 +470,27 @@ func (ml *ManagedLedger) NewNonDurableCursor(start Position) *Cursor {
 // loadCursors reads every cursor record of the managed ledger (at Open):
 // all durable cursors hold back trimming, opened by a subscription yet or
 // not.
+// adoptCursor loads the stored record of cursor name into ml.cursors, as
+// loadCursors does at open. Called with cursorsMu held.
+func (ml *ManagedLedger) adoptCursor(ctx context.Context, name string) (*Cursor, error) {
+	kv, err := ml.store.Get(ctx, cursorKey(ml.name, name))
+	if err != nil {
+		return nil, err
+	}
+	rec, err := decodeCursor(kv.Key, kv.Value)
+	if err != nil {
+		return nil, err
+	}
+	v, _ := ml.snapshot()
+	c := &Cursor{ml: ml, name: name, durable: true, props: rec.props, rev: kv.ModRevision, persisted: rec.markDelete}
+	c.core.markDelete = rec.markDelete
+	c.core.acked = rec.acked
+	c.core.advance(v)
+	c.core.rewind(v)
+	ml.cursors[name] = c
+	return c, nil
+}
+
 func (ml *ManagedLedger) loadCursors(ctx context.Context) error {
 	dir := cursorsDir(ml.name)
 	kvs, _, err := ml.store.List(ctx, dir)

@@ -96,10 +96,14 @@ func (ml *ManagedLedger) commitNewLedger(ctx context.Context, id int64, createdA
 	return nil
 }
 
+// errRecordMoved: a record this owner writes is not at the revision it
+// last knew (fencedWriteLocked).
+var errRecordMoved = errors.New("mledger: the record is not at the revision this owner wrote last (an earlier write whose answer was lost landed)")
+
 // fencedWriteLocked puts val at key (del: deletes key) if key's mod revision is
 // still rev (0: absent) and the ledger list is still at infoRev. It returns
-// the new mod revision. A failed comparison is ErrFenced. Called with
-// metaMu held.
+// the new mod revision. A changed ledger list is ErrFenced; a key not at
+// rev under an unchanged list is errRecordMoved. Called with metaMu held.
 func (ml *ManagedLedger) fencedWriteLocked(ctx context.Context, key string, rev int64, val []byte, del bool) (int64, error) {
 	cli := ml.store.Client()
 	ik := ml.store.Prefix() + infoKey(ml.name)
@@ -120,11 +124,14 @@ func (ml *ManagedLedger) fencedWriteLocked(ctx context.Context, key string, rev 
 		return 0, fmt.Errorf("mledger: %s: write %s: %w", ml.name, key, err)
 	}
 	if !resp.Succeeded {
-		why := "the record changed"
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].ModRevision != ml.infoRev {
-			why = "the ledger list changed"
+			return 0, fmt.Errorf("%w: %s: write %s: the ledger list changed (another owner)", ErrFenced, ml.name, key)
 		}
-		return 0, fmt.Errorf("%w: %s: write %s: %s (another owner)", ErrFenced, ml.name, key, why)
+		// The ledger list is still this owner's, so no other owner came:
+		// only this owner writes these records, and the one at key moved
+		// past rev by a write of its own whose answer was lost (a request
+		// cancelled or timed out after etcd applied it). Not a fence.
+		return 0, fmt.Errorf("%w: %s: write %s", errRecordMoved, ml.name, key)
 	}
 	return resp.Header.Revision, nil
 }

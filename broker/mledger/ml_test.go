@@ -717,3 +717,61 @@ func TestIdleManagedLedgersHoldNoGoroutines(t *testing.T) {
 		t.Errorf("%d idle managed ledgers added %d goroutines (%.1f each), want none of their own", n, after-before, per)
 	}
 }
+
+// A cursor create whose answer was lost after etcd applied it (the
+// caller's context ended: CI saw a topic load's replicator start cut short)
+// left the record in place; the retry found it and took it for another
+// owner: the managed ledger fenced itself and the topic refused its
+// consumers. The retry now adopts the record, and nothing is fenced.
+func TestCursorCreateThatLandedUnseenIsAdopted(t *testing.T) {
+	r := startRegion(t)
+	lc := newLedgerClient(t, r.Store)
+	ml := openML(t, r.Store, lc, "landed")
+	ctx := ctxT(t, time.Minute)
+	for i := range 3 {
+		if _, err := ml.Append(ctx, payload(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := ml.OpenCursor(ctx, "a", mledger.Earliest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.AckCumulative(mledger.Position{Ledger: a.MarkDeleted().Ledger, Entry: 0})
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// "b"'s create landed and its answer was lost: its record is a's.
+	kvs, _, err := r.Store.List(ctx, "/managed-ledgers/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aKey string
+	var aVal []byte
+	for _, kv := range kvs {
+		if strings.HasSuffix(kv.Key, "/cursors/a") {
+			aKey, aVal = kv.Key, kv.Value
+		}
+	}
+	if aKey == "" {
+		t.Fatalf("no record of cursor a among %d keys", len(kvs))
+	}
+	if _, err := r.Store.Put(ctx, strings.TrimSuffix(aKey, "a")+"b", aVal); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ml.OpenCursor(ctx, "b", mledger.Earliest)
+	if err != nil {
+		t.Fatalf("opening the cursor whose create had landed: %v", err)
+	}
+	if b.MarkDeleted() != a.MarkDeleted() {
+		t.Errorf("adopted cursor at %v, its record says %v", b.MarkDeleted(), a.MarkDeleted())
+	}
+	// Not fenced: appends and the adopted cursor's writes go on.
+	if _, err := ml.Append(ctx, payload(3)); err != nil {
+		t.Fatalf("append after the adoption: %v", err)
+	}
+	b.AckCumulative(mledger.Position{Ledger: b.MarkDeleted().Ledger, Entry: 1})
+	if err := b.Flush(ctx); err != nil {
+		t.Fatalf("flush of the adopted cursor: %v", err)
+	}
+}
