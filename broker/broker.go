@@ -495,7 +495,12 @@ func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Top
 	}
 	b.metrics.topics.Inc()
 	b.log.Info("topic loaded", "topic", tn.String(), "entries", ml.NumberOfEntries())
-	t.syncReplication(ctx)
+	// Not the requester's context: a client that gives up must not cut
+	// the replicators' start short (a cursor create cancelled after etcd
+	// applied it once fenced the topic; see mledger's errRecordMoved).
+	rctx, rcancel := context.WithTimeout(b.ctx, 30*time.Second)
+	t.syncReplication(rctx)
+	rcancel()
 	return t, nil
 }
 
