@@ -477,11 +477,16 @@ func (ml *ManagedLedger) adoptCursor(ctx context.Context, name string) (*Cursor,
 	if err != nil {
 		return nil, err
 	}
+	v, _ := ml.snapshot()
+	return ml.addStoredCursor(name, kv, v)
+}
+
+// addStoredCursor decodes a stored cursor record into ml.cursors.
+func (ml *ManagedLedger) addStoredCursor(name string, kv cluster.KV, v *view) (*Cursor, error) {
 	rec, err := decodeCursor(kv.Key, kv.Value)
 	if err != nil {
 		return nil, err
 	}
-	v, _ := ml.snapshot()
 	c := &Cursor{ml: ml, name: name, durable: true, props: rec.props, rev: kv.ModRevision, persisted: rec.markDelete}
 	c.core.markDelete = rec.markDelete
 	c.core.acked = rec.acked
@@ -503,16 +508,9 @@ func (ml *ManagedLedger) loadCursors(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rec, err := decodeCursor(kv.Key, kv.Value)
-		if err != nil {
+		if _, err := ml.addStoredCursor(name, kv, v); err != nil {
 			return err
 		}
-		c := &Cursor{ml: ml, name: name, durable: true, props: rec.props, rev: kv.ModRevision, persisted: rec.markDelete}
-		c.core.markDelete = rec.markDelete
-		c.core.acked = rec.acked
-		c.core.advance(v)
-		c.core.rewind(v)
-		ml.cursors[name] = c
 	}
 	return nil
 }
