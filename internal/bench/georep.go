@@ -581,8 +581,8 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (sum GeorepS
 			fmt.Fprintf(out, "  JetStream mirror: %v\n", err)
 		} else {
 			sum.Mirror, sum.MirrorOK = mr, true
-			fmt.Fprintf(out, "  JetStream mirror: %.0f msgs/s, lag p50 %v p99 %v; backfill %d msgs in %v\n", mr.Rate,
-				pctOf(mr.Lag, 0.5).Round(10*time.Microsecond), pctOf(mr.Lag, 0.99).Round(10*time.Microsecond), mr.BackfillN, mr.BackfillTime.Round(time.Millisecond))
+			fmt.Fprintf(out, "  JetStream mirror: %.0f msgs/s, lag p50 %v p99 %v; backfill %d msgs in %v (%s)\n", mr.Rate,
+				pctOf(mr.Lag, 0.5).Round(10*time.Microsecond), pctOf(mr.Lag, 0.99).Round(10*time.Microsecond), mr.BackfillN, mr.BackfillTime.Round(time.Millisecond), mr.Polls)
 		}
 	}
 	prepare()
@@ -747,9 +747,9 @@ func side(sb *strings.Builder, sum *GeorepSummary, o GeorepOptions) {
 		for _, d := range m.Lag {
 			lagMax = max(lagMax, d)
 		}
-		fmt.Fprintf(sb, "| JetStream mirror (domain hub → leaf over a leafnode, R1 file, default fsync), paced %.0f msgs/s: source store → mirror store, /jsz polled every 2 ms | %.0f | %s | %s | %s | %.0f | %.1f | backfill: a new mirror of the %d messages took %v |\n",
+		fmt.Fprintf(sb, "| JetStream mirror (domain hub → leaf over a leafnode, R1 file, default fsync), paced %.0f msgs/s: source store → mirror store, /jsz polled every 2 ms | %.0f | %s | %s | %s | %.0f | %.1f | backfill: a new mirror of the %d messages took %v; polls: %s |\n",
 			o.LagRate, m.Rate, ms(pctOf(m.Lag, 0.5)), ms(pctOf(m.Lag, 0.99)), ms(lagMax), float64(m.BackfillN)/m.BackfillTime.Seconds(),
-			m.CPU.Seconds()/float64(max(1, m.Msgs))*1e6, m.BackfillN, m.BackfillTime.Round(time.Millisecond))
+			m.CPU.Seconds()/float64(max(1, m.Msgs))*1e6, m.BackfillN, m.BackfillTime.Round(time.Millisecond), mdEscape(m.Polls))
 	}
 	if b := sum.Backfill; b.Err != nil {
 		fmt.Fprintf(sb, "| Meridian backfill: region west added to a namespace whose topic holds N messages | n/a | | | | | | %s |\n", mdEscape(b.Err.Error()))

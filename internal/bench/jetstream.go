@@ -428,6 +428,7 @@ func mergeNATS(rs []natsBench) natsBench {
 type mirrorResult struct {
 	Rate         float64         // the paced publisher's rate
 	Lag          []time.Duration // per mirror sample: now − when the source first had that sequence
+	Polls        string          // what the /jsz polls saw (mirrorLags.summary)
 	BackfillN    int
 	BackfillTime time.Duration
 	CPU          time.Duration // both servers, during the paced run
@@ -481,21 +482,44 @@ func measureMirror(ctx context.Context, peers Peers, dir string, rate float64, d
 	if err != nil {
 		return res, err
 	}
+	// A mirror created before the leafnode carried the hub's API sits
+	// idle until its retry, which can be longer than the whole paced run:
+	// the run would then see the mirror at 0 throughout and measure no lag
+	// (what the committed table showed as 0.00 ms). So one message goes
+	// first, and the paced run starts once the mirror has it.
+	if err := natsCmd(ctx, peers.NATS, "-s", a.URL, "pub", "bench.mx", "warm-up"); err != nil {
+		return res, err
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		s, err := jszLastSeq(b.HTTP, "mirr")
+		if err == nil && s >= 1 {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return res, fmt.Errorf("bench: the JetStream mirror did not take its first message within 60 s (last poll: seq %d, %v)", s, err)
+		}
+	}
 	n := int(rate * d.Seconds())
+	total := n + 1 // with the warm-up message
 	pollCtx, stopPoll := context.WithCancel(ctx)
-	lagCh := make(chan []time.Duration, 1)
-	go func() { lagCh <- pollMirrorLag(pollCtx, a.HTTP, b.HTTP, "benchstream", "mirr", uint64(n)) }()
+	lagCh := make(chan *mirrorLags, 1)
+	go func() { lagCh <- pollMirrorLag(pollCtx, a.HTTP, b.HTTP, "benchstream", "mirr", uint64(total)) }()
 	c0 := dep.cpu()
 	pub, err := runNATS(ctx, peers.NATS, dep, dir, d+60*time.Second, "-s", a.URL, "bench", "js", "pub", "async", "bench.mx",
 		"--msgs", strconv.Itoa(n), "--throughput", strconv.Itoa(int(rate)), "--batch", "100", "--size", "1024")
 	// The poller stops once the mirror has all n (or 30 s later).
+	var lags *mirrorLags
 	select {
-	case res.Lag = <-lagCh:
+	case lags = <-lagCh:
 	case <-time.After(30 * time.Second):
 		stopPoll()
-		res.Lag = <-lagCh
+		lags = <-lagCh
 	}
 	stopPoll()
+	res.Lag, res.Polls = lags.lags, lags.summary()
+	if len(res.Lag) == 0 && err == nil {
+		err = fmt.Errorf("bench: no JetStream mirror lag samples: %s", res.Polls)
+	}
 	res.CPU = dep.cpu() - c0
 	if err != nil {
 		return res, err
@@ -511,8 +535,8 @@ func measureMirror(ctx context.Context, peers Peers, dir string, rate float64, d
 		return res, err
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Millisecond) {
-		if s, ok := jszLastSeq(b.HTTP, "mirr2"); ok && s >= uint64(n) {
-			res.BackfillN, res.BackfillTime = n, time.Since(t0)
+		if s, err := jszLastSeq(b.HTTP, "mirr2"); err == nil && s >= uint64(total) {
+			res.BackfillN, res.BackfillTime = total, time.Since(t0)
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -526,10 +550,10 @@ var jszClient = &http.Client{Timeout: 2 * time.Second}
 
 // jszLastSeq is stream's last sequence number from a server's
 // /jsz?streams=true.
-func jszLastSeq(httpBase, stream string) (uint64, bool) {
+func jszLastSeq(httpBase, stream string) (uint64, error) {
 	resp, err := jszClient.Get(httpBase + "/jsz?streams=true")
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
 	defer resp.Body.Close()
 	var v struct {
@@ -543,16 +567,16 @@ func jszLastSeq(httpBase, stream string) (uint64, bool) {
 		} `json:"account_details"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return 0, false
+		return 0, fmt.Errorf("bench: %s/jsz: %w", httpBase, err)
 	}
 	for _, a := range v.Accounts {
 		for _, s := range a.Streams {
 			if s.Name == stream {
-				return s.State.LastSeq, true
+				return s.State.LastSeq, nil
 			}
 		}
 	}
-	return 0, false
+	return 0, fmt.Errorf("bench: %s/jsz lists no stream %s", httpBase, stream)
 }
 
 // seqSample is a source stream's last sequence seen at a time.
@@ -592,6 +616,11 @@ type mirrorLags struct {
 	hist    []seqSample
 	waiting []seqSample // mirror samples the source polls do not cover yet
 	lags    []time.Duration
+	// What the polls saw, for the report when lags come out empty or
+	// all zero: polls that failed on each side, samples clamped to 0 (the
+	// mirror seen ahead of the source's interpolated time).
+	srcFail, dstFail, clamped int
+	firstErr                  error
 }
 
 func (l *mirrorLags) source(t time.Time, s uint64) {
@@ -621,7 +650,11 @@ func (l *mirrorLags) mirror(t time.Time, m uint64) {
 func (l *mirrorLags) resolve(w seqSample) bool {
 	st, ok := sourceTimeOf(l.hist, w.seq)
 	if ok {
-		l.lags = append(l.lags, max(0, w.t.Sub(st)))
+		d := w.t.Sub(st)
+		if d < 0 {
+			l.clamped++
+		}
+		l.lags = append(l.lags, max(0, d))
 	}
 	return ok
 }
@@ -629,25 +662,46 @@ func (l *mirrorLags) resolve(w seqSample) bool {
 // pollMirrorLag polls the source's and the mirror's last sequence every
 // 2 ms (as peers/physbench jszlag does) until the mirror has want, and
 // returns the lags (mirrorLags).
-func pollMirrorLag(ctx context.Context, srcHTTP, dstHTTP, src, dst string, want uint64) []time.Duration {
-	var l mirrorLags
-	for ctx.Err() == nil {
-		if s, ok := jszLastSeq(srcHTTP, src); ok {
+func pollMirrorLag(ctx context.Context, srcHTTP, dstHTTP, src, dst string, want uint64) *mirrorLags {
+	l := &mirrorLags{}
+	failed := func(n *int, err error) {
+		*n++
+		if l.firstErr == nil {
+			l.firstErr = err
+		}
+	}
+	pollSource := func() {
+		if s, err := jszLastSeq(srcHTTP, src); err != nil {
+			failed(&l.srcFail, err)
+		} else {
 			l.source(time.Now(), s)
 		}
-		if m, ok := jszLastSeq(dstHTTP, dst); ok {
+	}
+	for ctx.Err() == nil {
+		pollSource()
+		m, err := jszLastSeq(dstHTTP, dst)
+		if err != nil {
+			failed(&l.dstFail, err)
+		} else {
 			l.mirror(time.Now(), m)
 			if m >= want {
-				// The last source poll may not cover it yet.
-				if s, ok := jszLastSeq(srcHTTP, src); ok {
-					l.source(time.Now(), s)
-				}
+				pollSource() // the last source poll may not cover it yet
 				break
 			}
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return l.lags
+	return l
+}
+
+// summary says what the polls saw.
+func (l *mirrorLags) summary() string {
+	s := fmt.Sprintf("%d source polls, %d mirror samples (%d still ahead of every source poll, %d clamped to 0), %d source and %d mirror polls failed",
+		len(l.hist), len(l.lags)+len(l.waiting), len(l.waiting), l.clamped, l.srcFail, l.dstFail)
+	if l.firstErr != nil {
+		s += "; first failure: " + l.firstErr.Error()
+	}
+	return s
 }
 
 // ---- pulsar-client-go's perf tool --------------------------------------
