@@ -220,6 +220,7 @@ func (s *Server) listen() error {
 		// bookie; gRPC's default policy (5 min) would answer that with
 		// GOAWAY "too_many_pings" and break every add stream.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
+	opts = append(opts, grpcpool.TransportServerOptions()...)
 	var tlsSrc *tlsutil.Source
 	if s.cfg.TLS.Enabled() {
 		if tlsSrc, err = tlsutil.NewSource(s.cfg.TLS); err != nil {

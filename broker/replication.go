@@ -105,7 +105,7 @@ func (b *Broker) startReplication() error {
 	rs.srv = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(64 << 20), grpcpool.ServerOption(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})},
-		b.grpcServerOptions()...)...)
+		append(grpcpool.TransportServerOptions(), b.grpcServerOptions()...)...)...)
 	replpb.RegisterReplicationServer(rs.srv, rs)
 	b.repl = rs
 	go func() { _ = rs.srv.Serve(lis) }()
@@ -196,7 +196,7 @@ func (rs *replService) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)), grpcpool.DialOption(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second})},
-		rs.b.grpcDialOptions()...)...)
+		append(grpcpool.TransportDialOptions(), rs.b.grpcDialOptions()...)...)...)
 	if err != nil {
 		return nil, err
 	}

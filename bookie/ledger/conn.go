@@ -55,7 +55,8 @@ func dialBookie(addr string, opts []grpc.DialOption) (*bookieConn, error) {
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second,
 		}, MinConnectTimeout: 3 * time.Second}),
-	}, opts...)
+	}, grpcpool.TransportDialOptions()...)
+	o = append(o, opts...)
 	cc, err := grpc.NewClient(addr, o...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: dial bookie %s: %w", addr, err)
