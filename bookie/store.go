@@ -129,6 +129,14 @@ type ledgerState struct {
 	limbo     bool // the limbo flag is on disk; see Store.inLimbo
 	lac       int64
 	lastEntry int64
+	// lastLAC is the LAC piggybacked on entry lastEntry, recLAC the one
+	// the ledger record on disk holds. Loading a ledger takes the greater
+	// of the two, so the record is rewritten only when lac exceeds both: a
+	// batch that moves the LAC forward with its own entries writes no
+	// record. (Rewriting the record in every batch put a key far from the
+	// entries into every flushed table, so no two tables were disjoint and
+	// Pebble had to compact every flush.)
+	lastLAC, recLAC int64
 }
 
 // Store is a bookie's durable storage of ledger entries on Pebble.
@@ -654,17 +662,22 @@ func (s *Store) commit(ops []*op) {
 				st.hasRecord, st.limbo = true, inLimbo
 				dirty[o.ledger] = true
 			}
-			if e.LAC > st.lac {
-				st.lac = e.LAC
-				dirty[o.ledger] = true
-			}
+			st.lac = max(st.lac, e.LAC) // the record follows if needed (below)
 			if e.EntryID > st.lastEntry {
-				st.lastEntry = e.EntryID
+				// Entries above lastEntry are always written (above), so
+				// this entry and its LAC are in the batch.
+				st.lastEntry, st.lastLAC = e.EntryID, e.LAC
 			}
+		}
+	}
+	for id, st := range work {
+		if st.lac > max(st.recLAC, st.lastLAC) {
+			dirty[id] = true // neither the record nor the last entry would restore lac
 		}
 	}
 	for id := range dirty {
 		st := work[id]
+		st.recLAC = st.lac
 		v := make([]byte, ledgerRecordLen)
 		if st.fenced {
 			v[0] |= flagFenced
@@ -797,7 +810,7 @@ func (s *Store) ledger(id int64) (ledgerState, error) {
 }
 
 func (s *Store) loadLedger(id int64) (ledgerState, error) {
-	st := ledgerState{lac: -1, lastEntry: -1}
+	st := ledgerState{lac: -1, lastEntry: -1, lastLAC: -1, recLAC: -1}
 	v, closer, err := s.db.Get(ledgerKey(id))
 	switch {
 	case err == nil:
@@ -809,6 +822,7 @@ func (s *Store) loadLedger(id int64) (ledgerState, error) {
 		st.fenced = v[0]&flagFenced != 0
 		st.limbo = v[0]&flagLimbo != 0
 		st.lac = int64(binary.BigEndian.Uint64(v[1:]))
+		st.recLAC = st.lac
 		closer.Close()
 	case !errors.Is(err, pebble.ErrNotFound):
 		return st, fmt.Errorf("bookie: read ledger %d record: %w", id, markCorruption(err))
@@ -825,8 +839,9 @@ func (s *Store) loadLedger(id int64) (ledgerState, error) {
 		if verr == nil {
 			var lac int64
 			lac, _, _, verr = decodeEntryValue(val)
-			if verr == nil && lac > st.lac {
-				st.lac = lac
+			if verr == nil {
+				st.lastLAC = lac
+				st.lac = max(st.lac, lac)
 			}
 		}
 		if verr != nil {

@@ -2,6 +2,7 @@ package bookie
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -680,5 +681,57 @@ func TestClosedStoreRefuses(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
+	}
+}
+
+// A batch that only moves a ledger's LAC forward with its own entries
+// writes no ledger record (rewriting it in every batch made every flushed
+// table overlap every other); the LAC still survives a crash, from the last
+// entry or, when the highest entry carries a lower LAC than an earlier one
+// (a recovery add), from the record, which is then written.
+func TestLACOnlyBatchesWriteNoLedgerRecordAndLACSurvivesCrash(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	s := openMemStore(t, mem, StoreOptions{})
+	for i := range int64(20) {
+		if err := s.Add(entry(9, i, i-1, payloadFor(9, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recordLAC := func(s *Store) int64 {
+		v, closer, err := s.db.Get(ledgerKey(9))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closer.Close()
+		return int64(binary.BigEndian.Uint64(v[1:]))
+	}
+	// Written with entry 0 (LAC -1) and not since.
+	if got := recordLAC(s); got != -1 {
+		t.Fatalf("ledger record LAC %d after 20 adds, want -1 (no rewrite for LAC-only batches)", got)
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openMemStore(t, crashed, StoreOptions{})
+	if lac, last, _, err := s.ReadLac(9); err != nil || lac != 18 || last != 19 {
+		t.Fatalf("after crash ReadLac = lac %d last %d err %v; want 18 19", lac, last, err)
+	}
+	// A recovery add above the last entry with a lower LAC: the LAC (18)
+	// now lives only in memory and on entry 19, so the record takes it.
+	if err := s.Add(recoveryEntry(9, 20, 10, payloadFor(9, 20))); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordLAC(s); got != 18 {
+		t.Fatalf("ledger record LAC %d after a lower-LAC last entry, want 18", got)
+	}
+	crashed = crashed.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openMemStore(t, crashed, StoreOptions{})
+	defer s.Close()
+	if lac, last, _, err := s.ReadLac(9); err != nil || lac != 18 || last != 20 {
+		t.Fatalf("after second crash ReadLac = lac %d last %d err %v; want 18 20", lac, last, err)
 	}
 }
