@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -490,14 +489,8 @@ func measureMirror(ctx context.Context, peers Peers, dir string, rate float64, d
 	if err := natsCmd(ctx, peers.NATS, "-s", a.URL, "pub", "bench.mx", "warm-up"); err != nil {
 		return res, err
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		s, err := jszLastSeq(b.HTTP, "mirr")
-		if err == nil && s >= 1 {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return res, fmt.Errorf("bench: the JetStream mirror did not take its first message within 60 s (last poll: seq %d, %v)", s, err)
-		}
+	if err := waitStreamSeq(ctx, b.HTTP, "mirr", 1, 60*time.Second, 20*time.Millisecond); err != nil {
+		return res, fmt.Errorf("bench: the JetStream mirror did not take its first message: %w", err)
 	}
 	n := int(rate * d.Seconds())
 	total := n + 1 // with the warm-up message
@@ -534,16 +527,28 @@ func measureMirror(ctx context.Context, peers Peers, dir string, rate float64, d
 	if err := natsCmd(ctx, peers.NATS, "-s", b.URL, "stream", "add", "--config", m2); err != nil {
 		return res, err
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Millisecond) {
-		if s, err := jszLastSeq(b.HTTP, "mirr2"); err == nil && s >= uint64(total) {
-			res.BackfillN, res.BackfillTime = total, time.Since(t0)
-			break
+	if err := waitStreamSeq(ctx, b.HTTP, "mirr2", uint64(total), 2*time.Minute, 2*time.Millisecond); err != nil {
+		return res, fmt.Errorf("bench: the new JetStream mirror did not backfill: %w", err)
+	}
+	res.BackfillN, res.BackfillTime = total, time.Since(t0)
+	return res, nil
+}
+
+// waitStreamSeq polls a server's /jsz every `every` until stream's last
+// sequence reaches want, for at most `within`.
+func waitStreamSeq(ctx context.Context, httpBase, stream string, want uint64, within, every time.Duration) error {
+	for deadline := time.Now().Add(within); ; time.Sleep(every) {
+		s, err := jszLastSeq(httpBase, stream)
+		if err == nil && s >= want {
+			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return res, errors.New("bench: the new JetStream mirror did not backfill within 2 minutes")
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not at sequence %d within %v (last poll: seq %d, %v)", want, within, s, err)
 		}
 	}
-	return res, nil
 }
 
 var jszClient = &http.Client{Timeout: 2 * time.Second}
