@@ -24,7 +24,9 @@ func pebbleOptions(fs vfs.FS, memTableSizeBytes int, mustExist bool, log *slog.L
 		FS:               fs,
 		ErrorIfNotExists: mustExist,
 		Logger:           pebbleLogger{log},
-		EventListener: &pebble.EventListener{
+		// Pebble's own event log (flushes, compactions, WAL rotations,
+		// write stalls) goes to debug through pebbleLogger.Infof.
+		EventListener: teeLogging(log, pebble.EventListener{
 			// Pebble's default is Fatalf. A bookie reports corruption to the
 			// reader (CORRUPT) and keeps serving the rest.
 			DataCorruption: func(info pebble.DataCorruptionInfo) {
@@ -36,12 +38,21 @@ func pebbleOptions(fs vfs.FS, memTableSizeBytes int, mustExist bool, log *slog.L
 			DiskSlow: func(info pebble.DiskSlowInfo) {
 				log.Warn("pebble: slow disk write", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 			},
-		},
+		}),
 	}
 	if memTableSizeBytes > 0 {
 		o.MemTableSize = uint64(memTableSizeBytes)
 	}
 	return o
+}
+
+// teeLogging adds Pebble's logging event listener (its informational
+// events, to debug) to l; l alone reports errors and slow disks.
+func teeLogging(log *slog.Logger, l pebble.EventListener) *pebble.EventListener {
+	info := pebble.MakeLoggingEventListener(pebbleLogger{log})
+	info.BackgroundError, info.DataCorruption, info.DiskSlow = nil, nil, nil
+	t := pebble.TeeEventListener(info, l)
+	return &t
 }
 
 // errString is err's one-line message (cockroachdb/errors values print
