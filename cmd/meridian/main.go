@@ -11,16 +11,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-
-	"github.com/meridian-mq/meridian/internal/gctune"
 )
 
 func main() {
 	startPprof()
-	if _, err := gctune.StartFromEnv(); err != nil {
-		fmt.Fprintln(os.Stderr, "meridian:", err)
-		os.Exit(2)
-	}
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "meridian:", err)
 		os.Exit(1)
