@@ -23,7 +23,7 @@ disk_check_interval: 1s
 group_commit_max_delay: 0s
 group_commit_max_bytes: 4194304
 max_entry_bytes: 5308416
-mem_table_size_bytes: 16777216
+mem_table_size_bytes: 67108864
 max_inflight_per_stream: 1024
 shutdown_timeout: 5s
 `
