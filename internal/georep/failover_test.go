@@ -281,12 +281,14 @@ func regionLossFailover(t *testing.T, pause bool) {
 	if pause {
 		d.signalRegion("east", syscall.SIGSTOP)
 		defer d.signalRegion("east", syscall.SIGCONT)
+		d.waitRegionStopped("east")
 	} else {
 		d.killRegion("east")
 	}
 	// RTO: from the kill to the first receipt (and the first delivery) of a
 	// message sent after every east process was dead (SIGKILL is delivered
-	// within the 100 ms allowed here) — only west can have served those.
+	// within the 100 ms allowed here; SIGSTOP was waited for) — only west
+	// can have served those.
 	dead := time.Now().Add(100 * time.Millisecond)
 	deadline := time.Now().Add(90 * time.Second)
 	var produceRTO, consumeRTO time.Duration

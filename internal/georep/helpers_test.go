@@ -105,6 +105,16 @@ func (d *deployment) signalRegion(name string, sig syscall.Signal) {
 	}
 }
 
+// waitRegionStopped waits until every process of a region sent SIGSTOP
+// has stopped (kill returns before the stop takes effect).
+func (d *deployment) waitRegionStopped(name string) {
+	for _, p := range d.region(name).Processes {
+		if pid := d.d.Pid(p.Name); pid > 0 {
+			testutil.WaitPidStopped(d.t, pid)
+		}
+	}
+}
+
 func (d *deployment) kill(name string) {
 	if pid := d.d.Pid(name); pid > 0 {
 		syscall.Kill(pid, syscall.SIGKILL)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/internal/up"
 )
 
@@ -59,6 +60,11 @@ func TestStretchedNamespace(t *testing.T) {
 	}
 	for _, pid := range westBookies {
 		syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	// kill returns before the stop: a bookie thread still running on the
+	// other core answered one more add (CI). Wait for every thread.
+	for _, pid := range westBookies {
+		testutil.WaitPidStopped(t, pid)
 	}
 	var during atomic.Int64
 	done := make(chan error, 1)

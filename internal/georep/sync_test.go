@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/internal/up"
 )
 
@@ -84,6 +85,7 @@ func TestSyncReplication(t *testing.T) {
 	// West unreachable: its broker paused.
 	wb := d.d.Pid("west-broker-1")
 	syscall.Kill(wb, syscall.SIGSTOP)
+	testutil.WaitPidStopped(t, wb)
 	start := time.Now()
 	_, err = ps.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("strict")})
 	if err == nil {

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -9,11 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meridian-mq/meridian/internal/procstop"
 )
 
 var (
@@ -196,17 +198,18 @@ func WaitListening(t testing.TB, addr string, timeout time.Duration) {
 
 // WaitStopped waits until the process is stopped (after SIGSTOP): signal
 // delivery is asynchronous, so a test that must not race the pause waits
-// for the kernel to report state T.
+// for the kernel to report every thread stopped (internal/procstop).
 func (p *Proc) WaitStopped(t testing.TB) {
 	t.Helper()
-	pid := p.Pid()
-	Eventually(t, 10*time.Second, fmt.Sprintf("%s (pid %d) stopped", p.Name, pid), func() bool {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return false
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		return i > 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
-	})
+	WaitPidStopped(t, p.Pid())
+}
+
+// WaitPidStopped waits up to 10 s until every thread of pid is stopped.
+func WaitPidStopped(t testing.TB, pid int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := procstop.Wait(ctx, pid); err != nil {
+		t.Fatal(err)
+	}
 }
