@@ -57,6 +57,11 @@ func startDeployment(t *testing.T, o up.Options) *deployment {
 		if t.Failed() || os.Getenv("MERIDIAN_TEST_DUMP_LOGS") != "" {
 			dep.dumpLogs()
 		}
+		if dir := os.Getenv("MERIDIAN_TEST_KEEP_LOGS"); dir != "" {
+			// Every test's whole logs, not their tails (with
+			// MERIDIAN_UP_LOG_LEVEL=info or debug they are long).
+			dep.keepLogs(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")))
+		}
 		d.Stop(5 * time.Second)
 	})
 	return dep
@@ -74,6 +79,21 @@ func (d *deployment) dumpLogs() {
 		}
 		d.t.Logf("---- %s ----\n%s", filepath.Base(f), b)
 	}
+}
+
+// keepLogs copies every process's log into dir.
+func (d *deployment) keepLogs(dir string) {
+	files, _ := filepath.Glob(filepath.Join(d.dir, "logs", "*.log"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		d.t.Log(err)
+		return
+	}
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644)
+		}
+	}
+	d.t.Logf("logs kept in %s", dir)
 }
 
 func (d *deployment) region(name string) up.RegionEndpoint {

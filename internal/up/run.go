@@ -2,6 +2,7 @@ package up
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -193,7 +194,10 @@ func (d *Deployment) startProc(ps ProcSpec) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(d.bin, append(ps.Args, "--log-level", "warn")...)
+	// MERIDIAN_UP_LOG_LEVEL (debug, info, warn, error) overrides the
+	// children's level, warn, to diagnose a test's failure.
+	level := cmp.Or(os.Getenv("MERIDIAN_UP_LOG_LEVEL"), "warn")
+	cmd := exec.Command(d.bin, append(ps.Args, "--log-level", level)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Children die with `up` (no orphans if it is killed), and each is its
 	// own process group so a terminal's ^C reaches `up` only.
