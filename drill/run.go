@@ -20,6 +20,7 @@ import (
 
 	"github.com/meridian-mq/meridian/drill/check"
 	"github.com/meridian-mq/meridian/internal/netfault"
+	"github.com/meridian-mq/meridian/internal/procstop"
 	"github.com/meridian-mq/meridian/internal/up"
 	"github.com/meridian-mq/meridian/internal/wanproxy"
 )
@@ -642,6 +643,19 @@ func (r *runner) apply(ctx context.Context, f FaultSpec) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if f.Action == "stop" {
+		// kill returns before the process has stopped: what the drill
+		// measures from the fault starts once every thread is stopped.
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		for _, ps := range procs {
+			if pid := r.dep.Pid(ps.Name); pid > 0 {
+				if err := procstop.Wait(c, pid); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", ps.Name, err))
+				}
+			}
+		}
+		cancel()
 	}
 	return errors.Join(errs...)
 }

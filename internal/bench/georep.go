@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/meridian-mq/meridian/internal/procstop"
 	"github.com/meridian-mq/meridian/internal/up"
 )
 
@@ -822,6 +823,16 @@ func (g *geoDeployment) probeHeld(ctx context.Context, mode, topic string, size 
 		}
 	}
 	defer resume()
+	for _, pid := range pids {
+		// The stop takes effect a moment after kill returns: a receipt
+		// in that moment is not a mode's fault.
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := procstop.Wait(c, pid)
+		cancel()
+		if err != nil {
+			return false, "", err
+		}
+	}
 	type receipt struct {
 		at  time.Time
 		err error
