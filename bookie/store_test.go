@@ -735,3 +735,41 @@ func TestLACOnlyBatchesWriteNoLedgerRecordAndLACSurvivesCrash(t *testing.T) {
 		t.Fatalf("after second crash ReadLac = lac %d last %d err %v; want 18 20", lac, last, err)
 	}
 }
+
+// A bookie stores entries as the client sent them: its tables are not
+// compressed (compressing them at every flush and compaction cost CPU on the
+// add path's machine and stalled adds; producers compress their batches
+// themselves when they want to). Highly compressible payloads take their
+// full size on disk.
+func TestEntriesStoredUncompressed(t *testing.T) {
+	mem := vfs.NewMem()
+	s := openMemStore(t, mem, StoreOptions{})
+	defer s.Close()
+	big := bytes.Repeat([]byte("z"), 4096)
+	const n = 50
+	for i := range int64(n) {
+		if err := s.Add(entry(4, i, i-1, big)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	names, err := mem.List("/data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables int64
+	for _, name := range names {
+		if strings.HasSuffix(name, ".sst") {
+			st, err := mem.Stat("/data/" + name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tables += st.Size()
+		}
+	}
+	if tables < n*int64(len(big)) {
+		t.Fatalf("sstables hold %d bytes for %d payload bytes: compressed", tables, n*len(big))
+	}
+}
