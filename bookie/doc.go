@@ -49,6 +49,11 @@
 //	'l' ledger(8)               flags(1: bit0 fenced, bit1 limbo) maxLAC(8)
 //	'e' ledger(8) entry(8)      lac(8) digest(4) payload
 //
+// Pebble writes its tables uncompressed (payloads are stored as sent; older
+// snappy tables in an existing directory stay readable and are rewritten
+// uncompressed as compactions reach them). So size a bookie's disk for the
+// payload bytes it keeps, times the LSM's space amplification.
+//
 // OpenStore refuses a directory whose format version it does not know, and
 // a non-empty directory that is not a bookie store. A future format bumps
 // FormatVersion and adds an explicit upgrade step.
