@@ -375,19 +375,11 @@ func TestPebbleCorruptionIsCorrupt(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	names, err := mem.List("/data")
-	if err != nil {
-		t.Fatal(err)
+	ssts := sstables(t, mem, "/data")
+	if len(ssts) == 0 {
+		t.Fatal("no sstable after flush")
 	}
-	var sst string
-	for _, n := range names {
-		if strings.HasSuffix(n, ".sst") {
-			sst = "/data/" + n
-		}
-	}
-	if sst == "" {
-		t.Fatalf("no sstable after flush: %v", names)
-	}
+	sst := ssts[len(ssts)-1]
 	f, err := mem.OpenReadWrite(sst, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)
@@ -755,21 +747,31 @@ func TestEntriesStoredUncompressed(t *testing.T) {
 	if err := s.db.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	names, err := mem.List("/data")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var tables int64
-	for _, name := range names {
-		if strings.HasSuffix(name, ".sst") {
-			st, err := mem.Stat("/data/" + name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tables += st.Size()
+	for _, sst := range sstables(t, mem, "/data") {
+		st, err := mem.Stat(sst)
+		if err != nil {
+			t.Fatal(err)
 		}
+		tables += st.Size()
 	}
 	if tables < n*int64(len(big)) {
 		t.Fatalf("sstables hold %d bytes for %d payload bytes: compressed", tables, n*len(big))
 	}
+}
+
+// sstables lists the paths of the Pebble tables in dir.
+func sstables(t *testing.T, fs vfs.FS, dir string) []string {
+	t.Helper()
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasSuffix(n, ".sst") {
+			out = append(out, fs.PathJoin(dir, n))
+		}
+	}
+	return out
 }
