@@ -1,5 +1,5 @@
 // Package bookie is Meridian's storage node: it stores ledger entries
-// durably on Pebble and serves them over the Bookie gRPC service
+// durably in an entry log indexed in Pebble and serves them over the Bookie gRPC service
 // (proto/bookiepb). It owns the bytes on disk, fencing, and the last-add-
 // confirmed (LAC) a bookie has seen. It knows ledgers and entries, never
 // topics. The ledger client (ensembles, quorums, recovery) lives in
@@ -8,10 +8,10 @@
 // # Durability contracts
 //
 //  1. Persist before acknowledging. An add is answered OK only after the
-//     Pebble batch holding it was committed with fsync (pebble.Sync). If the
-//     commit fails (ENOSPC, EIO) every add of the batch is answered with an
+//     entry log frame holding it was written and fdatasynced. If the write
+//     or sync fails (ENOSPC, EIO) every add of the frame is answered with an
 //     error, never OK, and the store turns read-only until restart; entries
-//     of that batch then read as UNKNOWN (they may or may not be durable).
+//     of that frame then read as UNKNOWN (they may or may not be durable).
 //  2. Fence persisted before the fence answer. A fence (ReadLac or ReadEntry
 //     with fence set) goes through the same committer as adds: it is durable
 //     before it is answered, and it is totally ordered with adds (one queue,
@@ -35,28 +35,47 @@
 //
 // One committer goroutine drains a queue of operations (add, recovery add,
 // fence), applies them in queue order to the in-memory ledger state (fenced,
-// limbo, LAC = max piggybacked LAC, last entry) and to one Pebble batch,
-// commits the batch with one fsync, and then completes every operation of it.
+// limbo, LAC = max piggybacked LAC, last entry) and to one entry log frame,
+// writes the frame with one fdatasync, applies the frame's index writes to
+// Pebble (without sync), and then completes every operation of it.
 // With Config.GroupCommitMaxDelay 0 the committer takes whatever queued up
 // during the previous fsync; it stops gathering at GroupCommitMaxBytes.
 //
-// # On-disk layout (format version 1)
+// # On-disk layout (format version 2)
 //
-// All integers are big-endian so keys sort numerically:
+// The data directory is a Pebble store that holds the index, and
+// entrylog/, the entry log: the journal and the entries' home in one (as
+// BookKeeper's journal and entry logs are, without a second copy). Every
+// mutation (an entry, a ledger record) is appended to the log, one frame
+// per group commit, CRC32C-checked; Pebble holds
 //
 //	"m/format-version"          uint32 format version (FormatVersion)
 //	"m/cookie"                  metapb.Cookie
+//	"m/checkpoint"              log file(4) offset(8)
 //	'l' ledger(8)               flags(1: bit0 fenced, bit1 limbo) maxLAC(8)
-//	'e' ledger(8) entry(8)      lac(8) digest(4) payload
+//	'e' ledger(8) entry(8)      lac(8) digest(4) log file(4) offset(8) len(4)
 //
-// Pebble writes its tables uncompressed (payloads are stored as sent; older
-// snappy tables in an existing directory stay readable and are rewritten
-// uncompressed as compactions reach them). So size a bookie's disk for the
-// payload bytes it keeps, times the LSM's space amplification.
+// (big-endian, so keys sort numerically). Index writes are not synced: the
+// checkpoint, written with sync every 64 MiB of log and at each new log
+// file, is the log position before which Pebble has them all, and OpenStore
+// replays the log from it. A frame that fails its CRC ends the log only if
+// no valid frame follows it (a torn last write, never acknowledged);
+// otherwise the open fails with ErrCorrupt, since the entries after it were
+// acknowledged. Each open starts a new log file; files grow to 256 MiB.
+//
+// Entries are written once, as sent (uncompressed; producers compress
+// their batches when they want to): an LSM holding them wrote each entry to
+// its WAL, to a table at flush and again at every compaction, and those
+// compactions stalled adds (docs/performance.md). Log files are never
+// rewritten or deleted yet: bookies do not collect deleted ledgers' data
+// (a later issue), so size a bookie's disk for everything it is sent.
 //
 // OpenStore refuses a directory whose format version it does not know, and
-// a non-empty directory that is not a bookie store. A future format bumps
-// FormatVersion and adds an explicit upgrade step.
+// a non-empty directory that is not a bookie store. Format version 1 (entries
+// in Pebble) is refused too: there is no upgrade step from it, as no
+// deployment outside tests holds one; decommission such a bookie and start
+// it on an empty directory. A future format bumps FormatVersion and adds an
+// explicit upgrade step.
 //
 // # Identity, cookies and limbo
 //

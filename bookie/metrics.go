@@ -37,7 +37,7 @@ func newMetrics(region, rack, bookieID string) *metrics {
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16), // 100µs .. 3.3s
 		}),
 		groupCommits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meridian_bookie_group_commits_total", Help: "Synced (fsync) Pebble batches committed.", ConstLabels: labels,
+			Name: "meridian_bookie_group_commits_total", Help: "Synced (fdatasync) entry log frames committed.", ConstLabels: labels,
 		}),
 		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_bookie_group_commit_failures_total", Help: "Group commits that failed (the bookie turned read-only).", ConstLabels: labels,
@@ -51,7 +51,7 @@ func newMetrics(region, rack, bookieID string) *metrics {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
 		}),
 		bytesWritten: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meridian_bookie_written_bytes_total", Help: "Bytes of committed batches (keys, values, headers).", ConstLabels: labels,
+			Name: "meridian_bookie_written_bytes_total", Help: "Bytes of committed entry log frames (records and headers).", ConstLabels: labels,
 		}),
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_bookie_reads_total", Help: "ReadEntry and ReadLac answers, by status.", ConstLabels: labels,

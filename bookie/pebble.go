@@ -43,12 +43,10 @@ func pebbleOptions(fs vfs.FS, memTableSizeBytes int, mustExist bool, log *slog.L
 	if memTableSizeBytes > 0 {
 		o.MemTableSize = uint64(memTableSizeBytes)
 	}
-	// Tables are not compressed: a bookie stores entries as the client
-	// sent them, as BookKeeper's do (producers compress their batches when
-	// they want to). Snappy at every flush and compaction was CPU on the
-	// machine that serves adds, and with three bookies compacting the same
-	// entries at once it stalled them: publish p99 at 50 % load in the
-	// standalone 127 -> 38 ms (docs/performance.md).
+	// Tables are not compressed. They hold only the index now (entries are
+	// in the entry log), a few dozen bytes per entry; when they held the
+	// entries, snappy at every flush and compaction was CPU on the machine
+	// that serves adds and stalled them (docs/performance.md).
 	o.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
 	return o
 }
@@ -84,7 +82,7 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 
 // Fatalf is called by Pebble on unrecoverable errors; Pebble expects it not
-// to return. It panics with a pebbleFatal, which commitSync turns back into
+// to return. It panics with a pebbleFatal, which commitBatch turns back into
 // an error when it comes from a commit (a failed WAL write or fsync): the
 // store then stops writing but keeps serving reads. Anywhere else the panic
 // ends the process, as Pebble intends.
@@ -98,10 +96,10 @@ type pebbleFatal struct{ msg string }
 
 func (f pebbleFatal) Error() string { return "pebble: " + f.msg }
 
-// commitSync commits b with fsync. Pebble reports a failed WAL write or sync
-// through Logger.Fatalf (see pebbleLogger); after the first such failure the
+// commitBatch commits b. Pebble reports a failed WAL write or sync through
+// Logger.Fatalf (see pebbleLogger); after the first such failure the
 // committer never commits again, and reads do not use the commit pipeline.
-func commitSync(b *pebble.Batch) (err error) {
+func commitBatch(b *pebble.Batch, o *pebble.WriteOptions) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			f, ok := r.(pebbleFatal)
@@ -111,5 +109,5 @@ func commitSync(b *pebble.Batch) (err error) {
 			err = f
 		}
 	}()
-	return b.Commit(pebble.Sync)
+	return b.Commit(o)
 }

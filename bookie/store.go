@@ -85,12 +85,14 @@ type FenceResult struct {
 
 // Stats are cumulative counters of the committer.
 type Stats struct {
-	// GroupCommits is the number of synced Pebble batches committed.
+	// GroupCommits is the number of synced entry log frames committed.
 	GroupCommits uint64
 	// EntriesCommitted is the number of adds written by those commits.
 	EntriesCommitted uint64
-	// BytesCommitted is the size of those batches (keys, values, headers).
+	// BytesCommitted is the size of those frames (records and headers).
 	BytesCommitted uint64
+	// Checkpoints is the number of index checkpoints (synced Pebble writes).
+	Checkpoints uint64
 }
 
 // CommitInfo describes one group commit, for metrics.
@@ -139,17 +141,21 @@ type ledgerState struct {
 	lastLAC, recLAC int64
 }
 
-// Store is a bookie's durable storage of ledger entries on Pebble.
+// Store is a bookie's durable storage of ledger entries: an entry log
+// (entrylog.go) that holds them, indexed in Pebble.
 //
 // All writes (adds, recovery adds, fences) go through one committer goroutine
 // that applies them in queue order to the in-memory ledger state and to one
-// Pebble batch, commits the batch with an fsync, and only then completes
-// them: concurrent adds share an fsync (group commit), and a fence is totally
-// ordered with adds (an add queued before a fence is in the fence's result and
-// durable before the fence is answered; an add queued after it is refused).
-// Reads go straight to Pebble. A Store is safe for concurrent use.
+// entry log frame, writes and fdatasyncs the frame, applies the frame's index
+// writes to Pebble, and only then completes them: concurrent adds share an
+// fsync (group commit), and a fence is totally ordered with adds (an add
+// queued before a fence is in the fence's result and durable before the
+// fence is answered; an add queued after it is refused). Reads look the
+// entry up in Pebble and read it from the log. A Store is safe for
+// concurrent use.
 type Store struct {
 	db   *pebble.DB
+	elog *entryLog
 	fs   vfs.FS
 	dir  string
 	opts StoreOptions
@@ -174,6 +180,11 @@ type Store struct {
 	groupCommits     atomic.Uint64
 	entriesCommitted atomic.Uint64
 	bytesCommitted   atomic.Uint64
+	checkpoints      atomic.Uint64
+
+	// checkpointed is the log position of the last checkpoint (committer
+	// only, and Close after it).
+	checkpointed logPos
 }
 
 type opKind uint8
@@ -187,7 +198,7 @@ type op struct {
 	kind   opKind
 	ledger int64
 	e      Entry  // opAdd
-	value  []byte // opAdd: encoded value
+	value  []byte // opAdd: the entry log record (encodeEntryRecord)
 	done   func(FenceResult, error)
 
 	// Set by the committer while building the batch.
@@ -251,6 +262,13 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 		return nil, err
 	}
 	if err := s.loadCookie(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.openEntryLog(); err != nil {
+		if s.elog != nil {
+			_ = s.elog.close()
+		}
 		_ = db.Close()
 		return nil, err
 	}
@@ -419,6 +437,7 @@ func (s *Store) Stats() Stats {
 		GroupCommits:     s.groupCommits.Load(),
 		EntriesCommitted: s.entriesCommitted.Load(),
 		BytesCommitted:   s.bytesCommitted.Load(),
+		Checkpoints:      s.checkpoints.Load(),
 	}
 }
 
@@ -457,10 +476,10 @@ func (s *Store) AddAsync(e Entry, done func(error)) {
 		kind:   opAdd,
 		ledger: e.LedgerID,
 		e:      e,
-		value:  encodeEntryValue(e.LAC, e.Digest, e.Payload),
+		value:  encodeEntryRecord(&e),
 		done:   func(_ FenceResult, err error) { done(err) },
 	}
-	o.e.Payload = nil // the value holds the bytes
+	o.e.Payload = nil // the record holds the bytes
 	s.submit(o)
 }
 
@@ -521,10 +540,16 @@ func (s *Store) Close() error {
 	close(s.queue)
 	s.closeMu.Unlock()
 	<-s.committerDone
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("bookie: close pebble store in %s: %w", s.dir, err)
+	var errs []error
+	if s.Failed() == nil && s.checkpointed != s.elog.pos() {
+		// A clean close replays nothing at the next open.
+		errs = append(errs, s.checkpoint())
 	}
-	return nil
+	errs = append(errs, s.elog.close())
+	if err := s.db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("bookie: close pebble store in %s: %w", s.dir, err))
+	}
+	return errors.Join(errs...)
 }
 
 // run is the committer goroutine.
@@ -583,19 +608,33 @@ func (s *Store) run() {
 	}
 }
 
-// commit applies ops in order to the ledger states and one Pebble batch,
-// commits it with fsync, then completes the ops.
+// pendingEntry is an entry written by the frame being built.
+type pendingEntry struct {
+	lac     int64
+	digest  uint32
+	payload []byte
+}
+
+// commit applies ops in order to the ledger states and one entry log frame,
+// writes and syncs the frame, applies its index writes to Pebble, then
+// completes the ops.
 func (s *Store) commit(ops []*op) {
 	b := s.db.NewBatch()
 	defer b.Close()
 	work := make(map[int64]*ledgerState)
 	dirty := make(map[int64]bool)
-	pending := make(map[entryKey][]byte)
+	pending := make(map[entryKey]pendingEntry)
 	limbo := s.limboBelowOrAt.Load()
 
 	s.mu.Lock()
 	failErr := s.failErr
 	s.mu.Unlock()
+	if failErr == nil {
+		if err := s.elog.begin(); err != nil {
+			s.fail(ops, err)
+			return
+		}
+	}
 
 	entries := 0
 	for _, o := range ops {
@@ -639,22 +678,24 @@ func (s *Store) commit(ops []*op) {
 			if e.EntryID <= st.lastEntry {
 				existing, found, err := s.existing(pending, k)
 				switch {
-				case err != nil:
+				case err != nil && !errors.Is(err, ErrCorrupt):
 					o.err = err
 					continue
-				case found:
-					write, o.err = s.compareExisting(o, existing)
+				case found || err != nil:
+					write, o.err = s.compareExisting(o, existing, err)
 					if o.err != nil {
 						continue
 					}
 				}
 			}
 			if write {
-				if err := b.Set(k[:], o.value, nil); err != nil {
-					o.err = fmt.Errorf("bookie: batch set: %w", err)
-					continue
+				payload := o.value[recEntryHeaderLen:]
+				at := s.elog.appendEntry(o.value)
+				if err := b.Set(k[:], encodeIndexValue(e.LAC, e.Digest, at, len(payload)), nil); err != nil {
+					s.fail(ops, fmt.Errorf("bookie: batch set: %w", err))
+					return
 				}
-				pending[k] = o.value
+				pending[k] = pendingEntry{lac: e.LAC, digest: e.Digest, payload: payload}
 				o.written = true
 				entries++
 			}
@@ -665,7 +706,7 @@ func (s *Store) commit(ops []*op) {
 			st.lac = max(st.lac, e.LAC) // the record follows if needed (below)
 			if e.EntryID > st.lastEntry {
 				// Entries above lastEntry are always written (above), so
-				// this entry and its LAC are in the batch.
+				// this entry and its LAC are in the frame.
 				st.lastEntry, st.lastLAC = e.EntryID, e.LAC
 			}
 		}
@@ -686,6 +727,7 @@ func (s *Store) commit(ops []*op) {
 			v[0] |= flagLimbo
 		}
 		binary.BigEndian.PutUint64(v[1:], uint64(st.lac))
+		s.elog.appendLedger(id, v)
 		if err := b.Set(ledgerKey(id), v, nil); err != nil {
 			// Cannot happen for an in-memory batch; fail everything to be safe.
 			s.fail(ops, fmt.Errorf("bookie: batch set: %w", err))
@@ -693,10 +735,16 @@ func (s *Store) commit(ops []*op) {
 		}
 	}
 
-	if !b.Empty() {
+	if failErr == nil && !s.elog.empty() {
 		start := time.Now()
-		n := b.Len()
-		err := commitSync(b)
+		n, err := s.elog.commitFrame()
+		if err == nil {
+			// The frame is durable: the index may lag it (replayed at open).
+			err = markCorruption(commitBatch(b, pebble.NoSync))
+			if err != nil {
+				err = fmt.Errorf("bookie: index commit: %w", err)
+			}
+		}
 		info := CommitInfo{Entries: entries, Bytes: n, Duration: time.Since(start), Err: err}
 		if err != nil {
 			if s.opts.OnCommit != nil {
@@ -721,11 +769,34 @@ func (s *Store) commit(ops []*op) {
 	for _, o := range ops {
 		o.done(o.res, o.err)
 	}
+
+	if p := s.elog.pos(); failErr == nil && (p.file != s.checkpointed.file || p.off-s.checkpointed.off >= checkpointBytes) {
+		if err := s.checkpoint(); err != nil {
+			s.fail(nil, err)
+		}
+	}
+}
+
+// checkpoint makes the index durable up to the log's current position and
+// records that position, so the replay at the next open starts there.
+func (s *Store) checkpoint() error {
+	p := s.elog.pos()
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(keyCheckpoint, encodeCheckpoint(p), nil); err != nil {
+		return fmt.Errorf("bookie: index checkpoint: %w", err)
+	}
+	if err := commitBatch(b, pebble.Sync); err != nil {
+		return fmt.Errorf("bookie: index checkpoint: %w", err)
+	}
+	s.checkpointed = p
+	s.checkpoints.Add(1)
+	return nil
 }
 
 // fail handles a failed commit: the store turns read-only for good, the
-// batch's entries become "unknown" (Pebble may or may not have made them
-// durable), and every op that was to succeed fails.
+// batch's entries become "unknown" (the log may or may not hold them), and
+// every op that was to succeed fails.
 func (s *Store) fail(ops []*op, cause error) {
 	s.mu.Lock()
 	if s.failErr == nil {
@@ -747,41 +818,37 @@ func (s *Store) fail(ops []*op, cause error) {
 	}
 }
 
-// existing returns the value stored (or pending in this batch) under k.
-func (s *Store) existing(pending map[entryKey][]byte, k entryKey) ([]byte, bool, error) {
+// existing returns the entry stored (or pending in this frame) under k. A
+// stored entry that fails its digest is returned with an ErrCorrupt error.
+func (s *Store) existing(pending map[entryKey]pendingEntry, k entryKey) (pendingEntry, bool, error) {
 	if v, ok := pending[k]; ok {
 		return v, true, nil
 	}
-	v, closer, err := s.db.Get(k[:])
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("bookie: read existing entry: %w", markCorruption(err))
-	}
-	defer closer.Close()
-	return bytes.Clone(v), true, nil
+	ledger := int64(binary.BigEndian.Uint64(k[1:9]))
+	entry := int64(binary.BigEndian.Uint64(k[9:17]))
+	lac, payload, digest, found, err := s.readStored(ledger, entry)
+	return pendingEntry{lac: lac, digest: digest, payload: payload}, found, err
 }
 
 // compareExisting decides an add of an entry id already stored: identical
 // content is an idempotent retry (no write), different content is refused,
-// except that a recovery add may replace a stored copy that fails its digest.
-func (s *Store) compareExisting(o *op, existing []byte) (write bool, err error) {
-	lac, digest, payload, derr := decodeEntryValue(existing)
+// except that a recovery add may replace a stored copy that fails its digest
+// (readErr is then the ErrCorrupt of reading it).
+func (s *Store) compareExisting(o *op, existing pendingEntry, readErr error) (write bool, err error) {
 	e := &o.e
-	newPayload := o.value[entryHeaderLen:]
-	intact := derr == nil && Digest(o.ledger, e.EntryID, lac, payload) == digest
+	newPayload := o.value[recEntryHeaderLen:]
+	intact := readErr == nil
 	switch {
-	case intact && bytes.Equal(payload, newPayload):
+	case intact && bytes.Equal(existing.payload, newPayload):
 		return false, nil
 	case !intact && e.Recovery:
-		s.log.Warn("bookie: recovery add replaces a corrupt stored entry", "ledger", o.ledger, "entry", e.EntryID)
+		s.log.Warn("bookie: recovery add replaces a corrupt stored entry", "ledger", o.ledger, "entry", e.EntryID, "err", readErr)
 		return true, nil
 	case !intact:
 		return false, fmt.Errorf("%w: ledger %d entry %d is stored corrupt; only a recovery add may replace it", ErrCorrupt, o.ledger, e.EntryID)
 	default:
 		return false, fmt.Errorf("%w: ledger %d entry %d is already stored with different content (%d bytes, digest %08x; this add: %d bytes, digest %08x); acknowledged data is never replaced",
-			ErrInvalid, o.ledger, e.EntryID, len(payload), digest, len(newPayload), e.Digest)
+			ErrInvalid, o.ledger, e.EntryID, len(existing.payload), existing.digest, len(newPayload), e.Digest)
 	}
 }
 
@@ -837,11 +904,11 @@ func (s *Store) loadLedger(id int64) (ledgerState, error) {
 		st.lastEntry = int64(binary.BigEndian.Uint64(k[9:17]))
 		val, verr := it.ValueAndErr()
 		if verr == nil {
-			var lac int64
-			lac, _, _, verr = decodeEntryValue(val)
+			var iv indexValue
+			iv, verr = decodeIndexValue(val)
 			if verr == nil {
-				st.lastLAC = lac
-				st.lac = max(st.lac, lac)
+				st.lastLAC = iv.lac
+				st.lac = max(st.lac, iv.lac)
 			}
 		}
 		if verr != nil {
@@ -872,10 +939,10 @@ func (s *Store) inLimbo(id int64, st ledgerState) bool {
 // ErrNoSuchLedger / ErrNoSuchEntry only when the store is authoritative.
 // The returned payload is owned by the caller.
 //
-// Read may observe an add whose group commit is still syncing (Pebble makes
-// a batch visible before its fsync returns); that add is not acknowledged
-// yet. Readers that need durable data read up to the LAC, or fence first: a
-// fence completes only after every add queued before it is durable.
+// Read sees an add only once its frame is synced (the index is written
+// after the sync), so everything it returns is durable here; it is not
+// necessarily acknowledged by the writer's quorum: readers that need that
+// read up to the LAC, or fence first.
 func (s *Store) Read(ledgerID, entryID int64) (lac int64, payload []byte, digest uint32, err error) {
 	if ledgerID < 0 || entryID < 0 {
 		return 0, nil, 0, fmt.Errorf("%w: ledger %d entry %d: negative id", ErrInvalid, ledgerID, entryID)
@@ -892,20 +959,12 @@ func (s *Store) Read(ledgerID, entryID int64) (lac int64, payload []byte, digest
 	if uncertain {
 		return 0, nil, 0, fmt.Errorf("%w: ledger %d entry %d: its add failed to commit", ErrUnknown, ledgerID, entryID)
 	}
-	v, closer, err := s.db.Get(k[:])
-	if err == nil {
-		defer closer.Close()
-		lac, digest, p, derr := decodeEntryValue(v)
-		if derr != nil {
-			return 0, nil, 0, fmt.Errorf("ledger %d entry %d: %w", ledgerID, entryID, derr)
-		}
-		if d := Digest(ledgerID, entryID, lac, p); d != digest {
-			return 0, nil, 0, fmt.Errorf("%w: ledger %d entry %d: stored digest %08x, computed %08x", ErrCorrupt, ledgerID, entryID, digest, d)
-		}
-		return lac, bytes.Clone(p), digest, nil
+	lac, payload, digest, found, err := s.readStored(ledgerID, entryID)
+	if err != nil {
+		return 0, nil, 0, err
 	}
-	if !errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil, 0, fmt.Errorf("bookie: read ledger %d entry %d: %w", ledgerID, entryID, markCorruption(err))
+	if found {
+		return lac, payload, digest, nil
 	}
 	st, err := s.ledger(ledgerID)
 	if err != nil {
@@ -919,6 +978,33 @@ func (s *Store) Read(ledgerID, entryID int64) (lac int64, payload []byte, digest
 	default:
 		return 0, nil, 0, fmt.Errorf("%w: ledger %d entry %d", ErrNoSuchEntry, ledgerID, entryID)
 	}
+}
+
+// readStored looks an entry up in the index and reads it from the log,
+// verifying its digest. found is false when the index has no such entry.
+// The payload is owned by the caller.
+func (s *Store) readStored(ledgerID, entryID int64) (lac int64, payload []byte, digest uint32, found bool, err error) {
+	k := makeEntryKey(ledgerID, entryID)
+	v, closer, err := s.db.Get(k[:])
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil, 0, false, nil
+	}
+	if err != nil {
+		return 0, nil, 0, false, fmt.Errorf("bookie: read ledger %d entry %d: %w", ledgerID, entryID, markCorruption(err))
+	}
+	iv, err := decodeIndexValue(v)
+	closer.Close()
+	if err != nil {
+		return 0, nil, 0, true, fmt.Errorf("ledger %d entry %d: %w", ledgerID, entryID, err)
+	}
+	p := make([]byte, iv.n)
+	if err := s.elog.readAt(iv.at.file, iv.at.off, p); err != nil {
+		return 0, nil, 0, true, fmt.Errorf("ledger %d entry %d: %w", ledgerID, entryID, err)
+	}
+	if d := Digest(ledgerID, entryID, iv.lac, p); d != iv.digest {
+		return 0, nil, 0, true, fmt.Errorf("%w: ledger %d entry %d: stored digest %08x, computed %08x", ErrCorrupt, ledgerID, entryID, iv.digest, d)
+	}
+	return iv.lac, p, iv.digest, true, nil
 }
 
 // ReadLac returns the maximum LAC piggybacked on the ledger's stored adds and
