@@ -117,6 +117,7 @@ const (
 	DefaultGroupCommitMaxBytes  = 4 << 20
 	DefaultMaxEntryBytes        = 5<<20 + 64<<10
 	DefaultMemTableSizeBytes    = 64 << 20
+	DefaultZeroAheadBytes       = 8 << 20
 	DefaultMaxInflightPerStream = 1024
 	DefaultShutdownTimeout      = 5 * time.Second
 )

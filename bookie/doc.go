@@ -62,6 +62,9 @@
 // no valid frame follows it (a torn last write, never acknowledged);
 // otherwise the open fails with ErrCorrupt, since the entries after it were
 // acknowledged. Each open starts a new log file; files grow to 256 MiB.
+// On the real disk a background writer keeps up to 8 MiB of synced zeros
+// ahead of the frames (at most 8 MiB/s), so a commit's fdatasync
+// overwrites allocated blocks and flushes data only (zeroer.go).
 //
 // Entries are written once, as sent (uncompressed; producers compress
 // their batches when they want to): an LSM holding them wrote each entry to

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -86,6 +87,11 @@ type entryLog struct {
 	curID   uint32
 	curSize int64
 	frame   []byte // the frame being built; reused
+	// zeroAhead > 0 keeps that many bytes of zeros ahead of the frames
+	// (zeroer.go); zero for file systems where growing a file costs nothing.
+	zeroAhead int64
+	zero      *zeroer
+	log       *slog.Logger
 
 	mu      sync.RWMutex
 	readers map[uint32]vfs.File
@@ -135,14 +141,25 @@ func (l *entryLog) create(id uint32) error {
 		_ = f.Close()
 		return fmt.Errorf("bookie: open entry log %s: %w", l.path(id), err)
 	}
-	if l.cur != nil {
-		if err := l.cur.Close(); err != nil {
+	var z *zeroer
+	if l.zeroAhead > 0 {
+		zf, err := l.fs.OpenReadWrite(l.path(id), vfs.WriteCategoryUnspecified)
+		if err != nil {
 			_ = f.Close()
 			_ = r.Close()
-			return fmt.Errorf("bookie: close entry log %s: %w", l.path(l.curID), err)
+			return fmt.Errorf("bookie: open entry log %s: %w", l.path(id), err)
 		}
+		z = startZeroer(zf, l.path(id), 0, l.zeroAhead, entryLogFileBytes+l.zeroAhead, l.log)
 	}
-	l.cur, l.curID, l.curSize = f, id, 0
+	if err := l.closeCurrent(); err != nil {
+		_ = f.Close()
+		_ = r.Close()
+		if z != nil {
+			_ = z.close()
+		}
+		return err
+	}
+	l.cur, l.curID, l.curSize, l.zero = f, id, 0, z
 	l.mu.Lock()
 	if old, ok := l.readers[id]; ok {
 		_ = old.Close()
@@ -150,6 +167,22 @@ func (l *entryLog) create(id uint32) error {
 	l.readers[id] = r
 	l.mu.Unlock()
 	return nil
+}
+
+// closeCurrent stops the current file's zeroer and closes the file.
+func (l *entryLog) closeCurrent() error {
+	var errs []error
+	if l.zero != nil {
+		errs = append(errs, l.zero.close())
+		l.zero = nil
+	}
+	if l.cur != nil {
+		if err := l.cur.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("bookie: close entry log %s: %w", l.path(l.curID), err))
+		}
+		l.cur = nil
+	}
+	return errors.Join(errs...)
 }
 
 func syncDir(fs vfs.FS, dir string) error {
@@ -206,7 +239,10 @@ func (l *entryLog) commitFrame() (int, error) {
 	binary.BigEndian.PutUint32(f[0:4], frameMagic)
 	binary.BigEndian.PutUint32(f[4:8], uint32(body))
 	binary.BigEndian.PutUint32(f[8:12], frameCRC(l.curID, l.curSize, f[4:8], f[frameHeaderLen:]))
-	if _, err := l.cur.Write(f); err != nil {
+	if l.zero != nil {
+		l.zero.claim(l.curSize + int64(len(f)))
+	}
+	if _, err := l.cur.WriteAt(f, l.curSize); err != nil {
 		return 0, fmt.Errorf("bookie: write entry log %s: %w", l.path(l.curID), err)
 	}
 	l.curSize += int64(len(f))
@@ -283,10 +319,7 @@ func (l *entryLog) close() error {
 		delete(l.readers, id)
 	}
 	l.mu.Unlock()
-	if l.cur != nil {
-		errs = append(errs, l.cur.Close())
-		l.cur = nil
-	}
+	errs = append(errs, l.closeCurrent())
 	return errors.Join(errs...)
 }
 
@@ -458,7 +491,7 @@ func (s *Store) openEntryLog() error {
 	if err != nil {
 		return fmt.Errorf("bookie: list entry log dir %s: %w", dir, err)
 	}
-	s.elog = &entryLog{fs: fs, dir: dir, readers: make(map[uint32]vfs.File)}
+	s.elog = &entryLog{fs: fs, dir: dir, readers: make(map[uint32]vfs.File), zeroAhead: s.opts.ZeroAheadBytes, log: s.log}
 
 	b := s.db.NewBatch()
 	defer func() { b.Close() }()

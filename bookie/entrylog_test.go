@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -207,4 +208,60 @@ func TestEntryLogRotatesAndReplaysAcrossFiles(t *testing.T) {
 	s = openMemStore(t, crashed, StoreOptions{})
 	defer s.Close()
 	checkEntries(t, s, 7, n+5)
+}
+
+// With zeros written ahead of the frames, concurrent adds all come back
+// intact (a zero never lands on a frame), the file holds zeros past the last
+// frame, and the replay after a crash takes them for the end of the log.
+func TestZerosAheadNeverClobberFrames(t *testing.T) {
+	// A slow zeroer, so the committer overtakes it and it must jump ahead.
+	defer func(d time.Duration) { zeroerChunkDelay = d }(zeroerChunkDelay)
+	zeroerChunkDelay = 3 * time.Millisecond
+	mem := vfs.NewCrashableMem()
+	s := openMemStore(t, mem, StoreOptions{ZeroAheadBytes: 512 << 10})
+	const ledgers, per = 8, 150
+	big := bytes.Repeat([]byte("q"), 3000)
+	errs := make(chan error, ledgers)
+	for g := int64(1); g <= ledgers; g++ {
+		go func() {
+			for i := range int64(per) {
+				p := append(payloadFor(g, i), big...)
+				if err := s.Add(entry(g, i, i-1, p)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range ledgers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(s *Store) {
+		t.Helper()
+		for g := int64(1); g <= ledgers; g++ {
+			for i := range int64(per) {
+				_, p, _, err := s.Read(g, i)
+				if err != nil || !bytes.Equal(p, append(payloadFor(g, i), big...)) {
+					t.Fatalf("ledger %d entry %d: %v", g, i, err)
+				}
+			}
+		}
+	}
+	check(s)
+	files := logFiles(t, mem)
+	st, err := mem.Stat(files[len(files)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end := s.elog.pos().off; st.Size() <= end {
+		t.Fatalf("log file is %d bytes, frames end at %d: no zeros ahead", st.Size(), end)
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	_ = s.Close()
+	s = openMemStore(t, crashed, StoreOptions{ZeroAheadBytes: 512 << 10})
+	defer s.Close()
+	check(s)
 }

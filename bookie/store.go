@@ -117,6 +117,11 @@ type StoreOptions struct {
 	GroupCommitMaxBytes int
 	// Logger receives Pebble's logs and the store's warnings.
 	Logger *slog.Logger
+	// ZeroAheadBytes: how far ahead of its frames the entry log keeps
+	// written zeros (zeroer.go). 0 takes the default, DefaultZeroAheadBytes,
+	// on the real disk (FS nil or vfs.Default) and none on any other FS; < 0
+	// disables.
+	ZeroAheadBytes int64
 	// OnCommit, if set, is called by the committer goroutine after every
 	// group commit attempt, before the batch's adds are completed. It must be
 	// quick and must not call into the Store.
@@ -213,6 +218,9 @@ type op struct {
 func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
+	}
+	if opts.ZeroAheadBytes == 0 && opts.FS == vfs.Default {
+		opts.ZeroAheadBytes = DefaultZeroAheadBytes
 	}
 	if opts.MemTableSizeBytes == 0 {
 		opts.MemTableSizeBytes = DefaultMemTableSizeBytes
