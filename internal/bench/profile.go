@@ -131,9 +131,11 @@ type bucketShare struct {
 }
 
 var cpuBuckets = []bucket{
-	{"Pebble compactions and flushes (background LSM work)", `pebble/v2\.\(\*DB\)\.(compact|flush|runCompaction|runPickedCompaction)`},
-	{"Pebble WAL writes and fsync (the commit path)", `pebble/v2/record\.\(\*LogWriter\)`},
-	{"bookie group commit (batch building, Pebble Set)", `bookie\.\(\*Store\)\.commit`},
+	{"Pebble compactions and flushes (the index LSM, background)", `pebble/v2\.\(\*DB\)\.(compact|flush|runCompaction|runPickedCompaction)`},
+	{"bookie group commit (all of it: frame and index batch, write, fdatasync)", `bookie\.\(\*Store\)\.commit`},
+	{"bookie entry log frame write and fdatasync (in the group commit)", `bookie\.\(\*entryLog\)\.commitFrame`},
+	{"bookie entry log zeros written ahead (background)", `bookie\.\(\*zeroer\)\.run`},
+	{"Pebble WAL writes (the index, unsynced)", `pebble/v2/record\.\(\*LogWriter\)`},
 	{"gRPC (bookie adds, replication): transport and codec", `google\.golang\.org/grpc`},
 	{"Pulsar protocol, topics, producers and subscriptions (broker)", `meridian/broker\.`},
 	{"managed ledger and ledger client", `meridian/(broker/mledger|bookie/ledger)\.`},
