@@ -571,6 +571,51 @@ func (s *Server) ReadEntry(_ context.Context, req *bookiepb.ReadEntryRequest) (*
 	return resp, nil
 }
 
+// Bounds of one ReadEntries answer (within the server's send limit, which
+// is MaxEntryBytes + 1 MiB: an entry past the first is included only if
+// the answer stays within readEntriesMaxBytes).
+const (
+	readEntriesMaxEntries = 1000
+	readEntriesMaxBytes   = 4 << 20
+)
+
+// ReadEntries reads consecutive entries of a ledger (a catch-up read): see
+// the proto. It stops at the first entry it cannot return OK, so a reader
+// falls back to single reads (and other replicas) from there.
+func (s *Server) ReadEntries(_ context.Context, req *bookiepb.ReadEntriesRequest) (*bookiepb.ReadEntriesResponse, error) {
+	resp := &bookiepb.ReadEntriesResponse{}
+	n := int64(min(max(req.GetMaxEntries(), 1), readEntriesMaxEntries))
+	budget := int64(readEntriesMaxBytes)
+	if b := req.GetMaxBytes(); b > 0 {
+		budget = min(budget, b)
+	}
+	ledgerID, first := req.GetLedgerId(), req.GetFirstEntryId()
+	var bytes int64
+	for id := first; id < first+n; id++ {
+		lac, payload, digest, err := s.store.Read(ledgerID, id)
+		if err != nil {
+			st := statusOf(err)
+			if st == bookiepb.Status_CORRUPT || st == bookiepb.Status_INTERNAL_ERROR {
+				s.log.Error("bookie: read failed", "ledger", ledgerID, "entry", id, "status", st, "err", err)
+			}
+			if id == first {
+				resp.Status, resp.Message = st, errMessage(err)
+				s.m.reads.WithLabelValues(st.String()).Inc()
+			}
+			break
+		}
+		if id > first && bytes+int64(len(payload)) > budget {
+			break
+		}
+		bytes += int64(len(payload))
+		resp.Entries = append(resp.Entries, &bookiepb.ReadEntryResponse{
+			LedgerId: ledgerID, EntryId: id, Lac: lac, Payload: payload, Digest: digest,
+		})
+		s.m.reads.WithLabelValues(bookiepb.Status_OK.String()).Inc()
+	}
+	return resp, nil
+}
+
 // ReadLac returns the ledger's LAC and last entry; with fence set it fences
 // the ledger durably first and answers with the state at the fence.
 func (s *Server) ReadLac(_ context.Context, req *bookiepb.ReadLacRequest) (*bookiepb.ReadLacResponse, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -672,5 +673,75 @@ func TestServersInOneProcess(t *testing.T) {
 	}
 	if n := counterValue(t, sb, "meridian_bookie_adds_total", map[string]string{"status": "OK"}); n != 0 {
 		t.Fatalf("bookie-2 adds = %v", n)
+	}
+}
+
+// ReadEntries (the batch read) returns consecutive entries from the first
+// one asked, each with its LAC and digest, and stops at max_entries, at the
+// byte budget (the first entry always included), at the first entry it
+// cannot serve OK (a gap, a corrupt copy: the reader reads that one singly
+// from another replica), and answers the first entry's status when it is
+// that one.
+func TestServerReadEntries(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(10) {
+		if i == 6 {
+			continue // a gap at 6
+		}
+		if err := s.Store().Add(entry(5, i, -1, payloadFor(5, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := FlipEntryByte(dir, 5, 8, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, c := startServer(t, cfg, nil)
+	read := func(first int64, maxEntries int32, maxBytes int64) *bookiepb.ReadEntriesResponse {
+		t.Helper()
+		r, err := c.ReadEntries(context.Background(), &bookiepb.ReadEntriesRequest{LedgerId: 5, FirstEntryId: first, MaxEntries: maxEntries, MaxBytes: maxBytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	ids := func(r *bookiepb.ReadEntriesResponse) []int64 {
+		var out []int64
+		for _, e := range r.GetEntries() {
+			if !bytes.Equal(e.GetPayload(), payloadFor(5, e.GetEntryId())) || Digest(5, e.GetEntryId(), e.GetLac(), e.GetPayload()) != e.GetDigest() {
+				t.Fatalf("entry %d came back different", e.GetEntryId())
+			}
+			out = append(out, e.GetEntryId())
+		}
+		return out
+	}
+	if r := read(0, 100, 0); r.GetStatus() != bookiepb.Status_OK || fmt.Sprint(ids(r)) != "[0 1 2 3 4 5]" {
+		t.Fatalf("read from 0: %v %v, want OK [0..5] (stop at the gap)", r.GetStatus(), ids(r))
+	}
+	if r := read(1, 3, 0); fmt.Sprint(ids(r)) != "[1 2 3]" {
+		t.Fatalf("max_entries 3: %v", ids(r))
+	}
+	one := int64(len(payloadFor(5, 2)))
+	if r := read(2, 100, one+1); fmt.Sprint(ids(r)) != "[2]" {
+		t.Fatalf("budget of one entry: %v", ids(r))
+	}
+	if r := read(2, 100, 1); fmt.Sprint(ids(r)) != "[2]" {
+		t.Fatalf("a budget below the first entry still returns it: %v", ids(r))
+	}
+	if r := read(7, 100, 0); r.GetStatus() != bookiepb.Status_OK || fmt.Sprint(ids(r)) != "[7]" {
+		t.Fatalf("read from 7: %v %v, want OK [7] (stop before the corrupt 8)", r.GetStatus(), ids(r))
+	}
+	if r := read(8, 100, 0); r.GetStatus() != bookiepb.Status_CORRUPT || len(r.GetEntries()) != 0 {
+		t.Fatalf("read from the corrupt 8: %v %v, want CORRUPT", r.GetStatus(), ids(r))
+	}
+	if r := read(6, 100, 0); r.GetStatus() != bookiepb.Status_NO_SUCH_ENTRY || len(r.GetEntries()) != 0 {
+		t.Fatalf("read from the gap: %v %v, want NO_SUCH_ENTRY", r.GetStatus(), ids(r))
 	}
 }

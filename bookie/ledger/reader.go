@@ -128,6 +128,81 @@ func (r *Reader) Read(ctx context.Context, id int64) (Entry, error) {
 	return r.c.readEntry(ctx, r.meta, id, false)
 }
 
+// CanReadRange reports whether ReadRange reads a run of entries with one
+// request: every bookie of a fragment holds all of its entries (ensemble
+// size = write quorum, no striping).
+func (r *Reader) CanReadRange() bool {
+	return r.meta.Meta.EnsembleSize == r.meta.Meta.WriteQuorum
+}
+
+// ReadRange reads consecutive entries from first on, up to last, and
+// returns at least one of them (the first) unless it fails. With
+// CanReadRange it asks one replica (the nearest in read order) for the
+// run with one ReadEntries request (BookKeeper's batch read) and returns
+// the prefix it answered intact, stopping at a fragment's end and at about
+// maxBytes of payload (<= 0: the bookie's own bound). Where that replica
+// fails, or the ledger is striped, it reads first alone, as Read does,
+// from any replica that has it. Callers loop from the entry after the last
+// one returned.
+func (r *Reader) ReadRange(ctx context.Context, first, last int64, maxBytes int) ([]Entry, error) {
+	if lr := r.lastReadable.Load(); first < 0 || first > last || last > lr {
+		return nil, fmt.Errorf("%w: ledger %d entries %d..%d (last readable %d)", ErrNoSuchEntry, r.meta.Meta.LedgerId, first, last, lr)
+	}
+	if r.CanReadRange() && last > first {
+		m := r.meta
+		frags := m.Meta.Fragments
+		for i, f := range frags {
+			if i+1 < len(frags) && f.FirstEntryId <= first && frags[i+1].FirstEntryId > first {
+				last = min(last, frags[i+1].FirstEntryId-1)
+			}
+		}
+		frag := m.FragmentFor(first)
+		set := make([]rack.Bookie, len(frag.Ensemble))
+		for i, b := range frag.Ensemble {
+			set[i] = toRack(b)
+		}
+		order := rack.ReadOrder(set, r.c.cfg.Region, r.c.cfg.Rack, nil)
+		b := frag.Ensemble[order[0]]
+		if got, err := r.c.readRange(ctx, b, m.Meta.LedgerId, first, last, maxBytes); err == nil && len(got) > 0 {
+			return got, nil
+		}
+	}
+	e, err := r.Read(ctx, first)
+	if err != nil {
+		return nil, err
+	}
+	return []Entry{e}, nil
+}
+
+// readRange asks bookie b for entries first..last and returns the intact
+// consecutive prefix of its answer.
+func (c *Client) readRange(ctx context.Context, b *metapb.BookieRef, ledgerID, first, last int64, maxBytes int) ([]Entry, error) {
+	conn, err := c.conn(b)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+	defer cancel()
+	resp, err := conn.client.ReadEntries(ctx, &bookiepb.ReadEntriesRequest{
+		LedgerId: ledgerID, FirstEntryId: first, MaxEntries: int32(min(last-first+1, 1<<20)), MaxBytes: int64(maxBytes),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bookie %s: %w", b.Id, err)
+	}
+	if resp.Status != bookiepb.Status_OK {
+		return nil, fmt.Errorf("bookie %s: %s: %s", b.Id, resp.Status, resp.Message)
+	}
+	out := make([]Entry, 0, len(resp.Entries))
+	for i, e := range resp.Entries {
+		id := first + int64(i)
+		if e.EntryId != id || e.LedgerId != ledgerID || id > last || bookie.Digest(ledgerID, id, e.Lac, e.Payload) != e.Digest {
+			break // damaged or unexpected from here on: the caller reads it singly
+		}
+		out = append(out, Entry{LedgerID: ledgerID, EntryID: id, Payload: e.Payload, Bookie: b.Id})
+	}
+	return out, nil
+}
+
 func (c *Client) readLac(ctx context.Context, b *metapb.BookieRef, ledgerID int64, fence bool) (*bookiepb.ReadLacResponse, error) {
 	conn, err := c.conn(b)
 	if err != nil {

@@ -9,8 +9,14 @@ import (
 )
 
 // readWindow is how many entries of one ledger are read from bookies
-// concurrently.
-const readWindow = 16
+// concurrently, one request each, where a ledger is striped (ensemble size
+// > write quorum). readRun is the longest run of cache misses read in one
+// go; where every bookie holds every entry, a run is read with range
+// requests (ledger.Reader.ReadRange), one or a few per run.
+const (
+	readWindow = 16
+	readRun    = 256
+)
 
 // ReadEntries reads up to maxEntries entries starting at from (inclusive;
 // a position that is not a stored entry means the first stored entry after
@@ -53,7 +59,7 @@ func (ml *ManagedLedger) read(ctx context.Context, from, until Position, maxEntr
 			continue
 		}
 		// A run of consecutive misses in p's ledger, sized to the budget.
-		n := min(readWindow, maxEntries-len(out))
+		n := min(readRun, maxEntries-len(out))
 		if maxBytes > 0 && avg > 0 {
 			n = min(n, int((int64(maxBytes-bytes)+avg-1)/avg))
 		}
@@ -81,7 +87,8 @@ func (ml *ManagedLedger) read(ctx context.Context, from, until Position, maxEntr
 	return out, nil
 }
 
-// readFromBookies reads the entries at ps (consecutive, one ledger)
+// readFromBookies reads the entries at ps (consecutive, one ledger): with
+// range requests where the ledger allows them, else readWindow at a time
 // concurrently. It returns the payloads of the prefix of ps read before
 // the first error.
 func (ml *ManagedLedger) readFromBookies(ctx context.Context, ledgerID int64, ps []Position) ([][]byte, error) {
@@ -89,13 +96,29 @@ func (ml *ManagedLedger) readFromBookies(ctx context.Context, ledgerID int64, ps
 	if err != nil {
 		return nil, err
 	}
+	if r.CanReadRange() {
+		out := make([][]byte, 0, len(ps))
+		for len(out) < len(ps) {
+			got, err := r.ReadRange(ctx, ps[len(out)].Entry, ps[len(ps)-1].Entry, 0)
+			if err != nil {
+				return out, fmt.Errorf("mledger: %s: read %s: %w", ml.name, ps[len(out)], err)
+			}
+			for _, e := range got {
+				out = append(out, e.Payload)
+			}
+		}
+		return out, nil
+	}
 	out := make([][]byte, len(ps))
 	errs := make([]error, len(ps))
+	sem := make(chan struct{}, readWindow)
 	var wg sync.WaitGroup
 	for i, p := range ps {
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
+			defer func() { <-sem }()
 			e, err := r.Read(ctx, p.Entry)
 			out[i], errs[i] = e.Payload, err
 		}()

@@ -435,6 +435,135 @@ func (x *ReadEntryResponse) GetDigest() uint32 {
 	return 0
 }
 
+type ReadEntriesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	FirstEntryId  int64                  `protobuf:"varint,2,opt,name=first_entry_id,json=firstEntryId,proto3" json:"first_entry_id,omitempty"`
+	MaxEntries    int32                  `protobuf:"varint,3,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	MaxBytes      int64                  `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadEntriesRequest) Reset() {
+	*x = ReadEntriesRequest{}
+	mi := &file_bookiepb_bookie_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadEntriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadEntriesRequest) ProtoMessage() {}
+
+func (x *ReadEntriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bookiepb_bookie_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadEntriesRequest.ProtoReflect.Descriptor instead.
+func (*ReadEntriesRequest) Descriptor() ([]byte, []int) {
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReadEntriesRequest) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *ReadEntriesRequest) GetFirstEntryId() int64 {
+	if x != nil {
+		return x.FirstEntryId
+	}
+	return 0
+}
+
+func (x *ReadEntriesRequest) GetMaxEntries() int32 {
+	if x != nil {
+		return x.MaxEntries
+	}
+	return 0
+}
+
+func (x *ReadEntriesRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type ReadEntriesResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Status  Status                 `protobuf:"varint,1,opt,name=status,proto3,enum=meridian.bookie.v1.Status" json:"status,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Consecutive entries from first_entry_id, each with status OK.
+	Entries       []*ReadEntryResponse `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadEntriesResponse) Reset() {
+	*x = ReadEntriesResponse{}
+	mi := &file_bookiepb_bookie_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadEntriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadEntriesResponse) ProtoMessage() {}
+
+func (x *ReadEntriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bookiepb_bookie_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadEntriesResponse.ProtoReflect.Descriptor instead.
+func (*ReadEntriesResponse) Descriptor() ([]byte, []int) {
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReadEntriesResponse) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_OK
+}
+
+func (x *ReadEntriesResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ReadEntriesResponse) GetEntries() []*ReadEntryResponse {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 type ReadLacRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LedgerId      int64                  `protobuf:"varint,1,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
@@ -445,7 +574,7 @@ type ReadLacRequest struct {
 
 func (x *ReadLacRequest) Reset() {
 	*x = ReadLacRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[4]
+	mi := &file_bookiepb_bookie_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +586,7 @@ func (x *ReadLacRequest) String() string {
 func (*ReadLacRequest) ProtoMessage() {}
 
 func (x *ReadLacRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[4]
+	mi := &file_bookiepb_bookie_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +599,7 @@ func (x *ReadLacRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLacRequest.ProtoReflect.Descriptor instead.
 func (*ReadLacRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{4}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadLacRequest) GetLedgerId() int64 {
@@ -502,7 +631,7 @@ type ReadLacResponse struct {
 
 func (x *ReadLacResponse) Reset() {
 	*x = ReadLacResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[5]
+	mi := &file_bookiepb_bookie_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +643,7 @@ func (x *ReadLacResponse) String() string {
 func (*ReadLacResponse) ProtoMessage() {}
 
 func (x *ReadLacResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[5]
+	mi := &file_bookiepb_bookie_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +656,7 @@ func (x *ReadLacResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLacResponse.ProtoReflect.Descriptor instead.
 func (*ReadLacResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{5}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadLacResponse) GetStatus() Status {
@@ -573,7 +702,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[6]
+	mi := &file_bookiepb_bookie_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +714,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[6]
+	mi := &file_bookiepb_bookie_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +727,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{6}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{8}
 }
 
 type InfoResponse struct {
@@ -620,7 +749,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_bookiepb_bookie_proto_msgTypes[7]
+	mi := &file_bookiepb_bookie_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +761,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bookiepb_bookie_proto_msgTypes[7]
+	mi := &file_bookiepb_bookie_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +774,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{7}
+	return file_bookiepb_bookie_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InfoResponse) GetBookieId() string {
@@ -744,7 +873,17 @@ const file_bookiepb_bookie_proto_rawDesc = "" +
 	"\bentry_id\x18\x04 \x01(\x03R\aentryId\x12\x10\n" +
 	"\x03lac\x18\x05 \x01(\x03R\x03lac\x12\x18\n" +
 	"\apayload\x18\x06 \x01(\fR\apayload\x12\x16\n" +
-	"\x06digest\x18\a \x01(\rR\x06digest\"C\n" +
+	"\x06digest\x18\a \x01(\rR\x06digest\"\x95\x01\n" +
+	"\x12ReadEntriesRequest\x12\x1b\n" +
+	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12$\n" +
+	"\x0efirst_entry_id\x18\x02 \x01(\x03R\ffirstEntryId\x12\x1f\n" +
+	"\vmax_entries\x18\x03 \x01(\x05R\n" +
+	"maxEntries\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\x03R\bmaxBytes\"\xa4\x01\n" +
+	"\x13ReadEntriesResponse\x122\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x1a.meridian.bookie.v1.StatusR\x06status\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12?\n" +
+	"\aentries\x18\x03 \x03(\v2%.meridian.bookie.v1.ReadEntryResponseR\aentries\"C\n" +
 	"\x0eReadLacRequest\x12\x1b\n" +
 	"\tledger_id\x18\x01 \x01(\x03R\bledgerId\x12\x14\n" +
 	"\x05fence\x18\x02 \x01(\bR\x05fence\"\xad\x01\n" +
@@ -776,11 +915,12 @@ const file_bookiepb_bookie_proto_rawDesc = "" +
 	"\aCORRUPT\x10\x05\x12\v\n" +
 	"\aUNKNOWN\x10\x06\x12\v\n" +
 	"\aINVALID\x10\a\x12\x12\n" +
-	"\x0eINTERNAL_ERROR\x10\b2\xd4\x02\n" +
+	"\x0eINTERNAL_ERROR\x10\b2\xb4\x03\n" +
 	"\x06Bookie\x12Q\n" +
 	"\n" +
 	"AddEntries\x12\x1e.meridian.bookie.v1.AddRequest\x1a\x1f.meridian.bookie.v1.AddResponse(\x010\x01\x12X\n" +
-	"\tReadEntry\x12$.meridian.bookie.v1.ReadEntryRequest\x1a%.meridian.bookie.v1.ReadEntryResponse\x12R\n" +
+	"\tReadEntry\x12$.meridian.bookie.v1.ReadEntryRequest\x1a%.meridian.bookie.v1.ReadEntryResponse\x12^\n" +
+	"\vReadEntries\x12&.meridian.bookie.v1.ReadEntriesRequest\x1a'.meridian.bookie.v1.ReadEntriesResponse\x12R\n" +
 	"\aReadLac\x12\".meridian.bookie.v1.ReadLacRequest\x1a#.meridian.bookie.v1.ReadLacResponse\x12I\n" +
 	"\x04Info\x12\x1f.meridian.bookie.v1.InfoRequest\x1a .meridian.bookie.v1.InfoResponseB0Z.github.com/meridian-mq/meridian/proto/bookiepbb\x06proto3"
 
@@ -797,35 +937,41 @@ func file_bookiepb_bookie_proto_rawDescGZIP() []byte {
 }
 
 var file_bookiepb_bookie_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_bookiepb_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_bookiepb_bookie_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_bookiepb_bookie_proto_goTypes = []any{
-	(Status)(0),               // 0: meridian.bookie.v1.Status
-	(*AddRequest)(nil),        // 1: meridian.bookie.v1.AddRequest
-	(*AddResponse)(nil),       // 2: meridian.bookie.v1.AddResponse
-	(*ReadEntryRequest)(nil),  // 3: meridian.bookie.v1.ReadEntryRequest
-	(*ReadEntryResponse)(nil), // 4: meridian.bookie.v1.ReadEntryResponse
-	(*ReadLacRequest)(nil),    // 5: meridian.bookie.v1.ReadLacRequest
-	(*ReadLacResponse)(nil),   // 6: meridian.bookie.v1.ReadLacResponse
-	(*InfoRequest)(nil),       // 7: meridian.bookie.v1.InfoRequest
-	(*InfoResponse)(nil),      // 8: meridian.bookie.v1.InfoResponse
+	(Status)(0),                 // 0: meridian.bookie.v1.Status
+	(*AddRequest)(nil),          // 1: meridian.bookie.v1.AddRequest
+	(*AddResponse)(nil),         // 2: meridian.bookie.v1.AddResponse
+	(*ReadEntryRequest)(nil),    // 3: meridian.bookie.v1.ReadEntryRequest
+	(*ReadEntryResponse)(nil),   // 4: meridian.bookie.v1.ReadEntryResponse
+	(*ReadEntriesRequest)(nil),  // 5: meridian.bookie.v1.ReadEntriesRequest
+	(*ReadEntriesResponse)(nil), // 6: meridian.bookie.v1.ReadEntriesResponse
+	(*ReadLacRequest)(nil),      // 7: meridian.bookie.v1.ReadLacRequest
+	(*ReadLacResponse)(nil),     // 8: meridian.bookie.v1.ReadLacResponse
+	(*InfoRequest)(nil),         // 9: meridian.bookie.v1.InfoRequest
+	(*InfoResponse)(nil),        // 10: meridian.bookie.v1.InfoResponse
 }
 var file_bookiepb_bookie_proto_depIdxs = []int32{
-	0, // 0: meridian.bookie.v1.AddResponse.status:type_name -> meridian.bookie.v1.Status
-	0, // 1: meridian.bookie.v1.ReadEntryResponse.status:type_name -> meridian.bookie.v1.Status
-	0, // 2: meridian.bookie.v1.ReadLacResponse.status:type_name -> meridian.bookie.v1.Status
-	1, // 3: meridian.bookie.v1.Bookie.AddEntries:input_type -> meridian.bookie.v1.AddRequest
-	3, // 4: meridian.bookie.v1.Bookie.ReadEntry:input_type -> meridian.bookie.v1.ReadEntryRequest
-	5, // 5: meridian.bookie.v1.Bookie.ReadLac:input_type -> meridian.bookie.v1.ReadLacRequest
-	7, // 6: meridian.bookie.v1.Bookie.Info:input_type -> meridian.bookie.v1.InfoRequest
-	2, // 7: meridian.bookie.v1.Bookie.AddEntries:output_type -> meridian.bookie.v1.AddResponse
-	4, // 8: meridian.bookie.v1.Bookie.ReadEntry:output_type -> meridian.bookie.v1.ReadEntryResponse
-	6, // 9: meridian.bookie.v1.Bookie.ReadLac:output_type -> meridian.bookie.v1.ReadLacResponse
-	8, // 10: meridian.bookie.v1.Bookie.Info:output_type -> meridian.bookie.v1.InfoResponse
-	7, // [7:11] is the sub-list for method output_type
-	3, // [3:7] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	0,  // 0: meridian.bookie.v1.AddResponse.status:type_name -> meridian.bookie.v1.Status
+	0,  // 1: meridian.bookie.v1.ReadEntryResponse.status:type_name -> meridian.bookie.v1.Status
+	0,  // 2: meridian.bookie.v1.ReadEntriesResponse.status:type_name -> meridian.bookie.v1.Status
+	4,  // 3: meridian.bookie.v1.ReadEntriesResponse.entries:type_name -> meridian.bookie.v1.ReadEntryResponse
+	0,  // 4: meridian.bookie.v1.ReadLacResponse.status:type_name -> meridian.bookie.v1.Status
+	1,  // 5: meridian.bookie.v1.Bookie.AddEntries:input_type -> meridian.bookie.v1.AddRequest
+	3,  // 6: meridian.bookie.v1.Bookie.ReadEntry:input_type -> meridian.bookie.v1.ReadEntryRequest
+	5,  // 7: meridian.bookie.v1.Bookie.ReadEntries:input_type -> meridian.bookie.v1.ReadEntriesRequest
+	7,  // 8: meridian.bookie.v1.Bookie.ReadLac:input_type -> meridian.bookie.v1.ReadLacRequest
+	9,  // 9: meridian.bookie.v1.Bookie.Info:input_type -> meridian.bookie.v1.InfoRequest
+	2,  // 10: meridian.bookie.v1.Bookie.AddEntries:output_type -> meridian.bookie.v1.AddResponse
+	4,  // 11: meridian.bookie.v1.Bookie.ReadEntry:output_type -> meridian.bookie.v1.ReadEntryResponse
+	6,  // 12: meridian.bookie.v1.Bookie.ReadEntries:output_type -> meridian.bookie.v1.ReadEntriesResponse
+	8,  // 13: meridian.bookie.v1.Bookie.ReadLac:output_type -> meridian.bookie.v1.ReadLacResponse
+	10, // 14: meridian.bookie.v1.Bookie.Info:output_type -> meridian.bookie.v1.InfoResponse
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_bookiepb_bookie_proto_init() }
@@ -839,7 +985,7 @@ func file_bookiepb_bookie_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bookiepb_bookie_proto_rawDesc), len(file_bookiepb_bookie_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,10 +31,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Bookie_AddEntries_FullMethodName = "/meridian.bookie.v1.Bookie/AddEntries"
-	Bookie_ReadEntry_FullMethodName  = "/meridian.bookie.v1.Bookie/ReadEntry"
-	Bookie_ReadLac_FullMethodName    = "/meridian.bookie.v1.Bookie/ReadLac"
-	Bookie_Info_FullMethodName       = "/meridian.bookie.v1.Bookie/Info"
+	Bookie_AddEntries_FullMethodName  = "/meridian.bookie.v1.Bookie/AddEntries"
+	Bookie_ReadEntry_FullMethodName   = "/meridian.bookie.v1.Bookie/ReadEntry"
+	Bookie_ReadEntries_FullMethodName = "/meridian.bookie.v1.Bookie/ReadEntries"
+	Bookie_ReadLac_FullMethodName     = "/meridian.bookie.v1.Bookie/ReadLac"
+	Bookie_Info_FullMethodName        = "/meridian.bookie.v1.Bookie/Info"
 )
 
 // BookieClient is the client API for Bookie service.
@@ -48,6 +49,13 @@ type BookieClient interface {
 	// ReadEntry reads one entry. With fence set it first fences the ledger
 	// (recovery reads fence too: BookKeeper #2614).
 	ReadEntry(ctx context.Context, in *ReadEntryRequest, opts ...grpc.CallOption) (*ReadEntryResponse, error)
+	// ReadEntries reads consecutive entries of one ledger from first_entry_id
+	// on (BookKeeper's batch read), for catch-up reads: it stops at
+	// max_entries, before exceeding max_bytes of payload (the first entry is
+	// always included), or at the first entry it cannot return OK. status is
+	// that entry's status when it is the first one; otherwise OK, with the
+	// entries before it. It never fences.
+	ReadEntries(ctx context.Context, in *ReadEntriesRequest, opts ...grpc.CallOption) (*ReadEntriesResponse, error)
 	// ReadLac returns the last-add-confirmed this bookie has seen for a ledger
 	// (the maximum LAC piggybacked on the entries it stores). With fence set it
 	// fences the ledger first, durably.
@@ -87,6 +95,16 @@ func (c *bookieClient) ReadEntry(ctx context.Context, in *ReadEntryRequest, opts
 	return out, nil
 }
 
+func (c *bookieClient) ReadEntries(ctx context.Context, in *ReadEntriesRequest, opts ...grpc.CallOption) (*ReadEntriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadEntriesResponse)
+	err := c.cc.Invoke(ctx, Bookie_ReadEntries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *bookieClient) ReadLac(ctx context.Context, in *ReadLacRequest, opts ...grpc.CallOption) (*ReadLacResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReadLacResponse)
@@ -118,6 +136,13 @@ type BookieServer interface {
 	// ReadEntry reads one entry. With fence set it first fences the ledger
 	// (recovery reads fence too: BookKeeper #2614).
 	ReadEntry(context.Context, *ReadEntryRequest) (*ReadEntryResponse, error)
+	// ReadEntries reads consecutive entries of one ledger from first_entry_id
+	// on (BookKeeper's batch read), for catch-up reads: it stops at
+	// max_entries, before exceeding max_bytes of payload (the first entry is
+	// always included), or at the first entry it cannot return OK. status is
+	// that entry's status when it is the first one; otherwise OK, with the
+	// entries before it. It never fences.
+	ReadEntries(context.Context, *ReadEntriesRequest) (*ReadEntriesResponse, error)
 	// ReadLac returns the last-add-confirmed this bookie has seen for a ledger
 	// (the maximum LAC piggybacked on the entries it stores). With fence set it
 	// fences the ledger first, durably.
@@ -139,6 +164,9 @@ func (UnimplementedBookieServer) AddEntries(grpc.BidiStreamingServer[AddRequest,
 }
 func (UnimplementedBookieServer) ReadEntry(context.Context, *ReadEntryRequest) (*ReadEntryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadEntry not implemented")
+}
+func (UnimplementedBookieServer) ReadEntries(context.Context, *ReadEntriesRequest) (*ReadEntriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadEntries not implemented")
 }
 func (UnimplementedBookieServer) ReadLac(context.Context, *ReadLacRequest) (*ReadLacResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadLac not implemented")
@@ -192,6 +220,24 @@ func _Bookie_ReadEntry_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Bookie_ReadEntries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadEntriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BookieServer).ReadEntries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Bookie_ReadEntries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BookieServer).ReadEntries(ctx, req.(*ReadEntriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Bookie_ReadLac_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadLacRequest)
 	if err := dec(in); err != nil {
@@ -238,6 +284,10 @@ var Bookie_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadEntry",
 			Handler:    _Bookie_ReadEntry_Handler,
+		},
+		{
+			MethodName: "ReadEntries",
+			Handler:    _Bookie_ReadEntries_Handler,
 		},
 		{
 			MethodName: "ReadLac",
