@@ -14,8 +14,10 @@ import (
 // go; where every bookie holds every entry, a run is read with range
 // requests (ledger.Reader.ReadRange), one or a few per run.
 const (
-	readWindow = 16
-	readRun    = 256
+	readWindow       = 16
+	readRun          = 256
+	readRangeParts   = 4
+	readRangeMinPart = 8
 )
 
 // ReadEntries reads up to maxEntries entries starting at from (inclusive;
@@ -97,14 +99,41 @@ func (ml *ManagedLedger) readFromBookies(ctx context.Context, ledgerID int64, ps
 		return nil, err
 	}
 	if r.CanReadRange() {
-		out := make([][]byte, 0, len(ps))
-		for len(out) < len(ps) {
-			got, err := r.ReadRange(ctx, ps[len(out)].Entry, ps[len(ps)-1].Entry, 0)
-			if err != nil {
-				return out, fmt.Errorf("mledger: %s: read %s: %w", ml.name, ps[len(out)], err)
+		// Up to readRangeParts range reads in flight, each over its part of
+		// the run: one request at a time would serialise large entries that
+		// single reads fetched readWindow at a time.
+		parts := min(readRangeParts, (len(ps)+readRangeMinPart-1)/readRangeMinPart)
+		size := (len(ps) + parts - 1) / parts
+		got := make([][][]byte, parts)
+		errs := make([]error, parts)
+		var wg sync.WaitGroup
+		for i := range parts {
+			lo, hi := i*size, min((i+1)*size, len(ps))
+			if lo >= hi {
+				break
 			}
-			for _, e := range got {
-				out = append(out, e.Payload)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next := ps[lo].Entry; next <= ps[hi-1].Entry; {
+					es, err := r.ReadRange(ctx, next, ps[hi-1].Entry, 0)
+					if err != nil {
+						errs[i] = fmt.Errorf("mledger: %s: read %d:%d: %w", ml.name, ledgerID, next, err)
+						return
+					}
+					for _, e := range es {
+						got[i] = append(got[i], e.Payload)
+					}
+					next += int64(len(es))
+				}
+			}()
+		}
+		wg.Wait()
+		var out [][]byte
+		for i := range parts {
+			out = append(out, got[i]...)
+			if errs[i] != nil {
+				return out, errs[i]
 			}
 		}
 		return out, nil
