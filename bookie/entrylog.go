@@ -392,12 +392,13 @@ func decodeFrameBody(body []byte, bodyPos logPos, fn func(*logRecord) error) err
 }
 
 // replayFile reads the frames of file id from off and calls fn with each
-// frame's records. It returns the end of the last valid frame. A frame that
-// does not validate ends the file's log only if no valid frame follows it (a
-// write torn by a crash: frames are written one at a time and each is
-// synced before the next, so only the last can be torn); if a valid frame
-// follows, the log is damaged and replay fails with ErrCorrupt, for the
-// entries after it were acknowledged.
+// frame's records. It returns the end of the last valid frame. What follows
+// it is nothing, zeros (written ahead of the frames: zeroer.go), or a frame
+// that does not validate (torn reports that). A torn frame ends the file's
+// log only if no valid frame follows it (a write torn by a crash: frames are
+// written one at a time and each is synced before the next, so only the
+// last can be torn); if a valid frame follows, the log is damaged and
+// replay fails with ErrCorrupt, for the entries after it were acknowledged.
 func replayFile(fs vfs.FS, path string, id uint32, off int64, fn func(*logRecord) error) (end int64, torn bool, err error) {
 	f, err := fs.Open(path)
 	if err != nil {
@@ -420,6 +421,9 @@ func replayFile(fs vfs.FS, path string, id uint32, off int64, fn func(*logRecord
 	for i < len(data) {
 		body, ok := validFrame(data, i, id, off)
 		if !ok {
+			if allZero(data[i:]) {
+				return off + int64(i), false, nil
+			}
 			for j := i + 1; j+frameHeaderLen <= len(data); j++ {
 				if binary.BigEndian.Uint32(data[j:]) == frameMagic {
 					if _, ok := validFrame(data, j, id, off); ok {
@@ -435,6 +439,15 @@ func replayFile(fs vfs.FS, path string, id uint32, off int64, fn func(*logRecord
 		i += frameHeaderLen + len(body)
 	}
 	return off + int64(i), false, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // validFrame returns the body of the frame at data[i:] (data starts at file
@@ -533,6 +546,8 @@ func (s *Store) openEntryLog() error {
 			return fmt.Errorf("bookie: replay entry log: %w", err)
 		}
 		if torn && i != len(ids)-1 {
+			// Files before the last were synced whole before the next one
+			// was started; only zeros may follow their last frame.
 			return fmt.Errorf("%w: entry log %s ends in a damaged frame at %d but is not the last file", ErrCorrupt, s.elog.path(id), end)
 		}
 		if torn {

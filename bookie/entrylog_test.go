@@ -265,3 +265,90 @@ func TestZerosAheadNeverClobberFrames(t *testing.T) {
 	defer s.Close()
 	check(s)
 }
+
+// A file the log rotated away from ends in the zeros written ahead of its
+// frames. A crash after the rotation and before the next checkpoint
+// replays it, and its zeros are the end of its log, not damage; non-zero
+// bytes there, with a later file after it, are damage.
+func TestReplayAcceptsZerosEndingARotatedFile(t *testing.T) {
+	defer func(v int64) { entryLogFileBytes = v }(entryLogFileBytes)
+	entryLogFileBytes = 16 << 10
+	mem := vfs.NewCrashableMem()
+	opts := StoreOptions{ZeroAheadBytes: 64 << 10}
+	s := openMemStore(t, mem, opts)
+	first := logFiles(t, mem)[0]
+	add := func(i int64) {
+		t.Helper()
+		if err := s.Add(entry(2, i, i-1, payloadFor(2, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(0)
+	// The zeroer starts with the first frame; wait for its zeros.
+	testutilEventually(t, func() bool {
+		st, err := mem.Stat(first)
+		return err == nil && st.Size() > s.elog.pos().off
+	})
+	const n = 400
+	for i := int64(1); i < n; i++ {
+		add(i)
+	}
+	if files := logFiles(t, mem); len(files) < 2 {
+		t.Fatalf("%d log files: no rotation", len(files))
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	_ = s.Close()
+	// Put the checkpoint back to the start of the first file, as if the
+	// crash came right after its rotation.
+	setCheckpoint := func(fs vfs.FS, p logPos) {
+		t.Helper()
+		db, err := pebble.Open("/data", pebbleOptions(fs, 0, true, discardLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Set(keyCheckpoint, encodeCheckpoint(p), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids, err := entryLogFiles(crashed, "/data/entrylog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setCheckpoint(crashed, logPos{file: ids[0]})
+	damaged := crashed.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+
+	s = openMemStore(t, crashed, opts)
+	checkEntries(t, s, 2, n)
+	_ = s.Close()
+
+	// Non-zero bytes after the first file's last frame.
+	f, err := damaged.OpenReadWrite(first, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Stat()
+	if _, err := f.WriteAt([]byte("garbage"), st.Size()-7); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := OpenStore("/data", StoreOptions{FS: damaged, Logger: testLogger()}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("open with garbage ending a rotated file: %v, want ErrCorrupt", err)
+	}
+}
+
+func testutilEventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
