@@ -684,7 +684,7 @@ func (s *Store) commit(ops []*op) {
 			k := makeEntryKey(o.ledger, e.EntryID)
 			write := true
 			if e.EntryID <= st.lastEntry {
-				existing, found, err := s.existing(pending, k)
+				existing, found, err := s.existing(pending, k, o.ledger, e.EntryID)
 				switch {
 				case err != nil && !errors.Is(err, ErrCorrupt):
 					o.err = err
@@ -828,13 +828,11 @@ func (s *Store) fail(ops []*op, cause error) {
 
 // existing returns the entry stored (or pending in this frame) under k. A
 // stored entry that fails its digest is returned with an ErrCorrupt error.
-func (s *Store) existing(pending map[entryKey]pendingEntry, k entryKey) (pendingEntry, bool, error) {
+func (s *Store) existing(pending map[entryKey]pendingEntry, k entryKey, ledgerID, entryID int64) (pendingEntry, bool, error) {
 	if v, ok := pending[k]; ok {
 		return v, true, nil
 	}
-	ledger := int64(binary.BigEndian.Uint64(k[1:9]))
-	entry := int64(binary.BigEndian.Uint64(k[9:17]))
-	lac, payload, digest, found, err := s.readStored(ledger, entry)
+	lac, payload, digest, found, err := s.readStored(ledgerID, entryID)
 	return pendingEntry{lac: lac, digest: digest, payload: payload}, found, err
 }
 

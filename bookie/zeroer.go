@@ -56,8 +56,7 @@ var zeroBuf = make([]byte, zeroChunk)
 func startZeroer(f vfs.File, path string, from, ahead, limit int64, log *slog.Logger) *zeroer {
 	z := &zeroer{f: f, path: path, ahead: ahead, limit: limit, log: log, claimed: from, next: from,
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
-	go z.run()
-	z.poke()
+	go z.run() // it starts with the first claim: an idle store writes no zeros
 	return z
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
@@ -42,6 +43,17 @@ func (m Metadata) FragmentFor(e int64) *metapb.Fragment {
 		}
 	}
 	return f[0]
+}
+
+// FragmentEnd returns the last entry id of the fragment holding entry e
+// (math.MaxInt64 for the last fragment: it ends where the ledger does).
+func (m Metadata) FragmentEnd(e int64) int64 {
+	for _, f := range m.Meta.Fragments {
+		if f.FirstEntryId > e {
+			return f.FirstEntryId - 1
+		}
+	}
+	return math.MaxInt64
 }
 
 // writeSet returns the ensemble positions that store entry e: (e+w) mod E

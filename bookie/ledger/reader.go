@@ -150,12 +150,7 @@ func (r *Reader) ReadRange(ctx context.Context, first, last int64, maxBytes int)
 	}
 	if r.CanReadRange() && last > first {
 		m := r.meta
-		frags := m.Meta.Fragments
-		for i, f := range frags {
-			if i+1 < len(frags) && f.FirstEntryId <= first && frags[i+1].FirstEntryId > first {
-				last = min(last, frags[i+1].FirstEntryId-1)
-			}
-		}
+		last = min(last, m.FragmentEnd(first))
 		frag := m.FragmentFor(first)
 		set := make([]rack.Bookie, len(frag.Ensemble))
 		for i, b := range frag.Ensemble {

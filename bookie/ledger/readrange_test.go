@@ -2,10 +2,13 @@ package ledger_test
 
 import (
 	"bytes"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/proto/metapb"
 )
 
 // ReadRange reads a run of a closed ledger with few requests (batch reads
@@ -73,5 +76,14 @@ func TestReadRangeBatchesAndFallsBack(t *testing.T) {
 	_, servedBy = readAll()
 	if servedBy[near] != 0 {
 		t.Fatalf("the killed replica served %d entries", servedBy[near])
+	}
+}
+
+func TestFragmentEnd(t *testing.T) {
+	m := ledger.Metadata{Meta: &metapb.LedgerMetadata{Fragments: []*metapb.Fragment{{FirstEntryId: 0}, {FirstEntryId: 10}, {FirstEntryId: 25}}}}
+	for e, want := range map[int64]int64{0: 9, 9: 9, 10: 24, 24: 24, 25: math.MaxInt64, 1000: math.MaxInt64} {
+		if got := m.FragmentEnd(e); got != want {
+			t.Errorf("FragmentEnd(%d) = %d, want %d", e, got, want)
+		}
 	}
 }
