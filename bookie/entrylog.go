@@ -91,7 +91,11 @@ type entryLog struct {
 	// (zeroer.go); zero for file systems where growing a file costs nothing.
 	zeroAhead int64
 	zero      *zeroer
-	log       *slog.Logger
+	// dropBehind: after a sync, drop the page cache of the current file's
+	// synced pages (dropcache.go); dropped is how far that has been done.
+	dropBehind bool
+	dropped    int64
+	log        *slog.Logger
 
 	mu      sync.RWMutex
 	readers map[uint32]vfs.File
@@ -159,7 +163,7 @@ func (l *entryLog) create(id uint32) error {
 		}
 		return err
 	}
-	l.cur, l.curID, l.curSize, l.zero = f, id, 0, z
+	l.cur, l.curID, l.curSize, l.zero, l.dropped = f, id, 0, z, 0
 	l.mu.Lock()
 	if old, ok := l.readers[id]; ok {
 		_ = old.Close()
@@ -249,11 +253,48 @@ func (l *entryLog) commitFrame() (int, error) {
 	if err := l.cur.SyncData(); err != nil {
 		return 0, fmt.Errorf("bookie: sync entry log %s: %w", l.path(l.curID), err)
 	}
+	if l.dropBehind {
+		l.dropSynced()
+	}
 	if cap(l.frame) > 2*entryLogFrameKeep {
 		l.frame = nil // one huge commit does not pin its buffer
 	}
 	return len(f), nil
 }
+
+// dropChunk: the synced pages are dropped from the page cache once this many
+// have gathered behind the current file's end.
+const dropChunk = 1 << 20
+
+// dropSynced drops the page cache of the current file's whole pages below
+// its synced end, as BookKeeper's journal does (journalRemovePagesFromCache).
+// Frames are written once and read back rarely (tailing reads are the
+// broker's cache), and writing into newly allocated page cache is the
+// costly part of a write here: on this VM a fresh page faults to the host,
+// and 600 MB of 64 KiB writes took 1.6 s of CPU appending against 0.4 s
+// with the synced pages dropped every 1 MiB (the freed pages are reused hot).
+// The page holding the end stays cached: the next frame writes into it, and
+// a partial write to an uncached page would read it from disk first. A
+// failure only costs the cache, so it turns dropping off.
+func (l *entryLog) dropSynced() {
+	end := l.curSize &^ (pageSize - 1)
+	if end-l.dropped < dropChunk {
+		return
+	}
+	fd := l.cur.Fd()
+	if fd == vfs.InvalidFd {
+		l.dropBehind = false
+		return
+	}
+	if err := dropPages(fd, l.dropped, end-l.dropped); err != nil {
+		l.log.Warn("bookie: dropping synced entry log pages from the page cache failed; keeping them", "file", l.path(l.curID), "err", err)
+		l.dropBehind = false
+		return
+	}
+	l.dropped = end
+}
+
+const pageSize = 4096
 
 // entryLogFrameKeep is the frame buffer kept between commits.
 const entryLogFrameKeep = DefaultGroupCommitMaxBytes + 1<<20
@@ -504,7 +545,8 @@ func (s *Store) openEntryLog() error {
 	if err != nil {
 		return fmt.Errorf("bookie: list entry log dir %s: %w", dir, err)
 	}
-	s.elog = &entryLog{fs: fs, dir: dir, readers: make(map[uint32]vfs.File), zeroAhead: s.opts.ZeroAheadBytes, log: s.log}
+	s.elog = &entryLog{fs: fs, dir: dir, readers: make(map[uint32]vfs.File), zeroAhead: s.opts.ZeroAheadBytes,
+		dropBehind: s.opts.DropSyncedPages > 0 && canDropPages, log: s.log}
 
 	b := s.db.NewBatch()
 	defer func() { b.Close() }()

@@ -122,6 +122,11 @@ type StoreOptions struct {
 	// on the real disk (FS nil or vfs.Default) and none on any other FS; < 0
 	// disables.
 	ZeroAheadBytes int64
+	// DropSyncedPages > 0 drops the entry log's synced pages from the page
+	// cache as it goes (entrylog.go, dropSynced). 0 takes the default: on
+	// the real disk (FS nil or vfs.Default), not on any other FS; < 0
+	// disables.
+	DropSyncedPages int
 	// OnCommit, if set, is called by the committer goroutine after every
 	// group commit attempt, before the batch's adds are completed. It must be
 	// quick and must not call into the Store.
@@ -221,6 +226,9 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 	}
 	if opts.ZeroAheadBytes == 0 && opts.FS == vfs.Default {
 		opts.ZeroAheadBytes = DefaultZeroAheadBytes
+	}
+	if opts.DropSyncedPages == 0 && opts.FS == vfs.Default {
+		opts.DropSyncedPages = 1
 	}
 	if opts.MemTableSizeBytes == 0 {
 		opts.MemTableSizeBytes = DefaultMemTableSizeBytes
