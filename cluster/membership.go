@@ -92,6 +92,11 @@ func JoinMembership(cfg MembershipConfig) (*Membership, error) {
 	ml.GossipToTheDeadTime = cfg.GossipToTheDeadTime
 	ml.PushPullInterval = cfg.PushPullInterval
 	ml.TCPTimeout = cfg.TCPTimeout
+	// Gossip packets are small (a member's tags, a probe result) and sent
+	// all the time; compressing each one (LZW, a fresh table per packet)
+	// was about a third of an idle bookie's CPU. Receivers decompress
+	// whatever arrives, so members that still compress interoperate.
+	ml.EnableCompression = false
 	ml.Logger, ml.LogOutput = bridge, nil
 	if len(cfg.SecretKey) > 0 {
 		keys := append([][]byte{cfg.SecretKey}, cfg.SecondaryKeys...)
