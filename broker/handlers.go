@@ -152,6 +152,7 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 			return
 		}
 		c.producers[id] = p
+		delete(c.closedProducers, id) // created again: its SENDs are its own
 		c.mu.Unlock()
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
 			RequestId:      proto.Uint64(m.GetRequestId()),
@@ -178,8 +179,21 @@ func (c *conn) handleSend(m *pb.CommandSend, payload []byte) bool {
 			ProducerId: proto.Uint64(id), SequenceId: proto.Uint64(m.GetSequenceId()), Error: code.Enum(), Message: proto.String(msg)}})
 	}
 	if p == nil {
-		// The Go client closes the connection on most SEND_ERRORs and
-		// resends; for an unknown producer that is what we want.
+		c.mu.Lock()
+		_, closedByBroker := c.closedProducers[id]
+		c.mu.Unlock()
+		if closedByBroker {
+			// A SEND the client wrote before it read our CLOSE_PRODUCER
+			// (its topic unloaded: a hand-off, a move, a reload): no
+			// answer, it resends it after reconnecting, as for the SENDs
+			// the closing topic dropped (errDropSilently). A SEND_ERROR
+			// NotAllowedError here made the Go client (v0.19) take the
+			// producer off the connection without reconnecting it; the
+			// CLOSE_PRODUCER behind it then found no producer, and its
+			// sends hung until their timeout (TestOwnerBrokerLoss: the
+			// new owner never saw the producer).
+			return true
+		}
 		sendErr(pb.ServerError_NotAllowedError, fmt.Sprintf("no producer %d on this connection", id))
 		return true
 	}
@@ -201,6 +215,7 @@ func (c *conn) handleCloseProducer(m *pb.CommandCloseProducer) {
 	c.mu.Lock()
 	p := c.producers[m.GetProducerId()]
 	delete(c.producers, m.GetProducerId())
+	delete(c.closedProducers, m.GetProducerId())
 	c.mu.Unlock()
 	if p != nil {
 		p.topic.removeProducer(p)

@@ -699,11 +699,16 @@ func (p *Producer) publish(m *pb.CommandSend, msg []byte) {
 }
 
 // closeByBroker tells the client to reconnect (CLOSE_PRODUCER), to target
-// directly when given (assignedBrokerServiceUrl: no lookup).
+// directly when given (assignedBrokerServiceUrl: no lookup). The SENDs the
+// client has in flight meanwhile find no producer: the connection
+// remembers the id as closed by the broker, so handleSend drops them
+// without an answer (the client resends them once it has reconnected)
+// rather than refusing them.
 func (p *Producer) closeByBroker(target string) {
 	p.conn.mu.Lock()
 	if p.conn.producers[p.id] == p {
 		delete(p.conn.producers, p.id)
+		p.conn.closedProducers[p.id] = struct{}{}
 	}
 	p.conn.mu.Unlock()
 	p.topic.removeProducer(p)

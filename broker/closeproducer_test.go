@@ -1,0 +1,132 @@
+package broker
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+
+	"github.com/meridian-mq/meridian/broker/codec"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// testConn is a connected conn of a minimal broker, with one producer
+// (id 1) of a loaded topic; its answers stay queued (outQ) for the test
+// to read (no writer goroutine).
+func testConn(t *testing.T) (*conn, *Producer) {
+	t.Helper()
+	b := &Broker{cfg: Config{Cluster: "east"}.withDefaults(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	b.metrics = newMetrics("east", b)
+	client, server := net.Pipe()
+	t.Cleanup(func() { client.Close(); server.Close() })
+	c := newConn(b, server)
+	c.connected = true
+	tn, err := ParseTopic("persistent://public/default/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := newTopic(b, tn, nil, Policies{})
+	p := &Producer{id: 1, name: "p", conn: c, topic: topic, pending: make(chan struct{}, 10)}
+	if _, err := topic.addProducer(p); err != nil {
+		t.Fatal(err)
+	}
+	c.producers[p.id] = p
+	return c, p
+}
+
+// sendCmd is a SEND of producer id as the reader goroutine decodes it.
+func sendCmd(t *testing.T, id, seq uint64) codec.Frame {
+	t.Helper()
+	msg, err := codec.EncodeMessage(&pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(seq), PublishTime: proto.Uint64(1)}, []byte("m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := codec.AppendPayloadCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: &pb.CommandSend{
+		ProducerId: proto.Uint64(id), SequenceId: proto.Uint64(seq), NumMessages: proto.Int32(1)}}, nil, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := codec.NewDecoder(bytes.NewReader(f), 0).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fr
+}
+
+// queued decodes and empties what the conn queued for the client.
+func queued(t *testing.T, c *conn) []*pb.BaseCommand {
+	t.Helper()
+	c.outMu.Lock()
+	q := c.outQ
+	c.outQ = nil
+	c.outMu.Unlock()
+	d := codec.NewDecoder(bytes.NewReader(bytes.Join(q, nil)), 0)
+	var out []*pb.BaseCommand
+	for {
+		f, err := d.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f.Cmd)
+	}
+}
+
+// The race behind TestOwnerBrokerLoss/terminated's flake (the producer's
+// sends timed out, the new owner never saw it): a topic unloading closes
+// its producers (closeByBroker: the producer leaves the connection, then
+// CLOSE_PRODUCER is queued) while the client still has SENDs in flight.
+// A SEND read once the producer is gone was answered SEND_ERROR
+// NotAllowedError — and pulsar-client-go (v0.19) handles that by taking
+// the producer off the connection without reconnecting it, so the
+// CLOSE_PRODUCER behind it found no producer and the client never
+// reconnected (nor on the connection's close: the producer was no longer
+// on it). Here the SEND is handled right after closeByBroker, as the
+// reader goroutine does in the race: it must get no answer at all (the
+// client resends it after reconnecting), and the CLOSE_PRODUCER must be
+// the only frame for the producer.
+func TestSendAfterCloseByBrokerIsNotRefused(t *testing.T) {
+	c, p := testConn(t)
+	p.closeByBroker("pulsar://other:6650")
+	for seq := uint64(5); seq < 8; seq++ {
+		if !c.handle(sendCmd(t, 1, seq)) {
+			t.Fatal("the SEND closed the connection")
+		}
+	}
+	cmds := queued(t, c)
+	if len(cmds) != 1 || cmds[0].GetType() != pb.BaseCommand_CLOSE_PRODUCER {
+		var types []string
+		for _, cmd := range cmds {
+			types = append(types, cmd.GetType().String()+" "+cmd.GetSendError().GetError().String())
+		}
+		t.Fatalf("the client got %v; want only CLOSE_PRODUCER (a SEND_ERROR NotAllowedError makes the Go client drop the producer without reconnecting)", types)
+	}
+	if got := cmds[0].GetCloseProducer().GetAssignedBrokerServiceUrl(); got != "pulsar://other:6650" {
+		t.Fatalf("CLOSE_PRODUCER names %q", got)
+	}
+}
+
+// A producer id the broker never closed on this connection (or one the
+// client closed itself) is still refused: that is a client error, not a
+// SEND in flight across an unload.
+func TestSendOfUnknownProducerIsRefused(t *testing.T) {
+	c, p := testConn(t)
+	p.closeByBroker("")
+	queued(t, c)
+	for _, id := range []uint64{1, 2} {
+		if id == 1 {
+			c.handleCloseProducer(&pb.CommandCloseProducer{ProducerId: proto.Uint64(1), RequestId: proto.Uint64(9)})
+			queued(t, c) // its SUCCESS
+		}
+		c.handle(sendCmd(t, id, 1))
+		cmds := queued(t, c)
+		if len(cmds) != 1 || cmds[0].GetSendError().GetError() != pb.ServerError_NotAllowedError {
+			t.Fatalf("SEND of unknown producer %d answered %v, want SEND_ERROR NotAllowedError", id, cmds)
+		}
+	}
+}
