@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/crc32"
+	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
 )
@@ -142,20 +143,46 @@ func (b *Broker) balance(ctx context.Context, byBundle map[string][]*Topic) {
 }
 
 // moveBundle unloads a bundle's topics, releases the bundle, and only then
-// points their clients at target.
+// points their clients at target. The bundle is released even when an
+// unload fails or does not finish within ctx: holding it would leave the
+// topics without an owner that serves them until this broker's lease
+// expires (and, on shutdown, the lease lives until the process exits).
+// That loses nothing: sends stopped being accepted when the unload began,
+// and the next owner's open fences the managed ledger's last ledger,
+// keeping every entry acknowledged.
 func (b *Broker) moveBundle(ctx context.Context, bd bundle, topics []*Topic, target string) {
 	var notify []func(string)
 	for _, t := range topics {
-		n, err := t.unload(ctx)
-		if err != nil {
-			b.log.Warn("unload", "topic", t.name.String(), "err", err)
-		}
+		n, finish := t.beginUnload()
 		notify = append(notify, n)
+		if finish == nil {
+			continue // closed already
+		}
+		done := make(chan error, 1)
+		go func() { done <- finish(ctx) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				b.log.Warn("unload", "topic", t.name.String(), "err", err)
+			}
+		case <-ctx.Done():
+			b.log.Warn("unload did not finish in time; releasing the bundle anyway (the next owner fences the ledger)", "topic", t.name.String(), "err", ctx.Err())
+		}
 	}
-	if err := b.own.release(ctx, bd); err != nil {
+	rctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+	}
+	if err := b.own.release(rctx, bd); err != nil {
 		b.log.Warn("release", "bundle", bd.String(), "err", err)
 	}
 	for _, n := range notify {
 		n(target)
 	}
 }
+
+// releaseTimeout bounds a bundle's release once the context of the move
+// has ended (its unloads used it up).
+const releaseTimeout = 5 * time.Second

@@ -2,13 +2,17 @@ package broker
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/testutil"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -18,8 +22,19 @@ import (
 // to read (no writer goroutine).
 func testConn(t *testing.T) (*conn, *Producer) {
 	t.Helper()
-	b := &Broker{cfg: Config{Cluster: "east"}.withDefaults(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return testConnOf(t, testBroker())
+}
+
+// testBroker is a broker with no store, listener or ledgers.
+func testBroker() *Broker {
+	b := &Broker{cfg: Config{Cluster: "east"}.withDefaults(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), topics: map[string]*topicSlot{}}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.metrics = newMetrics("east", b)
+	return b
+}
+
+func testConnOf(t *testing.T, b *Broker) (*conn, *Producer) {
+	t.Helper()
 	client, server := net.Pipe()
 	t.Cleanup(func() { client.Close(); server.Close() })
 	c := newConn(b, server)
@@ -128,5 +143,71 @@ func TestSendOfUnknownProducerIsRefused(t *testing.T) {
 		if len(cmds) != 1 || cmds[0].GetSendError().GetError() != pb.ServerError_NotAllowedError {
 			t.Fatalf("SEND of unknown producer %d answered %v, want SEND_ERROR NotAllowedError", id, cmds)
 		}
+	}
+}
+
+// A graceful hand-off releases the bundle and points the clients at the
+// new owner even when a topic's unload does not finish within the
+// hand-off's context (a wait that never ends, here a lock the unload
+// needs held by someone else): keeping the bundle left its topics served
+// by nobody until this broker's lease expired — and a stopping broker's
+// lease lives until its process exits. On a real etcd (embedded).
+func TestMoveBundleReleasesWhenUnloadDoesNotFinish(t *testing.T) {
+	cfg := cluster.EtcdConfig{Name: "east", DataDir: t.TempDir(),
+		ClientURL: "http://" + testutil.FreeAddr(t), PeerURL: "http://" + testutil.FreeAddr(t)}
+	e, err := cluster.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := cluster.Connect(ctx, cluster.StoreConfig{Endpoints: []string{e.ClientURL()}, Prefix: "/east",
+		DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+
+	b := testBroker()
+	defer b.cancel()
+	b.cfg.BrokerID, b.cfg.OwnershipTTL, b.cfg.Store = "broker-1", 5*time.Second, store
+	o := &ownership{b: b, owned: map[string]bundle{}, info: BrokerInfo{ID: "broker-1"}, store: store, regKey: "/brokers/broker-1"}
+	if o.lease, err = o.register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.own = o
+	bd := bundle{ns: "public/default", lower: 0, upper: 0xffffffff}
+	if mine, _, err := o.acquire(ctx, bd); err != nil || !mine {
+		t.Fatalf("acquire: mine=%v err=%v", mine, err)
+	}
+	c, p := testConnOf(t, b)
+	p.topic.bundle = bd
+	// The unload's stopSync waits for syncMu: this unload never finishes
+	// (the lock stays held; its goroutine stays blocked until the test
+	// binary exits).
+	p.topic.syncMu.Lock()
+
+	mctx, mcancel := context.WithTimeout(context.Background(), time.Second)
+	defer mcancel()
+	done := make(chan struct{})
+	go func() {
+		b.moveBundle(mctx, bd, []*Topic{p.topic}, "pulsar://broker-2:6650")
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("moveBundle still blocked 15 s after its 1 s context ended: the bundle stays owned by a broker that no longer serves it")
+	}
+	if _, err := store.Get(ctx, bd.key()); !errors.Is(err, cluster.ErrNotFound) {
+		t.Fatalf("bundle key after the move: %v, want it released", err)
+	}
+	if o.owns(bd) {
+		t.Fatal("the broker still counts the bundle as its own")
+	}
+	cmds := queued(t, c)
+	if len(cmds) != 1 || cmds[0].GetCloseProducer().GetAssignedBrokerServiceUrl() != "pulsar://broker-2:6650" {
+		t.Fatalf("the producer's client got %v, want CLOSE_PRODUCER naming the new owner", cmds)
 	}
 }

@@ -677,7 +677,7 @@ func (t *Topic) isClosed() bool {
 }
 
 // stopReplication stops every sender (on unload; their cursors stay).
-func (t *Topic) stopReplication() {
+func (t *Topic) stopReplication(ctx context.Context) {
 	t.mu.Lock()
 	r := t.repl
 	t.mu.Unlock()
@@ -692,7 +692,7 @@ func (t *Topic) stopReplication() {
 	r.senders = map[string]*replSender{}
 	r.mu.Unlock()
 	for _, s := range senders {
-		s.stop()
+		s.stopWithin(ctx)
 	}
 }
 
@@ -887,6 +887,16 @@ func (t *Topic) initialReplCursor(ctx context.Context, eff ReplicationPolicy) (r
 func (rs *replSender) stop() {
 	rs.cancel()
 	<-rs.done
+}
+
+// stopWithin is stop waiting no longer than ctx (an unload's): the sender's
+// goroutine leaves once its context is cancelled, whatever it was waiting
+// for; its cursor's progress not yet flushed is sent again, never lost.
+func (rs *replSender) stopWithin(ctx context.Context) {
+	rs.cancel()
+	if !waitCtx(ctx, func() { <-rs.done }) {
+		rs.log.Warn("replication sender still stopping", "err", ctx.Err())
+	}
 }
 
 func (rs *replSender) run() {

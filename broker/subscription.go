@@ -133,7 +133,10 @@ func (s *Subscription) wake() {
 	}
 }
 
-func (s *Subscription) stop() {
+// stop stops dispatch and flushes the cursor, waiting no longer than ctx
+// (and 10 s for the flush): a dispatch round in a slow read must not hold
+// an unload up. What is not flushed is redelivered, never lost.
+func (s *Subscription) stop(ctx context.Context) {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -142,11 +145,30 @@ func (s *Subscription) stop() {
 	s.stopped = true
 	s.mu.Unlock()
 	close(s.stopCh)
-	s.runWG.Wait()
+	if !waitCtx(ctx, s.runWG.Wait) {
+		s.topic.b.log.Warn("subscription stop: dispatch still running", "topic", s.topic.name.String(), "sub", s.name, "err", ctx.Err())
+	}
 	if s.durable {
-		ctx, cancel := context.WithTimeout(context.Background(), 10e9)
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_ = s.cursor.Flush(ctx)
+		_ = s.cursor.Flush(fctx)
+	}
+}
+
+// waitCtx runs wait (a WaitGroup's Wait, a channel receive) and reports
+// whether it returned before ctx ended; if not, it keeps running on its
+// own goroutine.
+func waitCtx(ctx context.Context, wait func()) bool {
+	done := make(chan struct{})
+	go func() {
+		wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

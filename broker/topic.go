@@ -436,7 +436,7 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte,
 		waiters := pp.waiters
 		t.mu.Unlock()
 		if snap != nil {
-			go t.writeSnapshot(snap)
+			go t.writeSnapshot(context.Background(), snap)
 		}
 		if err == nil {
 			t.b.metrics.msgsIn.Add(float64(max(numMsgs, 1)))
@@ -469,12 +469,15 @@ func (t *Topic) snapshotLocked(pos mledger.Position) *dedupSnapshot {
 	return s
 }
 
-func (t *Topic) writeSnapshot(s *dedupSnapshot) {
+// writeSnapshot persists s, giving up after 10 s or when ctx ends (the
+// next load then starts from the previous snapshot and replays the entries
+// after it, as after a crash).
+func (t *Topic) writeSnapshot(ctx context.Context, s *dedupSnapshot) {
 	b, err := json.Marshal(s)
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := t.store.Put(ctx, t.dedupKey(), b); err != nil {
 		t.b.log.Warn("dedup snapshot not written", "topic", t.name.String(), "err", err)
@@ -582,7 +585,7 @@ func (t *Topic) deleteSubscription(ctx context.Context, name string) error {
 	if s == nil {
 		return fmt.Errorf("%w: subscription %s", ErrNotFound, name)
 	}
-	s.stop()
+	s.stop(ctx)
 	t.b.metrics.subscriptions.Dec()
 	if s.durable {
 		return t.ml.DeleteCursor(ctx, name)
@@ -615,8 +618,23 @@ func (t *Topic) closeWithTarget(ctx context.Context, target string, released fun
 // appends complete and close the managed ledger (cursors flushed), write
 // the dedup snapshot. It returns the function that then tells the clients
 // to reconnect: call it only after the bundle is released, so the new
-// owner can take it when they arrive.
+// owner can take it when they arrive. Its waits end with ctx (its locks
+// aside: moveBundle does not wait for it past ctx).
 func (t *Topic) unload(ctx context.Context) (notify func(target string), err error) {
+	notify, finish := t.beginUnload()
+	if finish == nil {
+		return notify, nil
+	}
+	return notify, finish(ctx)
+}
+
+// beginUnload stops accepting sends and subscriptions and returns the
+// function telling the topic's clients to reconnect, and finish, which
+// does the rest of unload (nil if the topic was closed already). The
+// notification does not depend on finish: a hand-off whose finish did not
+// end in time still releases the bundle and points the clients at the new
+// owner (moveBundle).
+func (t *Topic) beginUnload() (notify func(target string), finish func(context.Context) error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -632,27 +650,31 @@ func (t *Topic) unload(ctx context.Context) (notify func(target string), err err
 		subs = append(subs, s)
 	}
 	t.mu.Unlock()
-	for _, s := range subs {
-		s.stop()
-	}
-	t.stopReplication()
-	t.stopSync()
-	err = t.ml.Close(ctx)
-	t.mu.Lock()
-	snap := t.snapshotLocked(t.lastPos)
-	t.mu.Unlock()
-	if err == nil {
-		t.writeSnapshot(snap)
-	}
-	t.b.forgetTopic(t)
-	return func(target string) {
+	notify = func(target string) {
 		for _, p := range producers {
 			p.closeByBroker(target)
 		}
 		for _, s := range subs {
 			s.closeConsumers(target)
 		}
-	}, err
+	}
+	finish = func(ctx context.Context) error {
+		for _, s := range subs {
+			s.stop(ctx)
+		}
+		t.stopReplication(ctx)
+		t.stopSync()
+		err := t.ml.Close(ctx)
+		t.mu.Lock()
+		snap := t.snapshotLocked(t.lastPos)
+		t.mu.Unlock()
+		if err == nil {
+			t.writeSnapshot(ctx, snap)
+		}
+		t.b.forgetTopic(t)
+		return err
+	}
+	return notify, finish
 }
 
 // Producer is one producer on a connection.
