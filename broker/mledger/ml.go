@@ -587,8 +587,12 @@ func (ml *ManagedLedger) Close(ctx context.Context) error {
 	ml.mu.Lock()
 	if ml.closing {
 		ml.mu.Unlock()
-		<-ml.deliverDone
-		return nil
+		select {
+		case <-ml.deliverDone:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("mledger: %s: close: a concurrent close has not finished: %w", ml.name, ctx.Err())
+		}
 	}
 	ml.closing = true
 	stop := context.AfterFunc(ctx, func() {
@@ -622,7 +626,9 @@ func (ml *ManagedLedger) Close(ctx context.Context) error {
 	} else if errors.Is(termErr, ErrFenced) || errors.Is(termErr, ErrFailed) {
 		errs = append(errs, termErr)
 	}
-	ml.stopBackground()
+	if err := ml.stopBackground(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -698,9 +704,12 @@ func (ml *ManagedLedger) writeList(ctx context.Context) error {
 	return nil
 }
 
-// stopBackground stops the flush timer, waits for background work and the
-// delivery goroutine.
-func (ml *ManagedLedger) stopBackground() {
+// stopBackground stops the flush timer, waits for background work (a
+// ledger switch, a trim, a flush: each bounded by SwitchTimeout) and the
+// delivery goroutine, then delivers what is left. It waits no longer than
+// ctx: the rest then finishes on its own goroutine (deliverDone closes
+// when it has) and the error says so.
+func (ml *ManagedLedger) stopBackground(ctx context.Context) error {
 	ml.flushMu.Lock()
 	ml.flushStopped = true
 	if ml.flushTimer != nil && ml.flushTimer.Stop() {
@@ -708,16 +717,24 @@ func (ml *ManagedLedger) stopBackground() {
 		ml.bg.Done()
 	}
 	ml.flushMu.Unlock()
-	ml.bg.Wait()
-	ml.mu.Lock()
-	ml.deliverStopped = true
-	ml.mu.Unlock()
-	ml.deliverMu.Lock()
-	ml.deliverClosed = true
-	ml.deliverMu.Unlock()
-	ml.deliverWG.Wait()
-	ml.deliverReady()
-	close(ml.deliverDone)
+	go func() {
+		ml.bg.Wait()
+		ml.mu.Lock()
+		ml.deliverStopped = true
+		ml.mu.Unlock()
+		ml.deliverMu.Lock()
+		ml.deliverClosed = true
+		ml.deliverMu.Unlock()
+		ml.deliverWG.Wait()
+		ml.deliverReady()
+		close(ml.deliverDone)
+	}()
+	select {
+	case <-ml.deliverDone:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("mledger: %s: close: background work or callbacks still running: %w", ml.name, ctx.Err())
+	}
 }
 
 // Delete removes the managed ledger: it closes it, marks the list
