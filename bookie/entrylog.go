@@ -92,7 +92,7 @@ type entryLog struct {
 	zeroAhead int64
 	zero      *zeroer
 	// dropBehind: after a sync, drop the page cache of the current file's
-	// synced pages (dropcache.go); dropped is how far that has been done.
+	// synced pages (dropSynced, dropcache_linux.go); dropped is how far that has been done.
 	dropBehind bool
 	dropped    int64
 	log        *slog.Logger
