@@ -153,26 +153,15 @@ func TestSendOfUnknownProducerIsRefused(t *testing.T) {
 // by nobody until this broker's lease expired — and a stopping broker's
 // lease lives until its process exits. On a real etcd (embedded).
 func TestMoveBundleReleasesWhenUnloadDoesNotFinish(t *testing.T) {
-	cfg := cluster.EtcdConfig{Name: "east", DataDir: t.TempDir(),
-		ClientURL: "http://" + testutil.FreeAddr(t), PeerURL: "http://" + testutil.FreeAddr(t)}
-	e, err := cluster.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	store := testutil.Store(t, testutil.StartEtcd(t), "/east")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store, err := cluster.Connect(ctx, cluster.StoreConfig{Endpoints: []string{e.ClientURL()}, Prefix: "/east",
-		DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
 
 	b := testBroker()
 	defer b.cancel()
 	b.cfg.BrokerID, b.cfg.OwnershipTTL, b.cfg.Store = "broker-1", 5*time.Second, store
 	o := &ownership{b: b, owned: map[string]bundle{}, info: BrokerInfo{ID: "broker-1"}, store: store, regKey: "/brokers/broker-1"}
+	var err error
 	if o.lease, err = o.register(ctx); err != nil {
 		t.Fatal(err)
 	}
