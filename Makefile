@@ -45,6 +45,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZN) ./internal/authtoken/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMetadata$$' -fuzztime $(FUZZN) ./bookie/ledger/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecords$$' -fuzztime $(FUZZN) ./broker/mledger/
+	$(GO) test -run '^$$' -fuzz '^FuzzRecvAddDecode$$' -fuzztime $(FUZZN) ./bookie/
 
 # One command, one run, one report (BENCHMARKS.md, ~15 min): installs the
 # peers with go install at pinned versions (nats-server, natscli,

@@ -220,11 +220,11 @@ func (l *entryLog) begin() error {
 // empty reports whether the frame being built holds no record.
 func (l *entryLog) empty() bool { return len(l.frame) <= frameHeaderLen }
 
-// appendEntry appends an entry record; rec is the record as built by
-// encodeEntryRecord. It returns where the payload will be.
-func (l *entryLog) appendEntry(rec []byte) logPos {
+// appendEntry appends e's record (appendEntryRecord) to the frame. It
+// returns where the payload will be.
+func (l *entryLog) appendEntry(e *Entry) logPos {
 	off := l.curSize + int64(len(l.frame)) + entryPayloadOffset
-	l.frame = append(l.frame, rec...)
+	l.frame = appendEntryRecord(l.frame, e)
 	return logPos{file: l.curID, off: off}
 }
 
@@ -364,17 +364,16 @@ func (l *entryLog) close() error {
 	return errors.Join(errs...)
 }
 
-// encodeEntryRecord builds an entry's log record (it copies payload).
-func encodeEntryRecord(e *Entry) []byte {
-	r := make([]byte, recEntryHeaderLen+len(e.Payload))
-	r[0] = recEntry
-	binary.BigEndian.PutUint64(r[1:9], uint64(e.LedgerID))
-	binary.BigEndian.PutUint64(r[9:17], uint64(e.EntryID))
-	binary.BigEndian.PutUint64(r[17:25], uint64(e.LAC))
-	binary.BigEndian.PutUint32(r[25:29], e.Digest)
-	binary.BigEndian.PutUint32(r[29:33], uint32(len(e.Payload)))
-	copy(r[recEntryHeaderLen:], e.Payload)
-	return r
+// appendEntryRecord appends an entry's log record to dst: a
+// recEntryHeaderLen header, then the payload.
+func appendEntryRecord(dst []byte, e *Entry) []byte {
+	dst = append(dst, recEntry)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(e.LedgerID))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(e.EntryID))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(e.LAC))
+	dst = binary.BigEndian.AppendUint32(dst, e.Digest)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(e.Payload)))
+	return append(dst, e.Payload...)
 }
 
 // logRecord is one decoded record of a frame, for replay. Payload aliases

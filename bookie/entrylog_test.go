@@ -110,7 +110,7 @@ func TestTornTailIsDropped(t *testing.T) {
 	}
 	st, _ := f.Stat()
 	e := entry(5, 10, 9, payloadFor(5, 10))
-	rec := encodeEntryRecord(&e)
+	rec := appendEntryRecord(nil, &e)
 	frame := make([]byte, frameHeaderLen, frameHeaderLen+len(rec))
 	binary.BigEndian.PutUint32(frame[0:4], frameMagic)
 	binary.BigEndian.PutUint32(frame[4:8], uint32(len(rec)))

@@ -216,6 +216,7 @@ func (s *Server) listen() error {
 	}
 	msgMax := s.cfg.MaxEntryBytes + 1<<20 // payload plus request fields
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(msgMax), grpc.MaxSendMsgSize(msgMax), grpcpool.ServerOption(),
+		grpc.ForceServerCodecV2(newServerCodec()), // adds alias their receive buffer (addcodec.go)
 		// Ledger clients ping idle connections every 10 s to notice a dead
 		// bookie; gRPC's default policy (5 min) would answer that with
 		// GOAWAY "too_many_pings" and break every add stream.
@@ -501,7 +502,8 @@ func (s *Server) AddEntries(stream grpc.BidiStreamingServer[bookiepb.AddRequest,
 	var recvErr error
 recv:
 	for {
-		req, err := stream.Recv()
+		req := new(recvAdd) // its payload aliases the receive buffer until release
+		err := stream.RecvMsg(req)
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				recvErr = err
@@ -515,7 +517,7 @@ recv:
 			break recv
 		}
 		start := time.Now()
-		resp := &bookiepb.AddResponse{RequestId: req.GetRequestId(), LedgerId: req.GetLedgerId(), EntryId: req.GetEntryId()}
+		resp := &bookiepb.AddResponse{RequestId: req.requestID, LedgerId: req.ledgerID, EntryId: req.entryID}
 		complete := func(err error) {
 			st := statusOf(err)
 			resp.Status, resp.Message = st, errMessage(err)
@@ -523,19 +525,24 @@ recv:
 			s.m.addLatency.Observe(time.Since(start).Seconds())
 			resps <- resp
 		}
-		if len(req.GetPayload()) > s.cfg.MaxEntryBytes {
-			complete(fmt.Errorf("%w: payload of %d bytes exceeds max_entry_bytes %d", ErrInvalid, len(req.GetPayload()), s.cfg.MaxEntryBytes))
+		if len(req.payload) > s.cfg.MaxEntryBytes {
+			n := len(req.payload)
+			req.release()
+			complete(fmt.Errorf("%w: payload of %d bytes exceeds max_entry_bytes %d", ErrInvalid, n, s.cfg.MaxEntryBytes))
 			continue
 		}
 		inflight.Add(1)
+		// The store reads the payload until done; the buffer goes back to
+		// the pool then.
 		s.store.AddAsync(Entry{
-			LedgerID: req.GetLedgerId(),
-			EntryID:  req.GetEntryId(),
-			LAC:      req.GetLac(),
-			Payload:  req.GetPayload(),
-			Digest:   req.GetDigest(),
-			Recovery: req.GetRecovery(),
+			LedgerID: req.ledgerID,
+			EntryID:  req.entryID,
+			LAC:      req.lac,
+			Payload:  req.payload,
+			Digest:   req.digest,
+			Recovery: req.recovery,
 		}, func(err error) {
+			req.release()
 			complete(err)
 			inflight.Done()
 		})

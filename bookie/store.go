@@ -207,14 +207,21 @@ const (
 type op struct {
 	kind   opKind
 	ledger int64
-	e      Entry  // opAdd
-	value  []byte // opAdd: the entry log record (encodeEntryRecord)
+	e      Entry // opAdd; e.Payload is the caller's until done
 	done   func(FenceResult, error)
 
 	// Set by the committer while building the batch.
 	res     FenceResult
 	err     error
 	written bool // opAdd: the batch holds this op's write
+}
+
+// recordLen is the size of the op's entry log record (0 for a fence).
+func (o *op) recordLen() int {
+	if o.kind != opAdd {
+		return 0
+	}
+	return recEntryHeaderLen + len(o.e.Payload)
 }
 
 // OpenStore opens (or, for an absent or empty directory, creates) the store
@@ -477,8 +484,9 @@ func validateEntry(e *Entry) error {
 // AddAsync queues an add and calls done exactly once with its outcome: nil
 // only after the entry is durable. done is called from the committer
 // goroutine (or from AddAsync itself when the add is refused before being
-// queued); it must not block. The store keeps no reference to e.Payload after
-// AddAsync returns.
+// queued); it must not block. The store reads e.Payload until done is
+// called (the committer copies it into the entry log's frame), so the caller
+// must not modify it before then; it keeps no reference afterwards.
 func (s *Store) AddAsync(e Entry, done func(error)) {
 	if err := validateEntry(&e); err != nil {
 		done(err)
@@ -492,10 +500,8 @@ func (s *Store) AddAsync(e Entry, done func(error)) {
 		kind:   opAdd,
 		ledger: e.LedgerID,
 		e:      e,
-		value:  encodeEntryRecord(&e),
 		done:   func(_ FenceResult, err error) { done(err) },
 	}
-	o.e.Payload = nil // the record holds the bytes
 	s.submit(o)
 }
 
@@ -579,7 +585,7 @@ func (s *Store) run() {
 			return
 		}
 		batch = append(batch[:0], first)
-		size := len(first.value)
+		size := first.recordLen()
 		open := true
 		var deadline <-chan time.Time
 		if s.opts.GroupCommitMaxDelay > 0 {
@@ -611,7 +617,7 @@ func (s *Store) run() {
 				break gather
 			}
 			batch = append(batch, o)
-			size += len(o.value)
+			size += o.recordLen()
 		}
 		if timer != nil && deadline != nil {
 			timer.Stop()
@@ -705,8 +711,8 @@ func (s *Store) commit(ops []*op) {
 				}
 			}
 			if write {
-				payload := o.value[recEntryHeaderLen:]
-				at := s.elog.appendEntry(o.value)
+				payload := e.Payload
+				at := s.elog.appendEntry(e)
 				if err := b.Set(k[:], encodeIndexValue(e.LAC, e.Digest, at, len(payload)), nil); err != nil {
 					s.fail(ops, fmt.Errorf("bookie: batch set: %w", err))
 					return
@@ -850,7 +856,7 @@ func (s *Store) existing(pending map[entryKey]pendingEntry, k entryKey, ledgerID
 // (readErr is then the ErrCorrupt of reading it).
 func (s *Store) compareExisting(o *op, existing pendingEntry, readErr error) (write bool, err error) {
 	e := &o.e
-	newPayload := o.value[recEntryHeaderLen:]
+	newPayload := e.Payload
 	intact := readErr == nil
 	switch {
 	case intact && bytes.Equal(existing.payload, newPayload):
