@@ -38,8 +38,11 @@ const (
 	// readBufferSize is the Decoder's read-ahead buffer.
 	readBufferSize = 32 << 10
 	// readGrowStep is the most the Decoder allocates for a frame before its
-	// bytes arrive (see Decoder.read).
-	readGrowStep = 64 << 10
+	// bytes arrive (see Decoder.read). A batch of the Go client's default
+	// BatchingMaxSize (128 KiB) fits, so it is read without regrowing the
+	// slice (at 64 KiB, regrowing was 8 % of the standalone's allocation at
+	// 50,000 msgs/s).
+	readGrowStep = 256 << 10
 )
 
 var (
