@@ -314,7 +314,7 @@ func (c *conn) handle(f codec.Frame) bool {
 	case pb.BaseCommand_PRODUCER:
 		c.handleProducer(cmd.GetProducer())
 	case pb.BaseCommand_SEND:
-		return c.handleSend(cmd.GetSend(), f.Payload)
+		return c.handleSend(cmd.GetSend(), &f)
 	case pb.BaseCommand_CLOSE_PRODUCER:
 		c.handleCloseProducer(cmd.GetCloseProducer())
 	case pb.BaseCommand_SUBSCRIBE:

@@ -52,14 +52,46 @@ type originInfo struct {
 
 func encodeEntry(publishMs int64, o originInfo, msg []byte) []byte {
 	b := make([]byte, 0, entryHeaderV2Min+len(o.Region)+len(msg))
+	b = appendEntryHeader(b, publishMs, o)
+	return append(b, msg...)
+}
+
+func appendEntryHeader(b []byte, publishMs int64, o originInfo) []byte {
 	b = binary.BigEndian.AppendUint16(b, entryTagV2)
 	b = binary.BigEndian.AppendUint64(b, uint64(publishMs))
 	b = binary.BigEndian.AppendUint64(b, o.Seq)
 	b = binary.BigEndian.AppendUint64(b, uint64(o.ID.Ledger))
 	b = binary.BigEndian.AppendUint64(b, uint64(o.ID.Entry))
 	b = append(b, byte(len(o.Region)))
-	b = append(b, o.Region...)
-	return append(b, msg...)
+	return append(b, o.Region...)
+}
+
+// framedMsg is a message as its SEND frame brought it: the message is
+// buf[off:], and the bytes before off may be overwritten
+// (codec.Frame.PayloadRoom).
+type framedMsg struct {
+	buf []byte
+	off int
+}
+
+func (m framedMsg) msg() []byte { return m.buf[m.off:] }
+
+// unframed is a message with no room in front of it.
+func unframed(msg []byte) framedMsg { return framedMsg{buf: msg} }
+
+// encodeFramedEntry returns what encodeEntry(publishMs, o, m.msg()) does,
+// written in front of the message in its own buffer when the room there
+// suffices: a published message is then not copied on its way to the
+// bookies and the tail cache (at 50,000 msgs/s that copy was half of the
+// broker's allocation).
+func encodeFramedEntry(publishMs int64, o originInfo, m framedMsg) []byte {
+	h := entryHeaderV2Min + len(o.Region)
+	if m.off < h {
+		return encodeEntry(publishMs, o, m.msg())
+	}
+	start := m.off - h
+	appendEntryHeader(m.buf[start:start:m.off], publishMs, o) // fills its capacity exactly
+	return m.buf[start:]
 }
 
 // decodedEntry is a stored entry split into its parts.

@@ -164,7 +164,8 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 	}()
 }
 
-func (c *conn) handleSend(m *pb.CommandSend, payload []byte) bool {
+func (c *conn) handleSend(m *pb.CommandSend, f *codec.Frame) bool {
+	payload := f.Payload
 	id := m.GetProducerId()
 	c.mu.Lock()
 	p := c.producers[id]
@@ -207,7 +208,8 @@ func (c *conn) handleSend(m *pb.CommandSend, payload []byte) bool {
 		sendErr(pb.ServerError_NotAllowedError, "message too large")
 		return true
 	}
-	p.publish(m, payload)
+	buf, off := f.PayloadRoom()
+	p.publish(m, framedMsg{buf: buf, off: off})
 	return true
 }
 

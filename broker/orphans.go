@@ -140,7 +140,7 @@ func (t *Topic) quarantine(ctx context.Context, entries []replicator.Entry, idx 
 		if err != nil {
 			return "", fmt.Errorf("orphan %d: %w", e.OriginSeq, err)
 		}
-		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, e.Data, func(_ mledger.Position, err error) {
+		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, unframed(e.Data), func(_ mledger.Position, err error) {
 			if errors.Is(err, errDropSilently) {
 				err = fmt.Errorf("quarantine topic %s closed", name)
 			}

@@ -351,7 +351,8 @@ func (t *Topic) removeProducer(p *Producer) {
 // sequence id. cb runs once with the entry's position; for a resend of a
 // persisted message it runs at once with the original position (or -1:-1
 // when that is no longer remembered).
-func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte, cb func(mledger.Position, error)) {
+func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm framedMsg, cb func(mledger.Position, error)) {
+	msg := fm.msg()
 	highest := seq + int64(max(numMsgs, 1)) - 1
 	t.mu.Lock()
 	if t.closed {
@@ -404,7 +405,7 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, msg []byte,
 	}
 	t.nextSeq++
 	origin := originInfo{Seq: t.nextSeq}
-	entry := encodeEntry(start.UnixMilli(), origin, msg)
+	entry := encodeFramedEntry(start.UnixMilli(), origin, fm)
 	t.ml.AppendAsync(entry, func(pos mledger.Position, err error) {
 		if err == nil {
 			t.b.metrics.storageLatency.Observe(time.Since(start).Seconds())
@@ -690,7 +691,7 @@ type Producer struct {
 
 // publish handles one SEND; receipts go back in send order because the
 // managed ledger completes appends in order.
-func (p *Producer) publish(m *pb.CommandSend, msg []byte) {
+func (p *Producer) publish(m *pb.CommandSend, msg framedMsg) {
 	p.pending <- struct{}{} // back-pressure: blocks the connection's reader when full
 	seq := m.GetSequenceId()
 	n := int(m.GetNumMessages())

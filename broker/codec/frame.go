@@ -43,6 +43,10 @@ const (
 	// slice (at 64 KiB, regrowing was 8 % of the standalone's allocation at
 	// 50,000 msgs/s).
 	readGrowStep = 256 << 10
+	// readHeadroom: the Decoder reads each frame this many bytes into its
+	// allocation, so that a broker can put a header of its own in front of
+	// a payload without copying the payload (Frame.PayloadRoom).
+	readHeadroom = 64
 )
 
 var (
@@ -76,6 +80,24 @@ type Frame struct {
 	// BrokerEntryMetadata is the 0x0e02 section of a payload command, or
 	// nil if the frame has none.
 	BrokerEntryMetadata *pb.BrokerEntryMetadata
+
+	// room is, for a payload frame read by a Decoder, its allocation:
+	// Payload is its tail (see PayloadRoom).
+	room []byte
+}
+
+// PayloadRoom returns, for a payload frame read by a Decoder, the frame's
+// buffer and Payload's offset in it (Payload is buf[off:]). The bytes
+// before off held the frame's sizes and command, already decoded into Cmd
+// (which shares no memory with them), and some headroom: the caller may
+// overwrite them, to prepend a header to Payload without copying it. For
+// other frames (ParseFrame's alias the caller's memory) it returns
+// Payload and 0.
+func (f *Frame) PayloadRoom() (buf []byte, off int) {
+	if f.room == nil {
+		return f.Payload, 0
+	}
+	return f.room, len(f.room) - len(f.Payload)
 }
 
 // hasPayload reports whether frames of type t carry a message part.
@@ -94,7 +116,7 @@ type Decoder struct {
 // NewDecoder returns a Decoder reading from r that refuses frames whose
 // totalSize exceeds maxFrameSize bytes (0 or less means
 // DefaultMaxFrameSize). Whatever the length fields claim, it allocates for
-// a frame no more than maxFrameSize bytes, and no more than 64 KiB beyond
+// a frame no more than maxFrameSize bytes, and no more than 256 KiB beyond
 // twice the bytes that actually arrived.
 func NewDecoder(r io.Reader, maxFrameSize int) *Decoder {
 	if maxFrameSize <= 0 {
@@ -126,20 +148,25 @@ func (d *Decoder) Next() (Frame, error) {
 	if size < 4 {
 		return Frame{}, fmt.Errorf("%w: totalSize %d is smaller than the command size field", ErrMalformed, size)
 	}
-	body, err := d.read(int(size))
+	buf, err := d.read(int(size))
 	if err != nil {
 		return Frame{}, noEOF(err)
 	}
-	return parseBody(body)
+	f, err := parseBody(buf[readHeadroom:])
+	if err == nil && f.Payload != nil {
+		f.room = buf // Payload runs to the end of the frame
+	}
+	return f, err
 }
 
-// read returns the next n bytes (n <= d.max) in a new slice. The slice
-// grows as bytes arrive rather than being sized from the length field up
-// front, so a peer that announces a large frame and stalls costs the broker
-// at most readGrowStep bytes plus twice what it actually sent, not
-// maxFrameSize.
+// read returns the next n bytes (n <= d.max) in a new slice, after
+// readHeadroom bytes of zeros. The slice grows as bytes arrive rather than
+// being sized from the length field up front, so a peer that announces a
+// large frame and stalls costs the broker at most readGrowStep bytes plus
+// twice what it actually sent, not maxFrameSize.
 func (d *Decoder) read(n int) ([]byte, error) {
-	buf := make([]byte, 0, min(n, readGrowStep))
+	n += readHeadroom
+	buf := make([]byte, readHeadroom, min(n, readGrowStep+readHeadroom))
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, min(n-len(buf), cap(buf))) // doubles
@@ -170,7 +197,7 @@ func (d *Decoder) skip(size uint32) (Frame, error) {
 			return f, fmt.Errorf("%w: %w", tooLarge, noEOF(err))
 		}
 		remaining -= int64(cmdSize)
-		if cmd, err := decodeCommand(b); err == nil {
+		if cmd, err := decodeCommand(b[readHeadroom:]); err == nil {
 			f.Cmd = cmd
 		}
 	}

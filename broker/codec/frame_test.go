@@ -436,3 +436,50 @@ func crc32c(b []byte) uint32 {
 	}
 	return ^crc
 }
+
+// TestPayloadRoom: a payload frame read by a Decoder offers the bytes in
+// front of its Payload, and overwriting them changes neither the decoded
+// command nor the payload; a ParseFrame frame offers none (its memory is
+// the caller's).
+func TestPayloadRoom(t *testing.T) {
+	msg := mustMessage(t, testMeta(0), bytes.Repeat([]byte("p"), 3000))
+	cmd := sendCmd(7, 9)
+	frame := mustAppendPayload(t, nil, cmd, nil, msg)
+
+	f, err := NewDecoder(iotest.HalfReader(bytes.NewReader(frame)), 0).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, off := f.PayloadRoom()
+	cmdSize := binary.BigEndian.Uint32(frame[4:8])
+	if want := readHeadroom + 4 + int(cmdSize); off != want {
+		t.Fatalf("room %d bytes, want %d (headroom, cmdSize, command)", off, want)
+	}
+	if len(buf[off:]) != len(f.Payload) || &buf[off] != &f.Payload[0] {
+		t.Fatal("Payload is not buf[off:]")
+	}
+	for i := range buf[:off] {
+		buf[i] = 0xff
+	}
+	if !proto.Equal(f.Cmd, cmd) {
+		t.Fatalf("command changed with the room overwritten: %v, want %v", f.Cmd, cmd)
+	}
+	if !bytes.Equal(f.Payload, msg) {
+		t.Fatal("payload changed with the room overwritten")
+	}
+
+	p, err := ParseFrame(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if buf, off := p.PayloadRoom(); off != 0 || &buf[0] != &p.Payload[0] {
+		t.Fatalf("ParseFrame's frame offers %d bytes of room in the caller's memory", off)
+	}
+	s, err := NewDecoder(bytes.NewReader(mustAppend(t, nil, Success(1))), 0).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if buf, off := s.PayloadRoom(); buf != nil || off != 0 {
+		t.Fatalf("a frame without payload offers room: %d bytes", off)
+	}
+}

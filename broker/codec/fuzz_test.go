@@ -50,10 +50,12 @@ func FuzzDecode(f *testing.F) {
 		runtime.ReadMemStats(&before)
 		decodeAll(t, data)
 		runtime.ReadMemStats(&after)
-		// The Decoder's read buffer is 32 KiB; protobuf decoding allocates
-		// some structs per input byte at worst. A length field honoured
-		// before its bytes arrived would cost up to DefaultMaxFrameSize.
-		if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(readBufferSize+256<<10+512*len(data)); got > limit {
+		// The Decoder's read buffer is 32 KiB, a frame's first allocation
+		// at most readGrowStep plus readHeadroom (rounded up to whole
+		// pages by the allocator); protobuf decoding allocates some
+		// structs per input byte at worst. A length field honoured before
+		// its bytes arrived would cost up to DefaultMaxFrameSize.
+		if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(readBufferSize+readGrowStep+readHeadroom+8<<10+512*len(data)); got > limit {
 			t.Fatalf("decoding %d bytes allocated %d bytes (limit %d)", len(data), got, limit)
 		}
 	})
