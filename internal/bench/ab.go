@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridian-mq/meridian/internal/up"
@@ -27,9 +28,9 @@ type ABOptions struct {
 }
 
 type abSide struct {
-	batched, half, syncSend, asyncMax, syncMax, lag []Result
-	lags                                            []time.Duration
-	cpu                                             []time.Duration
+	batched, half, syncSend, backlog, asyncMax, syncMax, lag []Result
+	lags                                                     []time.Duration
+	cpu                                                      []time.Duration
 }
 
 // RunAB alternates A and B (A first in odd rounds, B first in even ones),
@@ -106,6 +107,7 @@ func RunAB(ctx context.Context, o ABOptions, out io.Writer) error {
 	line("produce batched, unthrottled", a.batched, b.batched, true)
 	line("produce batched at 50 % of A's batched rate", a.half, b.half, true)
 	line("unbatched, one at a time (sync send)", a.syncSend, b.syncSend, true)
+	line("consume the batched backlog (from the bookies)", a.backlog, b.backlog, false)
 	line("georep async max", a.asyncMax, b.asyncMax, true)
 	line("georep sync max", a.syncMax, b.syncMax, true)
 	if len(a.asyncMax) > 0 && len(a.syncMax) > 0 {
@@ -154,6 +156,23 @@ func abStandalone(ctx context.Context, bin, dir string, o ABOptions, s *abSide, 
 	if abHalf == 0 {
 		abHalf = s.batched[len(s.batched)-1].rate() / 2
 	}
+	// The batched step's messages from the start, read from the bookies
+	// (the broker's tail cache holds only the last 16 MiB).
+	settle(ctx, sa)
+	var want atomic.Int64
+	want.Store(int64(s.batched[len(s.batched)-1].Ops))
+	cs := consumeSpec{Topics: spec("b", true, 0).Topics, Sub: "backlog", Earliest: true, Duration: o.Duration, Stall: 5 * time.Second}
+	c, err := subscribe(sa.URL, cs)
+	if err != nil {
+		return err
+	}
+	s0, _ := sa.cpu()
+	r := c.receive(ctx, cs, time.Now(), &want)
+	s1, _ := sa.cpu()
+	c.unsubscribe()
+	r.Lat, r.ServerCPU = nil, s1-s0
+	fmt.Fprintf(out, "  %-40s %8.0f msgs/s\n", "consume backlog", r.rate())
+	s.backlog = append(s.backlog, r)
 	if err := measure("batched at 50 %", spec("h", true, abHalf), &s.half); err != nil {
 		return err
 	}
