@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -705,7 +706,7 @@ func (s *Subscription) dispatchOnce() (more, caughtUp bool) {
 		sent++
 	}
 	if sent < 100 && (s.typ == pb.CommandSubscribe_Shared || s.typ == pb.CommandSubscribe_Key_Shared || !heldAll) {
-		es, err := s.cursor.ReadEntries(ctx, min(100-sent, max(permits, 1)), 4<<20)
+		es, err := s.cursor.ReadEntries(ctx, min(100-sent, s.topic.toRead(permits)), 4<<20)
 		if err != nil {
 			// Nothing may wait on a read error: try again shortly.
 			s.topic.b.log.Warn("dispatch read failed; retrying", "topic", s.topic.name.String(), "sub", s.name, "err", err)
@@ -734,6 +735,36 @@ func (s *Subscription) dispatchOnce() (more, caughtUp bool) {
 	}
 	s.deliver(out)
 	return more, caughtUp
+}
+
+// toRead is how many entries to read for permits messages: permits ÷ the
+// messages per entry seen so far, rounded up (the last entry may take the
+// permits below zero, as Pulsar's dispatcher allows), and one entry while
+// none was seen. Reading more than the permits cover would stall the rest
+// of the read behind the first entry the consumer has no room for, and
+// each stalled entry is read again, alone, when permits come (replay).
+// Pulsar sizes its reads the same way (the consumer's
+// avgMessagesPerEntry in its dispatchers).
+func (t *Topic) toRead(permits int) int {
+	avg := math.Float64frombits(t.perEntry.Load())
+	if avg <= 0 {
+		return 1
+	}
+	return max(1, int(math.Ceil(float64(permits)/avg)))
+}
+
+// sawEntry folds the messages of a dispatched entry into perEntry.
+func (t *Topic) sawEntry(n int) {
+	if n <= 0 {
+		return
+	}
+	avg := math.Float64frombits(t.perEntry.Load())
+	if avg <= 0 {
+		avg = float64(n)
+	} else {
+		avg += (float64(n) - avg) / 8
+	}
+	t.perEntry.Store(math.Float64bits(avg))
 }
 
 // assign picks a consumer for an entry and records it as pending, or
@@ -766,6 +797,7 @@ func (s *Subscription) assign(e mledger.Entry, fromReplay bool, blocked map[uint
 	}
 	delete(s.replay, e.Pos)
 	c.permits -= m.NumMessages
+	s.topic.sawEntry(m.NumMessages)
 	s.pending[e.Pos] = &pendingEntry{c: c, size: m.NumMessages, hash: h}
 	if s.typ == pb.CommandSubscribe_Key_Shared {
 		d := s.drain[h]

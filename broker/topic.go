@@ -42,6 +42,10 @@ type Topic struct {
 	lastBatch int   // messages in the last entry appended (GET_LAST_MESSAGE_ID)
 	quotaErr  error // set while a backlog quota blocks producers
 	msgsIn    int64 // messages persisted since the topic was loaded
+	// perEntry: messages per entry dispatched (a moving average, as
+	// math.Float64bits; 0 until the first), so a dispatch reads about as
+	// many entries as its consumers have permits for (Subscription.toRead).
+	perEntry atomic.Uint64
 
 	// Identity across regions (entry.go, replicator/doc.go), under mu and
 	// moved only by append callbacks, in log order: the last local
