@@ -141,10 +141,11 @@ type Client struct {
 	ctx    context.Context // lives until Close; the writer lease follows it
 	cancel context.CancelFunc
 
-	// writers: the open writers, for the idle sweep (sweepIdle), one
-	// goroutine per client rather than a ticker per writer.
+	// byBookie: the open writers by the members of their current
+	// ensembles, for the idle sweep (sweepIdle), one goroutine per client
+	// rather than a ticker per writer.
 	wmu       sync.Mutex
-	writers   map[*Writer]struct{}
+	byBookie  map[string]map[*Writer]struct{}
 	sweepOnce sync.Once
 
 	lmu   sync.Mutex

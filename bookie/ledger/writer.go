@@ -39,7 +39,8 @@ type Writer struct {
 	pending    []*pendingAdd // entries lac+1 .. lastPushed, in order
 	failed     map[int]bool  // ensemble positions waiting to be replaced
 	bad        map[string]time.Time
-	unavail    map[string]time.Time // members seen unregistered or read-only, since (idle replacement)
+	unavail    map[string]unavailSince // members seen unregistered or read-only (idle replacement)
+	swept      []string                // the bookie ids it is filed under in Client.byBookie (under Client.wmu)
 	changing   bool
 	sendSeq    uint64
 	err        error // terminal: every later add fails with it
@@ -96,7 +97,7 @@ func newWriter(c *Client, m Metadata) *Writer {
 		lac:        -1,
 		failed:     map[int]bool{},
 		bad:        map[string]time.Time{},
-		unavail:    map[string]time.Time{},
+		unavail:    map[string]unavailSince{},
 		stopScan:   make(chan struct{}),
 	}
 	w.cond = sync.NewCond(&w.mu)
@@ -104,54 +105,119 @@ func newWriter(c *Client, m Metadata) *Writer {
 	return w
 }
 
-// addWriter registers an open writer for the idle sweep.
+// addWriter registers an open writer for the idle sweep, under the
+// members of its current ensemble.
 func (c *Client) addWriter(w *Writer) {
 	if c.cfg.IdleReplaceAfter < 0 {
 		return
 	}
 	c.wmu.Lock()
-	if c.writers == nil {
-		c.writers = map[*Writer]struct{}{}
-	}
-	c.writers[w] = struct{}{}
+	c.indexLocked(w, w.meta.LastFragment().Ensemble)
 	c.wmu.Unlock()
 	c.sweepOnce.Do(func() { go c.sweepIdle() })
 }
 
-func (c *Client) removeWriter(w *Writer) {
+// reindexWriter files w under its new ensemble (after an ensemble change;
+// w.mu held: the lock order is w.mu, then c.wmu).
+func (c *Client) reindexWriter(w *Writer, ens []*metapb.BookieRef) {
+	if c.cfg.IdleReplaceAfter < 0 {
+		return
+	}
 	c.wmu.Lock()
-	delete(c.writers, w)
+	if len(w.swept) > 0 { // not removed (closed or failed) meanwhile
+		c.unindexLocked(w)
+		c.indexLocked(w, ens)
+	}
 	c.wmu.Unlock()
 }
 
-// sweepIdle looks, every half IdleReplaceAfter, at every open writer with
-// no add in flight for members that went unregistered or read-only
-// (idleReplaceLocked). One goroutine for all of the client's writers: a
-// broker holds a writer per topic, and a ticker each for 100,000 idle
-// topics cost the scheduler a core; a writer with adds in flight finds a
-// failed member through them instead.
+func (c *Client) removeWriter(w *Writer) {
+	c.wmu.Lock()
+	c.unindexLocked(w)
+	c.wmu.Unlock()
+}
+
+func (c *Client) indexLocked(w *Writer, ens []*metapb.BookieRef) {
+	if c.byBookie == nil {
+		c.byBookie = map[string]map[*Writer]struct{}{}
+	}
+	for _, b := range ens {
+		ws := c.byBookie[b.Id]
+		if ws == nil {
+			ws = map[*Writer]struct{}{}
+			c.byBookie[b.Id] = ws
+		}
+		ws[w] = struct{}{}
+		w.swept = append(w.swept, b.Id)
+	}
+}
+
+func (c *Client) unindexLocked(w *Writer) {
+	for _, id := range w.swept {
+		if ws := c.byBookie[id]; ws != nil {
+			delete(ws, w)
+			if len(ws) == 0 {
+				delete(c.byBookie, id)
+			}
+		}
+	}
+	w.swept = w.swept[:0]
+}
+
+// sweepEvery is the idle sweep's period: half IdleReplaceAfter.
+func (c *Client) sweepEvery() time.Duration {
+	return max(c.cfg.IdleReplaceAfter/2, 50*time.Millisecond)
+}
+
+// sweepIdle looks, every half IdleReplaceAfter, at the open writers with
+// a member that went unregistered or read-only (idleReplaceLocked). One
+// goroutine for all of the client's writers: a broker holds a writer per
+// topic, and a ticker each for 100,000 idle topics cost the scheduler a
+// core; a writer with adds in flight finds a failed member through them
+// instead.
 func (c *Client) sweepIdle() {
-	tk := time.NewTicker(max(c.cfg.IdleReplaceAfter/2, 50*time.Millisecond))
+	tk := time.NewTicker(c.sweepEvery())
 	defer tk.Stop()
-	var ws []*Writer
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
 		case now := <-tk.C:
-			c.wmu.Lock()
-			ws = ws[:0]
-			for w := range c.writers {
-				ws = append(ws, w)
-			}
-			c.wmu.Unlock()
-			for _, w := range ws {
-				w.mu.Lock()
-				w.idleReplaceLocked(now)
-				w.mu.Unlock()
-			}
-			clear(ws)
+			c.sweep(now)
 		}
+	}
+}
+
+// sweep is one pass of the idle sweep: each bookie any writer's ensemble
+// holds is looked up once, and only the writers of a bookie that is not
+// writable now are visited. A broker holding 100,000 idle topics visited
+// every writer and looked up each of its members every pass (~29 % of
+// its idle CPU); a healthy region costs a lookup per bookie now.
+func (c *Client) sweep(now time.Time) {
+	c.wmu.Lock()
+	ids := make([]string, 0, len(c.byBookie))
+	for id := range c.byBookie {
+		ids = append(ids, id)
+	}
+	c.wmu.Unlock()
+	var visit map[*Writer]struct{}
+	for _, id := range ids {
+		if reg, ok := c.cfg.Bookies.Lookup(id); ok && reg != nil && !reg.ReadOnly {
+			continue
+		}
+		c.wmu.Lock()
+		if visit == nil {
+			visit = map[*Writer]struct{}{}
+		}
+		for w := range c.byBookie[id] {
+			visit[w] = struct{}{}
+		}
+		c.wmu.Unlock()
+	}
+	for w := range visit {
+		w.mu.Lock()
+		w.idleReplaceLocked(now)
+		w.mu.Unlock()
 	}
 }
 
@@ -482,6 +548,7 @@ func (w *Writer) ensembleChange() {
 
 		w.mu.Lock()
 		w.meta = next
+		w.c.reindexWriter(w, next.LastFragment().Ensemble)
 		w.c.cfg.Logger.Info("ensemble changed", "ledger", w.id, "first_entry", start, "ensemble", ensembleString(newEns))
 		var sends []send
 		for _, pa := range w.pending {
@@ -591,29 +658,39 @@ func (w *Writer) scanTimeouts() {
 	}
 }
 
+// unavailSince: a member first seen unregistered or read-only at since,
+// and last at seen.
+type unavailSince struct{ since, seen time.Time }
+
 // idleReplaceLocked starts an ensemble change for members of the current
 // ensemble that have been unregistered or read-only for IdleReplaceAfter
 // while the writer is idle (no add in flight: an add would find them
 // itself), provided a replacement satisfying the placement rule exists now.
+// The sweep visits a writer only while a member is unavailable, so a
+// member it has not seen unavailable for three sweeps (it came back, or
+// the writer was busy) starts its wait afresh.
 func (w *Writer) idleReplaceLocked(now time.Time) {
 	after := w.c.cfg.IdleReplaceAfter
 	if after < 0 || w.err != nil || w.closing || w.changing || len(w.pending) > 0 {
 		return
 	}
 	ens := w.meta.LastFragment().Ensemble
-	var due map[int]bool // allocated only when a member is due: the sweep visits every idle writer
+	stale := 3 * w.c.sweepEvery()
+	var due map[int]bool // allocated only when a member is due
 	for p, b := range ens {
 		reg, ok := w.c.cfg.Bookies.Lookup(b.Id)
 		if ok && reg != nil && !reg.ReadOnly {
 			delete(w.unavail, b.Id)
 			continue
 		}
-		since, seen := w.unavail[b.Id]
-		if !seen {
-			w.unavail[b.Id] = now
+		u, seen := w.unavail[b.Id]
+		if !seen || now.Sub(u.seen) > stale {
+			w.unavail[b.Id] = unavailSince{since: now, seen: now}
 			continue
 		}
-		if now.Sub(since) >= after {
+		u.seen = now
+		w.unavail[b.Id] = u
+		if now.Sub(u.since) >= after {
 			if due == nil {
 				due = map[int]bool{}
 			}
