@@ -54,8 +54,9 @@ type Config struct {
 	// largest compaction free, e.g. on a 100 GiB disk 0.95 leaves 5 GiB.
 	DiskUsageThreshold float64 `yaml:"disk_usage_threshold"`
 	// DiskCheckInterval is how often the filesystem usage is sampled (statfs).
-	// A check is also triggered after group commits, so a burst of writes
-	// does not overshoot the threshold by a whole interval's worth of data.
+	// A check is also triggered once group commits have written an eighth of
+	// the headroom left below the threshold (at least 1 MiB, at most 64 MiB),
+	// so a burst of writes does not overshoot it by an interval's worth.
 	// Default: 1s.
 	DiskCheckInterval time.Duration `yaml:"disk_check_interval"`
 

@@ -106,7 +106,8 @@
 // # Read-only
 //
 // At or above Config.DiskUsageThreshold of filesystem usage (checked every
-// DiskCheckInterval and after commits) the bookie refuses adds with
+// DiskCheckInterval, and whenever commits have written an eighth of the
+// headroom left below the threshold) the bookie refuses adds with
 // READ_ONLY, keeps serving reads and fences, and re-registers as read-only;
 // it turns writable when usage drops. A failed commit makes it read-only until
 // restart.

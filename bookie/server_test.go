@@ -468,6 +468,53 @@ func TestServerReadOnlyOnDiskUsage(t *testing.T) {
 	}
 }
 
+// Requirement: commits trigger a disk check once they have written the
+// budget the last check left (an eighth of the headroom below the
+// threshold), not after every commit, and that alone turns the bookie
+// read-only near the threshold (the periodic check is off here).
+func TestServerDiskCheckAfterWrittenBudget(t *testing.T) {
+	cfg := testConfig(t, "/data")
+	cfg.fs = vfs.NewMem()
+	cfg.DiskCheckInterval = time.Hour
+	const total, start = 1000 << 20, 900 << 20 // threshold 0.95: 50 MiB of headroom
+	var written, checks atomic.Int64
+	cfg.diskUsage = func() (vfs.DiskUsage, error) {
+		checks.Add(1)
+		used := uint64(start + 8*written.Load()) // every byte written counts 8 times
+		return vfs.DiskUsage{TotalBytes: total, UsedBytes: used, AvailBytes: total - used}, nil
+	}
+	s, c := startServer(t, cfg, nil)
+	if b := s.diskBudget.Load(); b != 50<<20/8 {
+		t.Fatalf("budget after the first check = %d, want %d (an eighth of the headroom)", b, 50<<20/8)
+	}
+	payload := bytes.Repeat([]byte("p"), 64<<10)
+	before := checks.Load()
+	// 50 MiB of headroom is 6.25 MiB written (100 entries): the threshold is
+	// crossed at the 100th entry, and the first check after it is due then.
+	n := int64(0)
+	for ; n < 200; n++ {
+		r := addOne(t, c, addReq(uint64(n), 1, n, n-1, payload))
+		if r.GetStatus() == bookiepb.Status_READ_ONLY {
+			break
+		}
+		if r.GetStatus() != bookiepb.Status_OK {
+			t.Fatalf("add %d: %v", n, r)
+		}
+		written.Add(int64(len(payload)))
+		if n == 50 {
+			if got := checks.Load() - before; got != 0 {
+				t.Fatalf("%d disk checks after 51 commits of 3 MiB in all; want none before the 6.25 MiB budget is written", got)
+			}
+		}
+	}
+	if n < 90 || n >= 150 {
+		t.Fatalf("read-only after %d entries; want it soon after the threshold (100 entries)", n)
+	}
+	if got := checks.Load() - before; got > 10 {
+		t.Fatalf("%d disk checks for %d commits; want a few (one per budget written)", got, n)
+	}
+}
+
 // Requirement: on a real, small filesystem the bookie turns read-only before
 // the disk is full, and every acknowledged entry reads back.
 func TestServerOnSmallFilesystem(t *testing.T) {
