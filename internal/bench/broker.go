@@ -63,12 +63,15 @@ type BrokerSummary struct {
 	Section                        string
 	Disk, DiskSeq, Add1k, AddBatch Result
 	Batched, Unbatched, Sync, Half Result
-	Backlog, TailP, TailC          Result
-	Perf                           perfResult
-	JS                             map[string]*jsAgg // by jsMode.Key
-	Profiles                       []*profilePair
-	BatchEntrySize, BatchInflight  int
-	RoundsDone                     int
+	// Floor: the disk alone, group-committing the 50 % row's entries to 3
+	// files with a 2 of 3 quorum (QuorumFloor).
+	Floor                         Result
+	Backlog, TailP, TailC         Result
+	Perf                          perfResult
+	JS                            map[string]*jsAgg // by jsMode.Key
+	Profiles                      []*profilePair
+	BatchEntrySize, BatchInflight int
+	RoundsDone                    int
 }
 
 // jsAgg is one JetStream mode's runs over the rounds.
@@ -236,7 +239,7 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) (sum BrokerS
 	var (
 		disk, diskSeq, add1k, addBatch                []Result
 		prodB, prodU, prodS, prodHalf, backlog, tailC []Result
-		tailP                                         []Result
+		tailP, floor                                  []Result
 		batchEntrySize, batchInflight                 int // of the batched broker row's entries, fixed after round 1
 	)
 	js := map[string]*jsAgg{}
@@ -339,6 +342,26 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) (sum BrokerS
 			})
 			prodHalf = append(prodHalf, r)
 			return err
+		},
+		// The disk alone under the 50 % row's entries, right after it.
+		"floor": func() error {
+			h := prodHalf[len(prodHalf)-1]
+			if h.Entries == 0 {
+				return nil
+			}
+			fd, err := quorumFloorDir(rigDir)
+			if err != nil {
+				return err
+			}
+			size := max(1, int(h.Bytes/h.Entries))
+			r, err := QuorumFloor(fd, 3, 2, float64(h.Entries)/h.Elapsed.Seconds(), size, o.Duration)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "  %-58s %9.0f entries/s  p50 %v  p99 %v  p99.9 %v\n", "the disk alone, the 50 % row's entries, 2 of 3 synced", r.rate(),
+				r.pct(0.5).Round(time.Microsecond), r.pct(0.99).Round(time.Microsecond), r.pct(0.999).Round(time.Microsecond))
+			floor = append(floor, r)
+			return nil
 		},
 		// The batched step's messages from the start: read from the bookies
 		// (the broker's tail cache holds only the last 16 MiB).
@@ -448,8 +471,8 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) (sum BrokerS
 	// first round measures the batched size before the bookie row at it.
 	// JetStream runs between Meridian's rows, in the middle of each round.
 	orders := [2][]string{
-		{"disk", "add1k", "unbatched", "batched", "addBatch", "js", "sync", "half", "backlog", "perf", "tail", "profile"},
-		{"disk", "unbatched", "add1k", "addBatch", "batched", "sync", "js", "half", "perf", "backlog", "tail", "profile"},
+		{"disk", "add1k", "unbatched", "batched", "addBatch", "js", "sync", "half", "floor", "backlog", "perf", "tail", "profile"},
+		{"disk", "unbatched", "add1k", "addBatch", "batched", "sync", "js", "floor", "half", "perf", "backlog", "tail", "profile"},
 	}
 	for round = range o.Rounds {
 		fmt.Fprintf(out, "round %d/%d ...\n", round+1, o.Rounds)
@@ -547,6 +570,10 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) (sum BrokerS
 	row(ps, nil, false, false)
 	half, bl := merge(prodHalf), merge(backlog)
 	row(half, nil, false, true)
+	if len(floor) > 0 {
+		sum.Floor = merge(floor)
+		row(sum.Floor, nil, false, false)
+	}
 	row(bl, nil, false, true)
 	tp, tc := merge(tailP), merge(tailC)
 	row(tp, nil, false, true)
@@ -558,6 +585,7 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) (sum BrokerS
 		"SendTimeout 30 s; batching with BatchingMaxPublishDelay %v and the client's other defaults (1000 messages or 128 KiB per batch); "+
 		"latency from the SendAsync call (which blocks while MaxPendingMessages are outstanding) to its callback; the sync row sends one message at a time (Send, latency = its duration); the 50 %% row is paced at half of "+
 		"the same round's batched rate. Consumers: Exclusive, ReceiverQueueSize 1000, every message acked (the client groups acks); "+
+		"the disk-alone row writes the 50 %% row's entries (its entries/s, their average size) with nothing of Meridian on the path: three files in the bookies' directory, each appended to by its own group committer (write what has arrived, fdatasync), an entry done when two of the three synced it, latency from its arrival (bench.QuorumFloor): this disk's floor for that row's p99; "+
 		"the backlog row reads the batched row's messages from the start (capped at %s); the tailing row's latency is from the message's publish "+
 		"time (set by the client when its batch opens; ms resolution) to its receipt, and its bookie reads/s are over the tailed producer's window. Entries are counted from the send receipts' message ids (a batch's messages share one entry). "+
 		"fsyncs/s: group commits of the standalone's three bookies (each one Pebble commit with fsync), from their metrics; entries per fsync: adds per group commit (a broker entry is written to 3 bookies). "+
