@@ -61,6 +61,7 @@ func newGeorepBenchCmd() *cobra.Command {
 	f.IntVar(&o.Producers, "producers", 1, "producers per max-rate measurement, each on its own topic and connection")
 	f.IntVar(&o.MaxPending, "max-pending", 2000, "producers' MaxPendingMessages")
 	f.StringVar(&o.MeridianBin, "meridian-bin", "", "meridian binary the deployment runs (default: this binary)")
+	f.IntVar(&o.BackfillMessages, "backfill", 0, "messages the topic holds when the backfill row adds a region (default: 20,000 per second of --duration, at most 200,000)")
 	return c
 }
 

@@ -63,6 +63,10 @@ type GeorepOptions struct {
 	// JetStream mirror's (and of the mirror's publisher). Default 20,000
 	// msgs/s (the target rate).
 	LagRate float64
+	// BackfillMessages: the messages the topic holds when the backfill row
+	// adds a region to its namespace. Default: LagRate × min(Duration,
+	// 10 s), as many as the mirror's backfill (200,000 in make bench).
+	BackfillMessages int
 	// ProfileDir: if set, CPU and allocation profiles of east's broker and
 	// one of its bookies during the async max-rate row are written there.
 	ProfileDir string
@@ -588,6 +592,9 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (sum GeorepS
 	}
 	prepare()
 	n := int(o.LagRate * min(o.Duration, 10*time.Second).Seconds())
+	if o.BackfillMessages > 0 {
+		n = o.BackfillMessages
+	}
 	sum.Backfill = g.backfill(ctx, o, n)
 	if err := ctx.Err(); err != nil {
 		return sum, err
