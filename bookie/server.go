@@ -337,7 +337,7 @@ func (s *Server) refresh() {
 // triggers a disk check once the commits since the last one wrote the
 // budget that check left (diskBudgetFor), not after every commit: a check
 // is a goroutine wake-up and a statfs, and at 1,000 commits a second per
-// bookie that was a tenth of a standalone's system calls.
+// bookie they were ~5 % of a standalone's system calls (perf trace).
 func (s *Server) onCommit(ci CommitInfo) {
 	s.m.onCommit(ci)
 	if s.diskBudget.Add(-int64(ci.Bytes)) > 0 {
