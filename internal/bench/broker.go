@@ -66,6 +66,7 @@ type BrokerSummary struct {
 	// Floor: the disk alone, group-committing the 50 % row's entries to 3
 	// files with a 2 of 3 quorum (QuorumFloor).
 	Floor                         Result
+	HalfRounds, FloorRounds       []Result // the 50 % row's and the floor's rounds
 	Backlog, TailP, TailC         Result
 	Perf                          perfResult
 	JS                            map[string]*jsAgg // by jsMode.Key
@@ -572,6 +573,7 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) (sum BrokerS
 	row(half, nil, false, true)
 	if len(floor) > 0 {
 		sum.Floor = merge(floor)
+		sum.HalfRounds, sum.FloorRounds = prodHalf, floor
 		row(sum.Floor, nil, false, false)
 	}
 	row(bl, nil, false, true)

@@ -174,6 +174,18 @@ func ratioMet(r, want float64, higherBetter bool) string {
 
 func fmtRate(r float64) string { return fmt.Sprintf("%.0f msgs/s", r) }
 
+// p99Range is the smallest and largest p99 of rs, "a–b ms".
+func p99Range(rs []Result) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	lo, hi := rs[0].pct(0.99), rs[0].pct(0.99)
+	for _, r := range rs[1:] {
+		lo, hi = min(lo, r.pct(0.99)), max(hi, r.pct(0.99))
+	}
+	return fmt.Sprintf("%.0f–%.0f ms", float64(lo)/float64(time.Millisecond), float64(hi)/float64(time.Millisecond))
+}
+
 func fmtMs(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 }
@@ -239,8 +251,8 @@ func sideBySide(sb *strings.Builder, o AllOptions, st StorageSummary, br BrokerS
 		if f := br.Floor; f.Ops > 0 {
 			fp := f.pct(0.99)
 			rows = append(rows, cmp{"publish latency p99 at 50 % of the batched max rate (BatchingMaxPublishDelay 1 ms)", fmtMs(p99),
-				fmt.Sprintf("the disk alone: the same entries (%.0f/s of %s) group-committed to 3 files, each done when 2 of 3 fdatasynced it (p50 %s, p99.9 %s)",
-					f.rate(), kib(f.Bytes/max(1, f.Entries)), fmtMs(f.pct(0.5)), fmtMs(f.pct(0.999))),
+				fmt.Sprintf("the disk alone: the same entries (%.0f/s of %s) group-committed to 3 files, each done when 2 of 3 fdatasynced it (p50 %s, p99.9 %s; p99 by round: Meridian %s, the disk %s)",
+					f.rate(), kib(f.Bytes/max(1, f.Entries)), fmtMs(f.pct(0.5)), fmtMs(f.pct(0.999)), p99Range(br.HalfRounds), p99Range(br.FloorRounds)),
 				fmtMs(fp), float64(p99) / float64(max(1, fp)), "", ""})
 		}
 	}

@@ -33,3 +33,20 @@ func TestQuorumFloor(t *testing.T) {
 		}
 	}
 }
+
+// Requirement: p99Range gives the smallest and largest per-round p99.
+func TestP99Range(t *testing.T) {
+	round := func(ms ...int) Result {
+		var r Result
+		for _, m := range ms {
+			r.Lat = append(r.Lat, time.Duration(m)*time.Millisecond)
+		}
+		return r
+	}
+	if got := p99Range([]Result{round(1, 2, 30), round(5, 380), round(12)}); got != "12–380 ms" {
+		t.Fatalf("p99Range = %q, want 12–380 ms", got)
+	}
+	if got := p99Range(nil); got != "-" {
+		t.Fatalf("p99Range(nil) = %q", got)
+	}
+}
