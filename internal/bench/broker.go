@@ -346,10 +346,10 @@ func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) (sum BrokerS
 		},
 		// The disk alone under the 50 % row's entries, right after it.
 		"floor": func() error {
-			h := prodHalf[len(prodHalf)-1]
-			if h.Entries == 0 {
-				return nil
+			if len(prodHalf) == 0 || prodHalf[len(prodHalf)-1].Entries == 0 {
+				return nil // no 50 % row measured yet
 			}
+			h := prodHalf[len(prodHalf)-1]
 			fd, err := quorumFloorDir(rigDir)
 			if err != nil {
 				return err

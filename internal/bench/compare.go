@@ -179,9 +179,11 @@ func p99Range(rs []Result) string {
 	if len(rs) == 0 {
 		return "-"
 	}
-	lo, hi := rs[0].pct(0.99), rs[0].pct(0.99)
+	lo := rs[0].pct(0.99)
+	hi := lo
 	for _, r := range rs[1:] {
-		lo, hi = min(lo, r.pct(0.99)), max(hi, r.pct(0.99))
+		p := r.pct(0.99)
+		lo, hi = min(lo, p), max(hi, p)
 	}
 	return fmt.Sprintf("%.0f–%.0f ms", float64(lo)/float64(time.Millisecond), float64(hi)/float64(time.Millisecond))
 }

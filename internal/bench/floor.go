@@ -96,7 +96,8 @@ func QuorumFloor(dir string, writers, qa int, rate float64, size int, d time.Dur
 		}
 	}
 	r := Result{Name: fmt.Sprintf("the disk alone: %d files group-committing %.0f entries/s of %s, each done when %d of %d fdatasynced it",
-		writers, rate, kib(int64(size)), qa, writers), Ops: total, Entries: int64(total), Bytes: int64(total) * int64(size)}
+		writers, rate, kib(int64(size)), qa, writers), Ops: total, Entries: int64(total), Bytes: int64(total) * int64(size),
+		Lat: make([]time.Duration, 0, total)}
 	ts := make([]time.Time, writers)
 	last := start
 	for i := range total {
