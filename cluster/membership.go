@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/serf"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 )
 
 // Membership is this process's place in the gossip cluster that spans every
@@ -554,20 +555,14 @@ func (m *Membership) logChanges(prev, next HealthView) {
 // distinct message at most once per gossipLogEvery, counting the rest
 // (a peer with the wrong key makes memberlist log every packet it drops).
 type gossipLog struct {
-	l    *slog.Logger
-	mu   sync.Mutex
-	seen map[string]*gossipLogSeen
-}
-
-type gossipLogSeen struct {
-	at         time.Time
-	suppressed int
+	l   *slog.Logger
+	lim ratelog.Limiter
 }
 
 const gossipLogEvery = 10 * time.Second
 
 func newGossipLog(l *slog.Logger) *gossipLog {
-	return &gossipLog{l: l, seen: map[string]*gossipLogSeen{}}
+	return &gossipLog{l: l, lim: ratelog.Limiter{Every: gossipLogEvery}}
 }
 
 func (g *gossipLog) Write(p []byte) (int, error) {
@@ -602,22 +597,10 @@ func (g *gossipLog) line(s string, now time.Time) {
 		key = key[:i]
 	}
 	key = component + "|" + key[:min(len(key), 80)]
-	g.mu.Lock()
-	seen := g.seen[key]
-	if seen != nil && now.Sub(seen.at) < gossipLogEvery {
-		seen.suppressed++
-		g.mu.Unlock()
+	pass, suppressed := g.lim.Allow(key, now)
+	if !pass {
 		return
 	}
-	suppressed := 0
-	if seen != nil {
-		suppressed = seen.suppressed
-	}
-	if len(g.seen) > 1024 {
-		clear(g.seen)
-	}
-	g.seen[key] = &gossipLogSeen{at: now}
-	g.mu.Unlock()
 	attrs := []any{"component", component}
 	if suppressed > 0 {
 		attrs = append(attrs, "suppressed", suppressed)
