@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,7 +81,7 @@ func (b *Broker) AdminHandler() http.Handler {
 	}
 	h("GET /admin/v2/meridian/health", func(r *http.Request) (any, error) {
 		if b.cfg.Health == nil {
-			return nil, fmt.Errorf("%w: this broker does not gossip", ErrNotFound)
+			return nil, fmt.Errorf("%w: this broker does not gossip", meta.ErrNotFound)
 		}
 		return b.cfg.Health(), nil
 	})
@@ -110,14 +111,14 @@ func (b *Broker) AdminHandler() http.Handler {
 	h("GET /admin/v2/tenants", func(r *http.Request) (any, error) { return b.meta.ListTenants(r.Context()) })
 	h("GET /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) { return b.meta.GetTenant(r.Context(), r.PathValue("tenant")) })
 	h("PUT /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) {
-		var ti TenantInfo
+		var ti meta.TenantInfo
 		if err := readJSON(r, &ti, true); err != nil {
 			return nil, err
 		}
 		return nil, b.meta.CreateTenant(r.Context(), r.PathValue("tenant"), ti)
 	})
 	h("POST /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) {
-		var ti TenantInfo
+		var ti meta.TenantInfo
 		if err := readJSON(r, &ti, false); err != nil {
 			return nil, err
 		}
@@ -136,11 +137,11 @@ func (b *Broker) AdminHandler() http.Handler {
 		return b.meta.ListNamespaces(r.Context(), r.PathValue("tenant"))
 	})
 	h("PUT /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) {
-		var p Policies
+		var p meta.Policies
 		if err := readJSON(r, &p, true); err != nil {
 			return nil, err
 		}
-		if err := validatePolicies(p); err != nil {
+		if err := meta.ValidatePolicies(p); err != nil {
 			return nil, err
 		}
 		if len(p.ReplicationClusters) == 0 {
@@ -150,7 +151,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		if err := validateReplication(p, known); err != nil {
+		if err := meta.ValidateReplication(p, known); err != nil {
 			return nil, err
 		}
 		return nil, b.meta.CreateNamespace(r.Context(), ns(r), p)
@@ -165,7 +166,7 @@ func (b *Broker) AdminHandler() http.Handler {
 	})
 	b.replicationHandlers(h, ns)
 	b.securityHandlers(h, ns)
-	policy := func(path string, apply func(*Policies, []byte) error, clear func(*Policies)) {
+	policy := func(path string, apply func(*meta.Policies, []byte) error, clear func(*meta.Policies)) {
 		h("POST /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
@@ -173,7 +174,7 @@ func (b *Broker) AdminHandler() http.Handler {
 			}
 			var known []string
 			// A refused change (apply's error) writes nothing.
-			return nil, b.meta.UpdatePoliciesErr(r.Context(), ns(r), func(p *Policies) error {
+			return nil, b.meta.UpdatePoliciesErr(r.Context(), ns(r), func(p *meta.Policies) error {
 				if err := apply(p, body); err != nil {
 					return err
 				}
@@ -187,61 +188,61 @@ func (b *Broker) AdminHandler() http.Handler {
 						return err
 					}
 				}
-				return validateReplication(*p, known)
+				return meta.ValidateReplication(*p, known)
 			})
 		})
 		h("DELETE /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 			return nil, b.meta.UpdatePolicies(r.Context(), ns(r), clear)
 		})
 	}
-	policy("retention", func(p *Policies, body []byte) error {
-		var rt Retention
+	policy("retention", func(p *meta.Policies, body []byte) error {
+		var rt meta.Retention
 		p.Retention = &rt
-		return badRequest(json.Unmarshal(body, &rt))
-	}, func(p *Policies) { p.Retention = nil })
-	policy("messageTTL", func(p *Policies, body []byte) error {
-		return badRequest(json.Unmarshal(body, &p.MessageTTLInSeconds))
-	}, func(p *Policies) { p.MessageTTLInSeconds = 0 })
-	policy("backlogQuota", func(p *Policies, body []byte) error {
-		var q BacklogQuota
+		return meta.BadRequest(json.Unmarshal(body, &rt))
+	}, func(p *meta.Policies) { p.Retention = nil })
+	policy("messageTTL", func(p *meta.Policies, body []byte) error {
+		return meta.BadRequest(json.Unmarshal(body, &p.MessageTTLInSeconds))
+	}, func(p *meta.Policies) { p.MessageTTLInSeconds = 0 })
+	policy("backlogQuota", func(p *meta.Policies, body []byte) error {
+		var q meta.BacklogQuota
 		if err := json.Unmarshal(body, &q); err != nil {
-			return badRequest(err)
+			return meta.BadRequest(err)
 		}
 		switch q.Policy {
 		case "producer_request_hold", "producer_exception", "consumer_backlog_eviction":
 		default:
-			return badRequest(fmt.Errorf("backlog quota policy %q: want producer_request_hold, producer_exception or consumer_backlog_eviction", q.Policy))
+			return meta.BadRequest(fmt.Errorf("backlog quota policy %q: want producer_request_hold, producer_exception or consumer_backlog_eviction", q.Policy))
 		}
 		if p.BacklogQuotas == nil {
-			p.BacklogQuotas = map[string]BacklogQuota{}
+			p.BacklogQuotas = map[string]meta.BacklogQuota{}
 		}
 		p.BacklogQuotas["destination_storage"] = q
 		return nil
-	}, func(p *Policies) { delete(p.BacklogQuotas, "destination_storage") })
+	}, func(p *meta.Policies) { delete(p.BacklogQuotas, "destination_storage") })
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/backlogQuotaMap", func(r *http.Request) (any, error) {
 		p, err := b.meta.GetPolicies(r.Context(), ns(r))
 		return p.BacklogQuotas, err
 	})
-	policy("deduplication", func(p *Policies, body []byte) error {
+	policy("deduplication", func(p *meta.Policies, body []byte) error {
 		var v bool
 		p.Deduplication = &v
-		return badRequest(json.Unmarshal(body, &v))
-	}, func(p *Policies) { p.Deduplication = nil })
-	policy("persistence", func(p *Policies, body []byte) error {
-		var v Persistence
+		return meta.BadRequest(json.Unmarshal(body, &v))
+	}, func(p *meta.Policies) { p.Deduplication = nil })
+	policy("persistence", func(p *meta.Policies, body []byte) error {
+		var v meta.Persistence
 		if err := json.Unmarshal(body, &v); err != nil {
-			return badRequest(err)
+			return meta.BadRequest(err)
 		}
 		if !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1) {
-			return badRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
+			return meta.BadRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
 		}
 		p.Persistence = &v
 		return nil
-	}, func(p *Policies) { p.Persistence = nil })
+	}, func(p *meta.Policies) { p.Persistence = nil })
 
 	// Topics.
-	topic := func(r *http.Request) (TopicName, error) {
-		return ParseTopic("persistent://" + r.PathValue("tenant") + "/" + r.PathValue("ns") + "/" + r.PathValue("topic"))
+	topic := func(r *http.Request) (meta.TopicName, error) {
+		return meta.ParseTopic("persistent://" + r.PathValue("tenant") + "/" + r.PathValue("ns") + "/" + r.PathValue("topic"))
 	}
 	h("GET /admin/v2/persistent/{tenant}/{ns}", func(r *http.Request) (any, error) {
 		if _, err := b.meta.GetPolicies(r.Context(), ns(r)); err != nil {
@@ -260,7 +261,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		if ok, err := b.meta.TopicExists(r.Context(), tn); err != nil {
 			return nil, err
 		} else if ok {
-			return nil, fmt.Errorf("%w: topic %s", ErrAlreadyExists, tn)
+			return nil, fmt.Errorf("%w: topic %s", meta.ErrAlreadyExists, tn)
 		}
 		_, err = b.getTopic(r.Context(), tn.String(), true)
 		return nil, err
@@ -283,14 +284,14 @@ func (b *Broker) AdminHandler() http.Handler {
 				return nil, err
 			}
 			if n > maxPartitions {
-				return nil, badRequest(fmt.Errorf("partition count %d: at most %d", n, maxPartitions))
+				return nil, meta.BadRequest(fmt.Errorf("partition count %d: at most %d", n, maxPartitions))
 			}
 			if _, err := b.meta.GetPolicies(r.Context(), tn.NamespaceName()); err != nil {
 				return nil, err
 			}
 			if create {
 				if ok, _ := b.meta.TopicExists(r.Context(), tn); ok {
-					return nil, fmt.Errorf("%w: a non-partitioned topic %s exists", ErrAlreadyExists, tn)
+					return nil, fmt.Errorf("%w: a non-partitioned topic %s exists", meta.ErrAlreadyExists, tn)
 				}
 			}
 			if err := b.meta.SetPartitions(r.Context(), tn, n, create); err != nil {
@@ -324,7 +325,7 @@ func (b *Broker) AdminHandler() http.Handler {
 			return nil, err
 		}
 		for i := 0; i < n; i++ {
-			if err := b.deleteTopic(r.Context(), tn.PartitionName(i), true); err != nil && !errors.Is(err, ErrNotFound) {
+			if err := b.deleteTopic(r.Context(), tn.PartitionName(i), true); err != nil && !errors.Is(err, meta.ErrNotFound) {
 				return nil, err
 			}
 		}
@@ -368,7 +369,7 @@ func (b *Broker) AdminHandler() http.Handler {
 			return nil, err
 		}
 		if s := t.subscription(r.PathValue("sub")); s != nil && s.consumerCount() > 0 && r.URL.Query().Get("force") != "true" {
-			return nil, fmt.Errorf("%w: subscription %s has consumers", ErrNotEmpty, s.name)
+			return nil, fmt.Errorf("%w: subscription %s has consumers", meta.ErrNotEmpty, s.name)
 		} else if s != nil {
 			s.closeConsumers("")
 		}
@@ -381,11 +382,11 @@ func (b *Broker) AdminHandler() http.Handler {
 		}
 		ms, err := strconv.ParseInt(r.PathValue("ts"), 10, 64)
 		if err != nil {
-			return nil, badRequest(err)
+			return nil, meta.BadRequest(err)
 		}
 		s := t.subscription(r.PathValue("sub"))
 		if s == nil {
-			return nil, fmt.Errorf("%w: subscription %s", ErrNotFound, r.PathValue("sub"))
+			return nil, fmt.Errorf("%w: subscription %s", meta.ErrNotFound, r.PathValue("sub"))
 		}
 		if err := s.seekTime(r.Context(), ms); err != nil {
 			return nil, err
@@ -393,7 +394,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		s.closeConsumers("")
 		return nil, nil
 	})
-	schemaAnswer := func(all []storedSchema, v int) map[string]any {
+	schemaAnswer := func(all []meta.StoredSchema, v int) map[string]any {
 		s := all[v]
 		return map[string]any{"version": v, "type": strings.ToUpper(s.Type), "data": string(s.Data), "properties": s.Properties}
 	}
@@ -402,12 +403,12 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		all, err := b.Schemas(r.Context(), tn)
+		all, err := b.meta.Schemas(r.Context(), tn)
 		if err != nil {
 			return nil, err
 		}
 		if len(all) == 0 || all[len(all)-1].Deleted {
-			return nil, fmt.Errorf("%w: schema of %s", ErrNotFound, tn)
+			return nil, fmt.Errorf("%w: schema of %s", meta.ErrNotFound, tn)
 		}
 		return schemaAnswer(all, len(all)-1), nil
 	})
@@ -418,14 +419,14 @@ func (b *Broker) AdminHandler() http.Handler {
 		}
 		v, err := parseVersion(r.PathValue("version"))
 		if err != nil {
-			return nil, badRequest(err)
+			return nil, meta.BadRequest(err)
 		}
-		all, err := b.Schemas(r.Context(), tn)
+		all, err := b.meta.Schemas(r.Context(), tn)
 		if err != nil {
 			return nil, err
 		}
 		if v < 0 || int(v) >= len(all) || all[v].Deleted {
-			return nil, fmt.Errorf("%w: schema version %d of %s", ErrNotFound, v, tn)
+			return nil, fmt.Errorf("%w: schema version %d of %s", meta.ErrNotFound, v, tn)
 		}
 		return schemaAnswer(all, int(v)), nil
 	})
@@ -434,7 +435,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		all, err := b.Schemas(r.Context(), tn)
+		all, err := b.meta.Schemas(r.Context(), tn)
 		if err != nil {
 			return nil, err
 		}
@@ -463,15 +464,15 @@ func (b *Broker) AdminHandler() http.Handler {
 		}
 		typ, ok := pb.Schema_Type_value[schemaTypeFromAdmin(body.Type)]
 		if !ok {
-			return nil, badRequest(fmt.Errorf("schema type %q", body.Type))
+			return nil, meta.BadRequest(fmt.Errorf("schema type %q", body.Type))
 		}
 		ps := &pb.Schema{Name: proto.String(tn.Local), Type: pb.Schema_Type(typ).Enum(), SchemaData: []byte(body.Schema)}
 		for k, v := range body.Properties {
 			ps.Properties = append(ps.Properties, &pb.KeyValue{Key: proto.String(k), Value: proto.String(v)})
 		}
-		v, err := b.getOrCreateSchema(r.Context(), tn, ps)
-		if errors.Is(err, ErrIncompatibleSchema) {
-			return nil, httpError{http.StatusConflict, err}
+		v, err := b.meta.GetOrCreateSchema(r.Context(), tn, ps)
+		if errors.Is(err, meta.ErrIncompatibleSchema) {
+			return nil, meta.StatusError{Status: http.StatusConflict, Err: err}
 		}
 		if err != nil {
 			return nil, err
@@ -483,13 +484,13 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		return nil, b.deleteSchema(r.Context(), tn)
+		return nil, b.meta.DeleteSchema(r.Context(), tn)
 	})
 	return mux
 }
 
 // adminTopic loads an existing topic for an admin call.
-func (b *Broker) adminTopic(r *http.Request, topic func(*http.Request) (TopicName, error)) (*Topic, error) {
+func (b *Broker) adminTopic(r *http.Request, topic func(*http.Request) (meta.TopicName, error)) (*Topic, error) {
 	tn, err := topic(r)
 	if err != nil {
 		return nil, err
@@ -499,7 +500,7 @@ func (b *Broker) adminTopic(r *http.Request, topic func(*http.Request) (TopicNam
 
 // deleteTopic deletes a topic and its data. Without force it refuses a
 // topic with connected producers or consumers.
-func (b *Broker) deleteTopic(ctx context.Context, tn TopicName, force bool) error {
+func (b *Broker) deleteTopic(ctx context.Context, tn meta.TopicName, force bool) error {
 	t, err := b.getTopic(ctx, tn.String(), false)
 	if err != nil {
 		return err
@@ -512,7 +513,7 @@ func (b *Broker) deleteTopic(ctx context.Context, tn TopicName, force bool) erro
 		}
 		t.mu.Unlock()
 		if busy {
-			return fmt.Errorf("%w: topic %s has connected producers or consumers", ErrNotEmpty, tn)
+			return fmt.Errorf("%w: topic %s has connected producers or consumers", meta.ErrNotEmpty, tn)
 		}
 	}
 	if err := t.close(ctx); err != nil {
@@ -537,11 +538,11 @@ func (t *Topic) subscription(name string) *Subscription {
 
 // createSubscription creates a durable subscription at the end of the topic.
 func (t *Topic) createSubscription(ctx context.Context, name string) error {
-	if err := validSubscription(name); err != nil {
-		return badRequest(err)
+	if err := meta.ValidSubscription(name); err != nil {
+		return meta.BadRequest(err)
 	}
 	if t.subscription(name) != nil {
-		return fmt.Errorf("%w: subscription %s", ErrAlreadyExists, name)
+		return fmt.Errorf("%w: subscription %s", meta.ErrAlreadyExists, name)
 	}
 	cur, err := t.ml.OpenCursor(ctx, name, mledger.Latest)
 	if err != nil {
@@ -640,73 +641,42 @@ func (t *Topic) internalStats() InternalStats {
 	return st
 }
 
-type httpError struct {
-	code int
-	err  error
-}
-
-func (e httpError) Error() string { return e.err.Error() }
-func (e httpError) Unwrap() error { return e.err }
-
-func badRequest(err error) error {
-	if err == nil {
-		return nil
-	}
-	return httpError{http.StatusBadRequest, err}
-}
-
-// maxBundles bounds a namespace's numBundles (each is an etcd ownership
-// key and a slot in every lookup's boundary list).
-const maxBundles = 4096
-
-// validatePolicies checks a new namespace's policies for what would
-// otherwise fail later, or allocate without bound, on the first lookup.
-func validatePolicies(p Policies) error {
-	if p.Bundles < 0 || p.Bundles > maxBundles {
-		return badRequest(fmt.Errorf("numBundles %d: want 0 (default) to %d", p.Bundles, maxBundles))
-	}
-	if v := p.Persistence; v != nil && !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1) {
-		return badRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
-	}
-	return nil
-}
-
 func readJSON(r *http.Request, v any, optional bool) error {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return badRequest(err)
+		return meta.BadRequest(err)
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		if optional {
 			return nil
 		}
-		return badRequest(errors.New("empty body"))
+		return meta.BadRequest(errors.New("empty body"))
 	}
-	return badRequest(json.Unmarshal(body, v))
+	return meta.BadRequest(json.Unmarshal(body, v))
 }
 
 func writeAdmin(w http.ResponseWriter, v any, err error) {
 	if err != nil {
 		code := http.StatusInternalServerError
-		var he httpError
+		var he meta.StatusError
 		switch {
 		case errors.As(err, &he):
-			code = he.code
-		case errors.Is(err, ErrAuthentication):
+			code = he.Status
+		case errors.Is(err, meta.ErrAuthentication):
 			code = http.StatusUnauthorized
-		case errors.Is(err, ErrAuthorization):
+		case errors.Is(err, meta.ErrAuthorization):
 			code = http.StatusForbidden
-		case errors.Is(err, ErrInvalidName):
+		case errors.Is(err, meta.ErrInvalidName):
 			code = http.StatusBadRequest
-		case errors.Is(err, ErrNotFound), errors.Is(err, ErrTopicNotFound):
+		case errors.Is(err, meta.ErrNotFound), errors.Is(err, meta.ErrTopicNotFound):
 			code = http.StatusNotFound
-		case errors.Is(err, ErrAlreadyExists):
+		case errors.Is(err, meta.ErrAlreadyExists):
 			code = http.StatusConflict
-		case errors.Is(err, ErrNotEmpty), errors.Is(err, ErrConsumerBusy), errors.Is(err, ErrProducerBusy):
+		case errors.Is(err, meta.ErrNotEmpty), errors.Is(err, meta.ErrConsumerBusy), errors.Is(err, meta.ErrProducerBusy):
 			code = http.StatusPreconditionFailed
-		case errors.Is(err, ErrNotAllowed):
+		case errors.Is(err, meta.ErrNotAllowed):
 			code = http.StatusMethodNotAllowed
-		case errors.Is(err, ErrServiceNotReady), errors.Is(err, ErrTopicFenced):
+		case errors.Is(err, meta.ErrServiceNotReady), errors.Is(err, meta.ErrTopicFenced):
 			code = http.StatusServiceUnavailable
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/internal/authtoken"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
@@ -62,24 +63,24 @@ func (c *conn) credentials(method string, data []byte) (authtoken.Claims, error)
 		tok := strings.TrimPrefix(strings.TrimSpace(string(data)), "Bearer ")
 		cl, err := c.b.cfg.Security.Tokens.Verify(tok, now)
 		if err != nil {
-			return cl, fmt.Errorf("%w: %v", ErrAuthentication, err)
+			return cl, fmt.Errorf("%w: %v", meta.ErrAuthentication, err)
 		}
 		return cl, nil
 	case "tls":
 		tc, ok := c.nc.(*tls.Conn)
 		if !ok {
-			return authtoken.Claims{}, fmt.Errorf("%w: %w: tls on a plaintext connection", ErrAuthentication, errAuthMethod)
+			return authtoken.Claims{}, fmt.Errorf("%w: %w: tls on a plaintext connection", meta.ErrAuthentication, errAuthMethod)
 		}
 		cs := tc.ConnectionState()
 		role, ok := certRole(&cs)
 		if !ok {
-			return authtoken.Claims{}, fmt.Errorf("%w: no client certificate from the CA", ErrAuthentication)
+			return authtoken.Claims{}, fmt.Errorf("%w: no client certificate from the CA", meta.ErrAuthentication)
 		}
 		return authtoken.Claims{Role: role, Expires: cs.PeerCertificates[0].NotAfter}, nil
 	case "", "none":
-		return authtoken.Claims{}, fmt.Errorf("%w: %w: this broker requires a token (auth method \"token\")", ErrAuthentication, authtoken.ErrNoToken)
+		return authtoken.Claims{}, fmt.Errorf("%w: %w: this broker requires a token (auth method \"token\")", meta.ErrAuthentication, authtoken.ErrNoToken)
 	default:
-		return authtoken.Claims{}, fmt.Errorf("%w: %w %q: use \"token\" or \"tls\"", ErrAuthentication, errAuthMethod, method)
+		return authtoken.Claims{}, fmt.Errorf("%w: %w %q: use \"token\" or \"tls\"", meta.ErrAuthentication, errAuthMethod, method)
 	}
 }
 
@@ -192,7 +193,7 @@ func (c *conn) handleAuthResponse(m *pb.CommandAuthResponse) bool {
 	a := &c.auth
 	a.mu.Lock()
 	if err == nil && cl.Role != a.role {
-		err = fmt.Errorf("%w: the role may not change on a connection (%q, now %q)", ErrAuthentication, a.role, cl.Role)
+		err = fmt.Errorf("%w: the role may not change on a connection (%q, now %q)", meta.ErrAuthentication, a.role, cl.Role)
 	}
 	if err == nil {
 		a.expires, a.challAt = cl.Expires, time.Time{}

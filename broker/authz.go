@@ -2,15 +2,14 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/internal/authtoken"
 )
 
@@ -46,52 +45,15 @@ const (
 	opSuper   authOp = "administer the cluster"
 )
 
-// Actions a namespace grants (Pulsar's AuthAction names).
-const (
-	ActionProduce = "produce"
-	ActionConsume = "consume"
-)
-
-// AuthPolicies is Pulsar's auth_policies of a namespace's policies.
-type AuthPolicies struct {
-	// NamespaceAuth: role → the actions granted on the whole namespace.
-	NamespaceAuth map[string][]string `json:"namespace_auth"`
-	// DestinationAuth: topic → role → actions (Pulsar's per-topic
-	// grants; kept, and honoured for that topic).
-	DestinationAuth map[string]map[string][]string `json:"destination_auth"`
-	// SubscriptionAuthRoles: kept as Pulsar writes it, not enforced.
-	SubscriptionAuthRoles map[string][]string `json:"subscription_auth_roles"`
-}
-
-// authPolicies decodes p's auth_policies (empty when absent).
-func authPolicies(p Policies) (AuthPolicies, error) {
-	var ap AuthPolicies
-	if len(p.AuthPolicies) > 0 && string(p.AuthPolicies) != "null" {
-		if err := json.Unmarshal(p.AuthPolicies, &ap); err != nil {
-			return ap, fmt.Errorf("broker: auth_policies: %w", err)
-		}
-	}
-	if ap.NamespaceAuth == nil {
-		ap.NamespaceAuth = map[string][]string{}
-	}
-	if ap.DestinationAuth == nil {
-		ap.DestinationAuth = map[string]map[string][]string{}
-	}
-	if ap.SubscriptionAuthRoles == nil {
-		ap.SubscriptionAuthRoles = map[string][]string{}
-	}
-	return ap, nil
-}
-
 func (b *Broker) authzOn() bool { return b.cfg.Security.Authorization }
 
 // notAuthorized is the one refusal of role for op on name.
 func (b *Broker) notAuthorized(role string, op authOp, name string) error {
 	b.sec.denied.WithLabelValues(string(op)).Inc()
 	if name == "" {
-		return fmt.Errorf("%w: role %q may not %s", ErrAuthorization, role, op)
+		return fmt.Errorf("%w: role %q may not %s", meta.ErrAuthorization, role, op)
 	}
-	return fmt.Errorf("%w: role %q may not %s %s", ErrAuthorization, role, op, name)
+	return fmt.Errorf("%w: role %q may not %s %s", meta.ErrAuthorization, role, op, name)
 }
 
 // isTenantAdmin reports whether role administers tenant (false for a
@@ -99,10 +61,10 @@ func (b *Broker) notAuthorized(role string, op authOp, name string) error {
 func (b *Broker) isTenantAdmin(ctx context.Context, role, tenant string) (bool, error) {
 	ti, err := b.meta.GetTenant(ctx, tenant)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, meta.ErrNotFound):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("%w: reading tenant %s: %v", ErrServiceNotReady, tenant, err)
+		return false, fmt.Errorf("%w: reading tenant %s: %v", meta.ErrServiceNotReady, tenant, err)
 	}
 	return slices.Contains(ti.AdminRoles, role), nil
 }
@@ -125,12 +87,12 @@ func (b *Broker) allowed(ctx context.Context, role string, op authOp, ns, topic 
 	}
 	pol, err := b.meta.GetPolicies(ctx, ns)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, meta.ErrNotFound):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("%w: reading namespace %s: %v", ErrServiceNotReady, ns, err)
+		return false, fmt.Errorf("%w: reading namespace %s: %v", meta.ErrServiceNotReady, ns, err)
 	}
-	ap, err := authPolicies(pol)
+	ap, err := meta.DecodeAuthPolicies(pol)
 	if err != nil {
 		return false, err
 	}
@@ -140,11 +102,11 @@ func (b *Broker) allowed(ctx context.Context, role string, op authOp, ns, topic 
 	}
 	switch op {
 	case opProduce:
-		return slices.Contains(grants, ActionProduce), nil
+		return slices.Contains(grants, meta.ActionProduce), nil
 	case opConsume:
-		return slices.Contains(grants, ActionConsume), nil
+		return slices.Contains(grants, meta.ActionConsume), nil
 	case opLookup:
-		return slices.Contains(grants, ActionProduce) || slices.Contains(grants, ActionConsume), nil
+		return slices.Contains(grants, meta.ActionProduce) || slices.Contains(grants, meta.ActionConsume), nil
 	}
 	return false, nil
 }
@@ -155,7 +117,7 @@ func (c *conn) authorizeTopic(ctx context.Context, topic string, op authOp) erro
 	if !c.b.authzOn() {
 		return nil
 	}
-	tn, err := ParseTopic(topic)
+	tn, err := meta.ParseTopic(topic)
 	if err != nil {
 		return err
 	}
@@ -239,21 +201,21 @@ func (b *Broker) adminRole(r *http.Request) (string, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
-			err := fmt.Errorf("%w: %w: Authorization must be \"Bearer TOKEN\"", ErrAuthentication, errAuthMethod)
+			err := fmt.Errorf("%w: %w: Authorization must be \"Bearer TOKEN\"", meta.ErrAuthentication, errAuthMethod)
 			b.authFailed(err)
 			return "", err
 		}
 		cl, err := b.cfg.Security.Tokens.Verify(tok, time.Now())
 		if err != nil {
 			b.authFailed(err)
-			return "", fmt.Errorf("%w: %v", ErrAuthentication, err)
+			return "", fmt.Errorf("%w: %v", meta.ErrAuthentication, err)
 		}
 		return cl.Role, nil
 	}
 	if role, ok := certRole(r.TLS); ok {
 		return role, nil
 	}
-	err := fmt.Errorf("%w: %w: send \"Authorization: Bearer TOKEN\"", ErrAuthentication, authtoken.ErrNoToken)
+	err := fmt.Errorf("%w: %w: send \"Authorization: Bearer TOKEN\"", meta.ErrAuthentication, authtoken.ErrNoToken)
 	b.authFailed(err)
 	return "", err
 }
@@ -283,7 +245,7 @@ func (b *Broker) authorizeAdmin(r *http.Request, pattern string) error {
 		ns, name = "", ""
 	}
 	topic := ""
-	if tn, err := ParseTopic(name); err == nil && r.PathValue("topic") != "" {
+	if tn, err := meta.ParseTopic(name); err == nil && r.PathValue("topic") != "" {
 		topic = tn.PartitionedParent().Local
 	}
 	ok, err := b.allowed(r.Context(), role, rule.op, ns, topic)
@@ -305,7 +267,7 @@ func (b *Broker) permissionHandlers(h func(string, func(*http.Request) (any, err
 		if err != nil {
 			return nil, err
 		}
-		ap, err := authPolicies(p)
+		ap, err := meta.DecodeAuthPolicies(p)
 		if err != nil {
 			return nil, err
 		}
@@ -317,52 +279,23 @@ func (b *Broker) permissionHandlers(h func(string, func(*http.Request) (any, err
 			return nil, err
 		}
 		for _, a := range actions {
-			if a != ActionProduce && a != ActionConsume {
-				return nil, badRequest(fmt.Errorf("action %q: want produce or consume", a))
+			if a != meta.ActionProduce && a != meta.ActionConsume {
+				return nil, meta.BadRequest(fmt.Errorf("action %q: want produce or consume", a))
 			}
 		}
 		role := r.PathValue("role")
 		if role == "" {
-			return nil, badRequest(errors.New("empty role"))
+			return nil, meta.BadRequest(errors.New("empty role"))
 		}
 		slices.Sort(actions)
 		actions = slices.Compact(actions)
-		return nil, b.updateAuthPolicies(r.Context(), ns(r), func(ap *AuthPolicies) {
+		return nil, b.meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
 			ap.NamespaceAuth[role] = actions
 		})
 	})
 	h("DELETE /admin/v2/namespaces/{tenant}/{ns}/permissions/{role}", func(r *http.Request) (any, error) {
-		return nil, b.updateAuthPolicies(r.Context(), ns(r), func(ap *AuthPolicies) {
+		return nil, b.meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
 			delete(ap.NamespaceAuth, r.PathValue("role"))
 		})
 	})
-}
-
-// updateAuthPolicies applies f to a namespace's auth_policies (a
-// compare-and-swap on the policies, as every policy change).
-func (b *Broker) updateAuthPolicies(ctx context.Context, ns string, f func(*AuthPolicies)) error {
-	return b.meta.UpdatePoliciesErr(ctx, ns, func(p *Policies) error {
-		ap, err := authPolicies(*p)
-		if err != nil {
-			return err
-		}
-		f(&ap)
-		raw, err := json.Marshal(ap)
-		if err != nil {
-			return err
-		}
-		p.AuthPolicies = raw
-		return nil
-	})
-}
-
-// Roles lists the roles granted something on a namespace, sorted (tests,
-// tools).
-func (ap AuthPolicies) Roles() []string {
-	var out []string
-	for r := range ap.NamespaceAuth {
-		out = append(out, r)
-	}
-	sort.Strings(out)
-	return out
 }

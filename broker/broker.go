@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
@@ -22,7 +23,7 @@ import (
 type Broker struct {
 	cfg     Config
 	log     *slog.Logger
-	meta    *Metadata
+	meta    *meta.Metadata
 	metrics *metrics
 	sec     *secMetrics
 	ctx     context.Context
@@ -76,7 +77,7 @@ func New(cfg Config) (*Broker, error) {
 	b := &Broker{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "broker"),
-		meta:     NewMetadata(cfg.GlobalStore),
+		meta:     meta.NewMetadata(cfg.GlobalStore),
 		topics:   map[string]*topicSlot{},
 		conns:    map[*conn]struct{}{},
 		perIP:    map[string]int{},
@@ -90,7 +91,7 @@ func New(cfg Config) (*Broker, error) {
 }
 
 // Metadata returns the broker's tenants/namespaces store.
-func (b *Broker) Metadata() *Metadata { return b.meta }
+func (b *Broker) Metadata() *meta.Metadata { return b.meta }
 
 // Start creates the default tenant and namespace if missing and listens.
 func (b *Broker) Start() error {
@@ -301,7 +302,7 @@ func (b *Broker) loadedTopics() []*Topic {
 // partitions answers PARTITIONED_METADATA: 0 for a non-partitioned topic.
 // The namespace must exist.
 func (b *Broker) partitions(ctx context.Context, topic string) (int, error) {
-	tn, err := ParseTopic(topic)
+	tn, err := meta.ParseTopic(topic)
 	if err != nil {
 		return 0, err
 	}
@@ -318,7 +319,7 @@ func (b *Broker) partitions(ctx context.Context, topic string) (int, error) {
 // broker, which then acquires the bundle itself (authoritative lookups are
 // never redirected again). So "Connect X" always means X owns the bundle.
 func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (url string, redirect bool, err error) {
-	tn, err := ParseTopic(topic)
+	tn, err := meta.ParseTopic(topic)
 	if err != nil {
 		return "", false, err
 	}
@@ -333,18 +334,18 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 	}
 	bd, err := b.bundleFor(ctx, pol, tn)
 	if err != nil {
-		return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+		return "", false, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
 	}
 	own := b.ownershipFor(pol)
 	if bi, ok, err := own.owner(ctx, bd); err != nil {
-		return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+		return "", false, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
 	} else if ok {
 		return bi.ServiceURL, false, nil
 	}
 	target := b.own.info
 	if !authoritative {
 		if target, err = b.own.candidate(ctx); err != nil {
-			return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+			return "", false, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
 		}
 	}
 	if target.ID != b.cfg.BrokerID {
@@ -352,7 +353,7 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 	}
 	mine, owner, err := own.acquire(ctx, bd)
 	if err != nil {
-		return "", false, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+		return "", false, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
 	}
 	if !mine {
 		return owner.ServiceURL, false, nil
@@ -368,7 +369,7 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 // the broker it names checks its ownership with fresh reads when the
 // client's producer or consumer arrives (loadTopic), and refuses otherwise,
 // and the client looks up again.
-func (b *Broker) lookupHint(tn TopicName) (string, bool) {
+func (b *Broker) lookupHint(tn meta.TopicName) (string, bool) {
 	ns := tn.NamespaceName()
 	pol, ok := b.meta.PoliciesHint(ns)
 	if !ok {
@@ -387,7 +388,7 @@ func (b *Broker) lookupHint(tn TopicName) (string, bool) {
 }
 
 // policiesForLookup: the watched copy's policies, else the store's.
-func (b *Broker) policiesForLookup(ctx context.Context, ns string) (Policies, error) {
+func (b *Broker) policiesForLookup(ctx context.Context, ns string) (meta.Policies, error) {
 	if p, ok := b.meta.PoliciesHint(ns); ok {
 		return p, nil
 	}
@@ -397,7 +398,7 @@ func (b *Broker) policiesForLookup(ctx context.Context, ns string) (Policies, er
 // getTopic returns the loaded topic, loading (and, with create, creating)
 // it on first use.
 func (b *Broker) getTopic(ctx context.Context, name string, create bool) (*Topic, error) {
-	tn, err := ParseTopic(name)
+	tn, err := meta.ParseTopic(name)
 	if err != nil {
 		return nil, err
 	}
@@ -405,7 +406,7 @@ func (b *Broker) getTopic(ctx context.Context, name string, create bool) (*Topic
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, fmt.Errorf("%w: broker closing", ErrServiceNotReady)
+		return nil, fmt.Errorf("%w: broker closing", meta.ErrServiceNotReady)
 	}
 	s, ok := b.topics[key]
 	if !ok {
@@ -425,30 +426,30 @@ func (b *Broker) getTopic(ctx context.Context, name string, create bool) (*Topic
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: loading %s: %v", ErrServiceNotReady, key, ctx.Err())
+		return nil, fmt.Errorf("%w: loading %s: %v", meta.ErrServiceNotReady, key, ctx.Err())
 	}
 	return s.t, s.err
 }
 
-func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Topic, error) {
+func (b *Broker) loadTopic(ctx context.Context, tn meta.TopicName, create bool) (*Topic, error) {
 	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
 	if err != nil {
 		return nil, namespaceErr(tn.NamespaceName(), err)
 	}
 	bd, err := b.bundleFor(ctx, pol, tn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrServiceNotReady, err)
+		return nil, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
 	}
 	if mine, owner, err := b.ownershipFor(pol).acquire(ctx, bd); err != nil {
-		return nil, fmt.Errorf("%w: bundle %s: %v", ErrServiceNotReady, bd, err)
+		return nil, fmt.Errorf("%w: bundle %s: %v", meta.ErrServiceNotReady, bd, err)
 	} else if !mine {
-		return nil, fmt.Errorf("%w: bundle %s is owned by %s", ErrTopicFenced, bd, owner.ID)
+		return nil, fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)
 	}
 	if tn.Partition < 0 {
 		if n, err := b.meta.Partitions(ctx, tn); err != nil {
 			return nil, err
 		} else if n > 0 {
-			return nil, fmt.Errorf("%w: %s is partitioned (%d partitions): use its partitions", ErrNotAllowed, tn, n)
+			return nil, fmt.Errorf("%w: %s is partitioned (%d partitions): use its partitions", meta.ErrNotAllowed, tn, n)
 		}
 	}
 	exists, err := b.meta.TopicExists(ctx, tn)
@@ -457,7 +458,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Top
 	}
 	if !exists {
 		if !create {
-			return nil, fmt.Errorf("%w: %s", ErrTopicNotFound, tn)
+			return nil, fmt.Errorf("%w: %s", meta.ErrTopicNotFound, tn)
 		}
 		if err := b.meta.RegisterTopic(ctx, tn); err != nil {
 			return nil, err
@@ -477,21 +478,21 @@ func (b *Broker) loadTopic(ctx context.Context, tn TopicName, create bool) (*Top
 			mlc.RetentionSizeBytes = -1
 		}
 	}
-	if pol.Effective().Mode == ReplicationStretched {
+	if pol.Effective().Mode == meta.ReplicationStretched {
 		if err := b.stretchedLedgerConfig(&mlc, pol); err != nil {
 			return nil, err
 		}
 	}
 	ml, err := mledger.Open(ctx, tn.ManagedLedgerName(), mlc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open %s: %v", ErrServiceNotReady, tn, err)
+		return nil, fmt.Errorf("%w: open %s: %v", meta.ErrServiceNotReady, tn, err)
 	}
 	t := newTopic(b, tn, ml, pol)
 	t.bundle = bd
 	t.store = mlc.Store
 	if err := t.load(ctx); err != nil {
 		ml.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("%w: load %s: %v", ErrServiceNotReady, tn, err)
+		return nil, fmt.Errorf("%w: load %s: %v", meta.ErrServiceNotReady, tn, err)
 	}
 	b.metrics.topics.Inc()
 	b.log.Info("topic loaded", "topic", tn.String(), "entries", ml.NumberOfEntries())

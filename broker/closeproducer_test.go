@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/testutil"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
@@ -39,11 +40,11 @@ func testConnOf(t *testing.T, b *Broker) (*conn, *Producer) {
 	t.Cleanup(func() { client.Close(); server.Close() })
 	c := newConn(b, server)
 	c.connected = true
-	tn, err := ParseTopic("persistent://public/default/t")
+	tn, err := meta.ParseTopic("persistent://public/default/t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	topic := newTopic(b, tn, nil, Policies{})
+	topic := newTopic(b, tn, nil, meta.Policies{})
 	p := &Producer{id: 1, name: "p", conn: c, topic: topic, pending: make(chan struct{}, 10)}
 	if _, err := topic.addProducer(p); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/meta"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -382,7 +383,7 @@ func (c *conn) beginRequest(reqID uint64) bool {
 	if n := c.pending.Add(1); limit >= 0 && n > int64(limit) {
 		c.pending.Add(-1)
 		c.b.limitExceeded(limitPendingRequests)
-		c.sendError(reqID, fmt.Errorf("%w: %d requests already in progress on this connection", ErrServiceNotReady, limit))
+		c.sendError(reqID, fmt.Errorf("%w: %d requests already in progress on this connection", meta.ErrServiceNotReady, limit))
 		return false
 	}
 	return true

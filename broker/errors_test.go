@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
@@ -19,7 +20,7 @@ func TestNamespaceReadErrors(t *testing.T) {
 		err  error
 		want pb.ServerError
 	}{
-		{fmt.Errorf("%w: namespaces/public/x", ErrNotFound), pb.ServerError_TopicNotFound},
+		{fmt.Errorf("%w: namespaces/public/x", meta.ErrNotFound), pb.ServerError_TopicNotFound},
 		{context.DeadlineExceeded, pb.ServerError_ServiceNotReady},
 		{fmt.Errorf("etcd: %w", context.Canceled), pb.ServerError_ServiceNotReady},
 		{errors.New("rpc error: code = Unavailable desc = connection refused"), pb.ServerError_ServiceNotReady},

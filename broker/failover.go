@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
@@ -44,30 +45,17 @@ import (
 //   - Active-active namespaces and single-region namespaces are served
 //     everywhere, as before.
 
-const failoverKey = "/failover/"
-
-// FailoverRecord is the active region of an active-standby namespace.
-type FailoverRecord struct {
-	Namespace string `json:"namespace"`
-	Active    string `json:"active"`
-	Epoch     uint64 `json:"epoch"`
-	Previous  string `json:"previous,omitempty"`
-	CatchUp   bool   `json:"catchUp,omitempty"`
-	SinceMs   int64  `json:"sinceMs"`
-	Reason    string `json:"reason,omitempty"`
-}
-
 // failoverState caches the records the broker watches.
 type failoverState struct {
 	b  *Broker
 	mu sync.Mutex
 	// recs: the stored records by namespace (absent: the primary, epoch 0).
-	recs map[string]FailoverRecord
+	recs map[string]meta.FailoverRecord
 	read bool // the first list succeeded
 }
 
 func (b *Broker) startFailover() {
-	b.fo = &failoverState{b: b, recs: map[string]FailoverRecord{}}
+	b.fo = &failoverState{b: b, recs: map[string]meta.FailoverRecord{}}
 	b.wg.Add(1)
 	go b.fo.watchLoop()
 }
@@ -79,7 +67,7 @@ func (f *failoverState) watchLoop() {
 	b := f.b
 	for b.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-		kvs, rev, err := b.cfg.GlobalStore.List(ctx, failoverKey)
+		kvs, rev, err := b.cfg.GlobalStore.List(ctx, meta.FailoverKey)
 		cancel()
 		if err != nil {
 			select {
@@ -88,9 +76,9 @@ func (f *failoverState) watchLoop() {
 			}
 			continue
 		}
-		recs := map[string]FailoverRecord{}
+		recs := map[string]meta.FailoverRecord{}
 		for _, kv := range kvs {
-			var r FailoverRecord
+			var r meta.FailoverRecord
 			if json.Unmarshal(kv.Value, &r) == nil && r.Namespace != "" {
 				recs[r.Namespace] = r
 			}
@@ -104,9 +92,9 @@ func (f *failoverState) watchLoop() {
 				b.activeChanged(ns, r)
 			}
 		}
-		for evs := range b.cfg.GlobalStore.Watch(b.ctx, failoverKey, rev+1) {
+		for evs := range b.cfg.GlobalStore.Watch(b.ctx, meta.FailoverKey, rev+1) {
 			for _, ev := range evs {
-				var r FailoverRecord
+				var r meta.FailoverRecord
 				if ev.Deleted || json.Unmarshal(ev.KV.Value, &r) != nil || r.Namespace == "" {
 					continue
 				}
@@ -120,7 +108,7 @@ func (f *failoverState) watchLoop() {
 // controller's own compare-and-swap, which it need not wait to see come
 // back through the watch — if it is newer than the one held, and acts on
 // the change.
-func (f *failoverState) committed(r FailoverRecord) {
+func (f *failoverState) committed(r meta.FailoverRecord) {
 	f.mu.Lock()
 	o, ok := f.recs[r.Namespace]
 	if ok && o.Epoch >= r.Epoch {
@@ -134,25 +122,19 @@ func (f *failoverState) committed(r FailoverRecord) {
 
 // record returns the namespace's record as last seen (the primary at
 // epoch 0 when none is stored).
-func (f *failoverState) record(ns string, pol Policies) FailoverRecord {
+func (f *failoverState) record(ns string, pol meta.Policies) meta.FailoverRecord {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r, ok := f.recs[ns]; ok {
 		return r
 	}
-	return FailoverRecord{Namespace: ns, Active: pol.Effective().Primary}
-}
-
-// activeStandby reports whether the namespace has one active region at a
-// time (several regions, failover active-standby).
-func activeStandby(pol Policies) bool {
-	return len(pol.ReplicationClusters) > 1 && pol.Effective().Failover == FailoverActiveStandby
+	return meta.FailoverRecord{Namespace: ns, Active: pol.Effective().Primary}
 }
 
 // activeRegion returns the region that serves the namespace's clients, or
 // "" when every region serves it.
-func (b *Broker) activeRegion(ns string, pol Policies) string {
-	if b.fo == nil || !activeStandby(pol) {
+func (b *Broker) activeRegion(ns string, pol meta.Policies) string {
+	if b.fo == nil || !meta.ActiveStandby(pol) {
 		return ""
 	}
 	return b.fo.record(ns, pol).Active
@@ -160,12 +142,12 @@ func (b *Broker) activeRegion(ns string, pol Policies) string {
 
 // errNotActive refuses a producer or subscription outside the active
 // region: ServiceNotReady, which the Go client retries with a new lookup.
-func (b *Broker) checkActive(ctx context.Context, tn TopicName, pol Policies) error {
+func (b *Broker) checkActive(ctx context.Context, tn meta.TopicName, pol meta.Policies) error {
 	if a := b.activeRegion(tn.NamespaceName(), pol); a != "" && a != b.cfg.Cluster {
-		return fmt.Errorf("%w: namespace %s is active in region %s (this is %s): look the topic up again", ErrServiceNotReady, tn.NamespaceName(), a, b.cfg.Cluster)
+		return fmt.Errorf("%w: namespace %s is active in region %s (this is %s): look the topic up again", meta.ErrServiceNotReady, tn.NamespaceName(), a, b.cfg.Cluster)
 	}
 	if b.servingLapsed(tn.NamespaceName(), pol) {
-		return fmt.Errorf("%w: region %s lost the lease of namespace %s (cut off from the global store, or failing over): look the topic up again", ErrServiceNotReady, b.cfg.Cluster, tn.NamespaceName())
+		return fmt.Errorf("%w: region %s lost the lease of namespace %s (cut off from the global store, or failing over): look the topic up again", meta.ErrServiceNotReady, b.cfg.Cluster, tn.NamespaceName())
 	}
 	if !b.mayServe(tn.NamespaceName(), pol) {
 		// The region may be about to serve (a new namespace's first epoch,
@@ -183,7 +165,7 @@ func (b *Broker) checkActive(ctx context.Context, tn TopicName, pol Policies) er
 		if b.mayServe(tn.NamespaceName(), pol) {
 			return nil
 		}
-		return fmt.Errorf("%w: region %s does not hold the lease of namespace %s now (acquiring it, or cut off from the global store)", ErrServiceNotReady, b.cfg.Cluster, tn.NamespaceName())
+		return fmt.Errorf("%w: region %s does not hold the lease of namespace %s now (acquiring it, or cut off from the global store)", meta.ErrServiceNotReady, b.cfg.Cluster, tn.NamespaceName())
 	}
 	return nil
 }
@@ -192,7 +174,7 @@ func (b *Broker) checkActive(ctx context.Context, tn TopicName, pol Policies) er
 // in another region: a broker of that region to ask (non-authoritative
 // redirect), or "" when this region answers.
 func (b *Broker) crossRegionLookup(ctx context.Context, topic string) (string, error) {
-	tn, err := ParseTopic(topic)
+	tn, err := meta.ParseTopic(topic)
 	if err != nil {
 		return "", nil // the normal lookup reports it
 	}
@@ -226,7 +208,7 @@ func (b *Broker) crossRegionLookup(ctx context.Context, topic string) (string, e
 	}
 	urls, err := b.regionBrokers(ctx, a)
 	if err != nil || len(urls) == 0 {
-		return "", fmt.Errorf("%w: namespace %s is active in region %s, which has no reachable broker registered: %v", ErrServiceNotReady, tn.NamespaceName(), a, err)
+		return "", fmt.Errorf("%w: namespace %s is active in region %s, which has no reachable broker registered: %v", meta.ErrServiceNotReady, tn.NamespaceName(), a, err)
 	}
 	// Gossip takes a second or two to see a dead region; a refused
 	// connection says it at once. Send the client only to a broker that
@@ -234,7 +216,7 @@ func (b *Broker) crossRegionLookup(ctx context.Context, topic string) (string, e
 	// region's (a redirect to a dead host costs the client a doubling of
 	// its lookup backoff: one such answer made a consumer come back 10 s
 	// after the producer).
-	if b.failoverAuto() && activeStandby(pol) {
+	if b.failoverAuto() && meta.ActiveStandby(pol) {
 		deadline := time.Now().Add(corePolicy(pol).LookupHold)
 		for {
 			if u := b.reachableURL(urls); u != "" {
@@ -319,8 +301,8 @@ type reachability struct {
 // it holds the lookup until the region is up again, the record names
 // another region (then it reports true), or LookupHold has passed since
 // this broker first saw the region not up (failover/doc.go, Hold).
-func (b *Broker) holdLookup(ctx context.Context, ns string, pol Policies, active string) bool {
-	if !b.failoverAuto() || !activeStandby(pol) {
+func (b *Broker) holdLookup(ctx context.Context, ns string, pol meta.Policies, active string) bool {
+	if !b.failoverAuto() || !meta.ActiveStandby(pol) {
 		return false
 	}
 	hold := corePolicy(pol).LookupHold
@@ -389,7 +371,7 @@ func regionBrokersKey(region string) string { return "/regions/" + region + "/br
 // activeChanged applies a new record: outside the new active region, the
 // namespace's producers and consumers are closed so their clients look up
 // again and land in the active region.
-func (b *Broker) activeChanged(ns string, r FailoverRecord) {
+func (b *Broker) activeChanged(ns string, r meta.FailoverRecord) {
 	b.log.Info("namespace active region", "namespace", ns, "active", r.Active, "epoch", r.Epoch)
 	if r.Active == b.cfg.Cluster {
 		// Entries produced here from now on get a new ledger, so their ids
@@ -421,7 +403,7 @@ func (b *Broker) activeChanged(ns string, r FailoverRecord) {
 			subs = append(subs, s)
 		}
 		t.mu.Unlock()
-		if !activeStandby(pol) {
+		if !meta.ActiveStandby(pol) {
 			continue
 		}
 		for _, p := range producers {
@@ -436,35 +418,35 @@ func (b *Broker) activeChanged(ns string, r FailoverRecord) {
 // Failover makes region the namespace's active region (a manual failover:
 // drills, maintenance): a compare-and-swap of its record to the next
 // epoch. It returns the new record.
-func (b *Broker) Failover(ctx context.Context, ns, region, reason string) (FailoverRecord, error) {
+func (b *Broker) Failover(ctx context.Context, ns, region, reason string) (meta.FailoverRecord, error) {
 	pol, err := b.meta.GetPolicies(ctx, ns)
 	if err != nil {
-		return FailoverRecord{}, err
+		return meta.FailoverRecord{}, err
 	}
-	if !activeStandby(pol) {
-		return FailoverRecord{}, badRequest(fmt.Errorf("namespace %s is not active-standby over several regions (failover %s, regions %v): nothing to move", ns, pol.Effective().Failover, pol.ReplicationClusters))
+	if !meta.ActiveStandby(pol) {
+		return meta.FailoverRecord{}, meta.BadRequest(fmt.Errorf("namespace %s is not active-standby over several regions (failover %s, regions %v): nothing to move", ns, pol.Effective().Failover, pol.ReplicationClusters))
 	}
 	if !slices.Contains(pol.ReplicationClusters, region) {
-		return FailoverRecord{}, badRequest(fmt.Errorf("region %s is not one of namespace %s's regions %v", region, ns, pol.ReplicationClusters))
+		return meta.FailoverRecord{}, meta.BadRequest(fmt.Errorf("region %s is not one of namespace %s's regions %v", region, ns, pol.ReplicationClusters))
 	}
-	key := failoverKey + ns
-	cur := FailoverRecord{Namespace: ns, Active: pol.Effective().Primary}
+	key := meta.FailoverKey + ns
+	cur := meta.FailoverRecord{Namespace: ns, Active: pol.Effective().Primary}
 	var rev int64
 	kv, err := b.cfg.GlobalStore.Get(ctx, key)
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(kv.Value, &cur); err != nil {
-			return FailoverRecord{}, err
+			return meta.FailoverRecord{}, err
 		}
 		rev = kv.ModRevision
 	case errors.Is(err, cluster.ErrNotFound):
 	default:
-		return FailoverRecord{}, err
+		return meta.FailoverRecord{}, err
 	}
 	if cur.Active == region {
-		return cur, httpError{http.StatusConflict, fmt.Errorf("namespace %s is already active in %s (epoch %d)", ns, region, cur.Epoch)}
+		return cur, meta.StatusError{Status: http.StatusConflict, Err: fmt.Errorf("namespace %s is already active in %s (epoch %d)", ns, region, cur.Epoch)}
 	}
-	next := FailoverRecord{Namespace: ns, Active: region, Epoch: cur.Epoch + 1, Previous: cur.Active, SinceMs: time.Now().UnixMilli(), Reason: reason}
+	next := meta.FailoverRecord{Namespace: ns, Active: region, Epoch: cur.Epoch + 1, Previous: cur.Active, SinceMs: time.Now().UnixMilli(), Reason: reason}
 	v, _ := json.Marshal(next)
 	if rev == 0 {
 		_, err = b.cfg.GlobalStore.Create(ctx, key, v)
@@ -473,11 +455,11 @@ func (b *Broker) Failover(ctx context.Context, ns, region, reason string) (Failo
 	}
 	switch {
 	case errors.Is(err, cluster.ErrVersionMismatch), errors.Is(err, cluster.ErrExists), errors.Is(err, cluster.ErrNotFound):
-		return FailoverRecord{}, fmt.Errorf("%w: the record changed meanwhile, read it again: %v", ErrServiceNotReady, err)
+		return meta.FailoverRecord{}, fmt.Errorf("%w: the record changed meanwhile, read it again: %v", meta.ErrServiceNotReady, err)
 	case err != nil:
 		// A request in flight to a member that just died is not retried
 		// by etcd (not idempotent): the caller may try again.
-		return FailoverRecord{}, fmt.Errorf("%w: global store: %v", ErrServiceNotReady, err)
+		return meta.FailoverRecord{}, fmt.Errorf("%w: global store: %v", meta.ErrServiceNotReady, err)
 	}
 	b.log.Warn("failover committed", "namespace", ns, "from", cur.Active, "to", region, "epoch", next.Epoch, "reason", reason)
 	return next, nil
@@ -486,23 +468,23 @@ func (b *Broker) Failover(ctx context.Context, ns, region, reason string) (Failo
 // failoverStatus returns the records of the active-standby namespaces of
 // a tenant/namespace filter ("" = all known).
 func (b *Broker) failoverStatus(ctx context.Context, ns string) ([]FailoverStatus, error) {
-	var recs []FailoverRecord
+	var recs []meta.FailoverRecord
 	if ns != "" {
 		pol, err := b.meta.GetPolicies(ctx, ns)
 		if err != nil {
 			return nil, err
 		}
-		if !activeStandby(pol) {
+		if !meta.ActiveStandby(pol) {
 			return []FailoverStatus{}, nil
 		}
-		recs = []FailoverRecord{b.fo.record(ns, pol)}
+		recs = []meta.FailoverRecord{b.fo.record(ns, pol)}
 	} else {
 		b.fo.mu.Lock()
 		for _, r := range b.fo.recs {
 			recs = append(recs, r)
 		}
 		b.fo.mu.Unlock()
-		slices.SortFunc(recs, func(a, b FailoverRecord) int { return strings.Compare(a.Namespace, b.Namespace) })
+		slices.SortFunc(recs, func(a, b meta.FailoverRecord) int { return strings.Compare(a.Namespace, b.Namespace) })
 	}
 	out := make([]FailoverStatus, 0, len(recs))
 	for _, r := range recs {
@@ -527,7 +509,7 @@ func (b *Broker) failoverStatus(ctx context.Context, ns string) ([]FailoverStatu
 // FailoverStatus is a namespace's record with, as this broker's gossip
 // sees them, the health of its regions.
 type FailoverStatus struct {
-	FailoverRecord
+	meta.FailoverRecord
 	SinceTime string            `json:"since,omitempty"`
 	Health    []RegionCondition `json:"health,omitempty"`
 }

@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
 )
@@ -50,7 +51,7 @@ const controlStepTimeout = 2 * time.Second
 // quick runs a global-store read in attempts of at most 600 ms within
 // ctx (readAttempts).
 func quick(ctx context.Context, read func(context.Context) error) error {
-	return readAttempts(ctx, 600*time.Millisecond, read)
+	return meta.ReadAttempts(ctx, 600*time.Millisecond, read)
 }
 
 const (
@@ -216,8 +217,8 @@ func (b *Broker) closeOnLapse() {
 
 // mayServe reports whether this broker may acknowledge produce (or take a
 // producer or subscription) for the namespace now.
-func (b *Broker) mayServe(ns string, pol Policies) bool {
-	if !b.failoverAuto() || !activeStandby(pol) {
+func (b *Broker) mayServe(ns string, pol meta.Policies) bool {
+	if !b.failoverAuto() || !meta.ActiveStandby(pol) {
 		return true
 	}
 	b.serving.mu.Lock()
@@ -230,8 +231,8 @@ func (b *Broker) mayServe(ns string, pol Policies) bool {
 // servingLapsed reports whether this region held the namespace's lease at
 // the epoch it knows and its deadline has passed without a renewal: it
 // may not serve, and may be cut off from the global store.
-func (b *Broker) servingLapsed(ns string, pol Policies) bool {
-	if !b.failoverAuto() || !activeStandby(pol) {
+func (b *Broker) servingLapsed(ns string, pol meta.Policies) bool {
+	if !b.failoverAuto() || !meta.ActiveStandby(pol) {
 		return false
 	}
 	b.serving.mu.Lock()
@@ -380,7 +381,7 @@ func (b *Broker) activeStandbyNamespaces() ([]string, error) {
 		}
 		for _, ns := range nss {
 			pol, err := b.meta.GetPolicies(ctx, ns)
-			if err == nil && activeStandby(pol) && slices.Contains(pol.ReplicationClusters, b.cfg.Cluster) {
+			if err == nil && meta.ActiveStandby(pol) && slices.Contains(pol.ReplicationClusters, b.cfg.Cluster) {
 				out = append(out, ns)
 			}
 		}
@@ -388,7 +389,7 @@ func (b *Broker) activeStandbyNamespaces() ([]string, error) {
 	return out, nil
 }
 
-func corePolicy(pol Policies) failover.Policy {
+func corePolicy(pol meta.Policies) failover.Policy {
 	eff := pol.Effective()
 	regions := []string{eff.Primary}
 	for _, r := range pol.ReplicationClusters {
@@ -526,7 +527,7 @@ func (b *Broker) leaseRules() failover.LeaseRules {
 
 func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]*nsControl, view cluster.HealthView) {
 	pol, err := b.meta.GetPolicies(ctx, ns)
-	if err != nil || !activeStandby(pol) {
+	if err != nil || !meta.ActiveStandby(pol) {
 		if c := cores[ns]; c != nil {
 			b.dropLease(ns, c)
 			delete(cores, ns)
@@ -626,8 +627,8 @@ func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]
 // propose commits a proposal: the record goes from epoch From to From+1
 // only if it is still at From.
 func (b *Broker) propose(ctx context.Context, ns string, pr *failover.Proposal) error {
-	key := failoverKey + ns
-	next := FailoverRecord{Namespace: ns, Active: pr.NewActive, Epoch: pr.NewEpoch, Previous: pr.Previous, CatchUp: pr.CatchUp,
+	key := meta.FailoverKey + ns
+	next := meta.FailoverRecord{Namespace: ns, Active: pr.NewActive, Epoch: pr.NewEpoch, Previous: pr.Previous, CatchUp: pr.CatchUp,
 		SinceMs: time.Now().UnixMilli(), Reason: pr.Reason}
 	v, _ := json.Marshal(next)
 	if pr.From == 0 {
@@ -640,7 +641,7 @@ func (b *Broker) propose(ctx context.Context, ns string, pr *failover.Proposal) 
 		if err != nil {
 			return err
 		}
-		var cur FailoverRecord
+		var cur meta.FailoverRecord
 		if err := json.Unmarshal(kv.Value, &cur); err != nil {
 			return err
 		}
@@ -687,14 +688,14 @@ func (b *Broker) acquireLease(ctx context.Context, ns string, c *nsControl, rec 
 	prefix := b.cfg.GlobalStore.Prefix()
 	var cur cluster.KV
 	err = quick(ctx, func(ctx context.Context) (err error) {
-		cur, err = b.cfg.GlobalStore.Get(ctx, failoverKey+ns)
+		cur, err = b.cfg.GlobalStore.Get(ctx, meta.FailoverKey+ns)
 		return err
 	})
 	if err != nil {
 		_, _ = cli.Revoke(context.Background(), grant.ID)
 		return
 	}
-	var fr FailoverRecord
+	var fr meta.FailoverRecord
 	if json.Unmarshal(cur.Value, &fr) != nil || fr.Active != b.cfg.Cluster || fr.Epoch != rec.Epoch {
 		_, _ = cli.Revoke(context.Background(), grant.ID)
 		return
@@ -704,7 +705,7 @@ func (b *Broker) acquireLease(ctx context.Context, ns string, c *nsControl, rec 
 	var resp *clientv3.TxnResponse
 	err = quick(ctx, func(ctx context.Context) (err error) {
 		resp, err = cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0), clientv3.Compare(clientv3.ModRevision(prefix+failoverKey+ns), "=", cur.ModRevision)).
+			If(clientv3.Compare(clientv3.CreateRevision(lk), "=", 0), clientv3.Compare(clientv3.ModRevision(prefix+meta.FailoverKey+ns), "=", cur.ModRevision)).
 			Then(clientv3.OpPut(lk, string(lv), clientv3.WithLease(grant.ID))).Commit()
 		return err
 	})

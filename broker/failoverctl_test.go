@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/meridian-mq/meridian/broker/meta"
 )
 
 // The namespace's replication policy sets the failover core's delays:
@@ -11,16 +13,16 @@ import (
 // never switches back.
 func TestCorePolicyDelays(t *testing.T) {
 	for _, tc := range []struct {
-		rp                   ReplicationPolicy
+		rp                   meta.ReplicationPolicy
 		failover, switchBack time.Duration
 	}{
-		{ReplicationPolicy{}, 2 * time.Second, 30 * time.Second},
-		{ReplicationPolicy{FailoverDelayMs: 500, SwitchBackDelayMs: ptr(int64(5000))}, 500 * time.Millisecond, 5 * time.Second},
-		{ReplicationPolicy{SwitchBackDelayMs: ptr(int64(0))}, 2 * time.Second, 0},
-		{ReplicationPolicy{SwitchBackDelayMs: ptr(int64(-1))}, 2 * time.Second, 0},
+		{meta.ReplicationPolicy{}, 2 * time.Second, 30 * time.Second},
+		{meta.ReplicationPolicy{FailoverDelayMs: 500, SwitchBackDelayMs: ptr(int64(5000))}, 500 * time.Millisecond, 5 * time.Second},
+		{meta.ReplicationPolicy{SwitchBackDelayMs: ptr(int64(0))}, 2 * time.Second, 0},
+		{meta.ReplicationPolicy{SwitchBackDelayMs: ptr(int64(-1))}, 2 * time.Second, 0},
 	} {
 		rp := tc.rp
-		p := corePolicy(Policies{ReplicationClusters: []string{"west", "east"}, Replication: &rp})
+		p := corePolicy(meta.Policies{ReplicationClusters: []string{"west", "east"}, Replication: &rp})
 		if p.FailoverDelay != tc.failover || p.SwitchBackDelay != tc.switchBack {
 			t.Errorf("%+v: failover delay %v, switch-back %v; want %v, %v", tc.rp, p.FailoverDelay, p.SwitchBackDelay, tc.failover, tc.switchBack)
 		}
@@ -43,14 +45,14 @@ func TestSwitchBackDelayZeroMeansNever(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
-		var pol Policies
+		var pol meta.Policies
 		pol.ReplicationClusters = []string{"east", "west"}
 		u.apply(&pol)
 		b, err := json.Marshal(pol)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var stored Policies
+		var stored meta.Policies
 		if err := json.Unmarshal(b, &stored); err != nil {
 			t.Fatal(err)
 		}

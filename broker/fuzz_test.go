@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
@@ -48,8 +49,8 @@ func FuzzAdminJSON(f *testing.F) {
 				}
 				return
 			}
-			var he httpError
-			if !errors.As(err, &he) || he.code != http.StatusBadRequest {
+			var he meta.StatusError
+			if !errors.As(err, &he) || he.Status != http.StatusBadRequest {
 				t.Fatalf("%s: error %v is not a 400", what, err)
 			}
 			w := httptest.NewRecorder()
@@ -58,28 +59,28 @@ func FuzzAdminJSON(f *testing.F) {
 				t.Fatalf("%s: answered %d, want 400", what, w.Code)
 			}
 		}
-		var ti TenantInfo
+		var ti meta.TenantInfo
 		check("tenant", &ti, readJSON(req(), &ti, true))
-		var p Policies
+		var p meta.Policies
 		if err := readJSON(req(), &p, true); err != nil {
 			check("policies", &p, err)
-		} else if err := validatePolicies(p); err != nil {
+		} else if err := meta.ValidatePolicies(p); err != nil {
 			check("policies", &p, err)
 		} else if bs := evenBoundaries(p.Bundles); len(bs) < 2 || bs[len(bs)-1] != 0xffffffff {
 			t.Fatalf("policies %q: boundaries %v", body, bs)
 		}
-		var q BacklogQuota
+		var q meta.BacklogQuota
 		check("backlog quota", &q, readJSON(req(), &q, false))
-		var ps Persistence
+		var ps meta.Persistence
 		check("persistence", &ps, readJSON(req(), &ps, false))
-		var rt Retention
+		var rt meta.Retention
 		check("retention", &rt, readJSON(req(), &rt, false))
 		var n int
 		check("partitions", &n, readJSON(req(), &n, true))
 
 		s := string(body)
-		if tn, err := ParseTopic(s); err != nil {
-			if !errors.Is(err, ErrInvalidName) {
+		if tn, err := meta.ParseTopic(s); err != nil {
+			if !errors.Is(err, meta.ErrInvalidName) {
 				t.Fatalf("ParseTopic(%q): %v is not ErrInvalidName", s, err)
 			}
 		} else {
@@ -88,17 +89,17 @@ func FuzzAdminJSON(f *testing.F) {
 					t.Fatalf("ParseTopic(%q) accepted part %q", s, part)
 				}
 			}
-			if again, err := ParseTopic(tn.String()); err != nil || again != tn {
+			if again, err := meta.ParseTopic(tn.String()); err != nil || again != tn {
 				t.Fatalf("ParseTopic(%q) = %+v does not round-trip: %+v, %v", s, tn, again, err)
 			}
-			if err := ValidateNamespace(tn.NamespaceName()); err != nil {
+			if err := meta.ValidateNamespace(tn.NamespaceName()); err != nil {
 				t.Fatalf("ParseTopic(%q) accepted namespace %q that ValidateNamespace refuses: %v", s, tn.NamespaceName(), err)
 			}
 		}
-		if err := ValidateNamespace(s); err != nil && !errors.Is(err, ErrInvalidName) {
+		if err := meta.ValidateNamespace(s); err != nil && !errors.Is(err, meta.ErrInvalidName) {
 			t.Fatalf("ValidateNamespace(%q): %v is not ErrInvalidName", s, err)
 		}
-		if err := ValidateTenant(s); err == nil && (strings.Contains(s, "/") || s == ".." || s == ".") {
+		if err := meta.ValidateTenant(s); err == nil && (strings.Contains(s, "/") || s == ".." || s == ".") {
 			t.Fatalf("ValidateTenant accepted %q", s)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/cluster"
 )
 
@@ -34,7 +35,7 @@ func (b *Broker) securityHandlers(h func(string, func(*http.Request) (any, error
 	b.permissionHandlers(h, ns)
 	kr := func() (GossipKeyring, error) {
 		if b.cfg.Security.GossipKeys == nil {
-			return nil, fmt.Errorf("%w: this broker does not gossip", ErrNotFound)
+			return nil, fmt.Errorf("%w: this broker does not gossip", meta.ErrNotFound)
 		}
 		return b.cfg.Security.GossipKeys, nil
 	}
@@ -60,7 +61,7 @@ func (b *Broker) securityHandlers(h func(string, func(*http.Request) (any, error
 		}
 		key, err := base64.StdEncoding.DecodeString(req.Key)
 		if err != nil {
-			return nil, badRequest(errors.New("key: not base64"))
+			return nil, meta.BadRequest(errors.New("key: not base64"))
 		}
 		switch req.Op {
 		case "install":
@@ -70,7 +71,7 @@ func (b *Broker) securityHandlers(h func(string, func(*http.Request) (any, error
 		case "remove":
 			err = k.RemoveKey(key)
 		default:
-			return nil, badRequest(fmt.Errorf("op %q: want install, use or remove", req.Op))
+			return nil, meta.BadRequest(fmt.Errorf("op %q: want install, use or remove", req.Op))
 		}
 		b.log.Info("gossip keyring changed through the admin API", "op", req.Op, "err", err)
 		return nil, gossipKeyErr(err)
@@ -82,9 +83,9 @@ func gossipKeyErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, cluster.ErrGossipNotEncrypted):
-		return httpError{http.StatusPreconditionFailed, err}
+		return meta.StatusError{Status: http.StatusPreconditionFailed, Err: err}
 	case errors.Is(err, cluster.ErrKeyring):
-		return httpError{http.StatusConflict, err}
+		return meta.StatusError{Status: http.StatusConflict, Err: err}
 	}
-	return badRequest(err)
+	return meta.BadRequest(err)
 }

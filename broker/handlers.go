@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
@@ -96,7 +97,7 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 	c.mu.Unlock()
 	if old != nil {
 		// (The topic's lock is taken without the connection's.)
-		if tn, err := ParseTopic(m.GetTopic()); err == nil && tn == old.topic.name {
+		if tn, err := meta.ParseTopic(m.GetTopic()); err == nil && tn == old.topic.name {
 			if last, ok := old.topic.producerLastSeq(old); ok {
 				c.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
 					RequestId:      proto.Uint64(m.GetRequestId()),
@@ -118,7 +119,7 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 	c.mu.Lock()
 	if _, busy := c.pendingProduce[id]; busy {
 		c.mu.Unlock()
-		c.sendError(m.GetRequestId(), fmt.Errorf("%w: producer %d is being created on this connection", ErrServiceNotReady, id))
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: producer %d is being created on this connection", meta.ErrServiceNotReady, id))
 		c.endRequest()
 		return
 	}
@@ -148,7 +149,7 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 		if old := c.producers[id]; old != nil {
 			c.mu.Unlock()
 			p.topic.removeProducer(p)
-			c.sendError(m.GetRequestId(), fmt.Errorf("%w: producer id %d already in use on this connection", ErrProducerBusy, id))
+			c.sendError(m.GetRequestId(), fmt.Errorf("%w: producer id %d already in use on this connection", meta.ErrProducerBusy, id))
 			return
 		}
 		c.producers[id] = p
@@ -235,7 +236,7 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 	// ServiceNotReady while the first runs, success once it succeeded.
 	old := c.consumer(id)
 	if old != nil {
-		if tn, err := ParseTopic(m.GetTopic()); err == nil && tn == old.sub.topic.name && old.sub.name == m.GetSubscription() && old.sub.has(old) {
+		if tn, err := meta.ParseTopic(m.GetTopic()); err == nil && tn == old.sub.topic.name && old.sub.name == m.GetSubscription() && old.sub.has(old) {
 			c.sendSuccess(m.GetRequestId())
 			c.endRequest()
 			return
@@ -244,7 +245,7 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 	c.mu.Lock()
 	if c.pendingSub[id] {
 		c.mu.Unlock()
-		c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer %d is subscribing on this connection", ErrServiceNotReady, id))
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer %d is subscribing on this connection", meta.ErrServiceNotReady, id))
 		c.endRequest()
 		return
 	}
@@ -272,7 +273,7 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 		if c.consumers[id] != nil {
 			c.mu.Unlock()
 			cs.sub.removeConsumer(cs)
-			c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer id %d already in use", ErrConsumerBusy, id))
+			c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer id %d already in use", meta.ErrConsumerBusy, id))
 			return
 		}
 		c.consumers[id] = cs
@@ -311,7 +312,7 @@ func (c *conn) handleCloseConsumer(m *pb.CommandCloseConsumer) {
 func (c *conn) handleUnsubscribe(m *pb.CommandUnsubscribe) {
 	cs := c.consumer(m.GetConsumerId())
 	if cs == nil {
-		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", ErrNotAllowed, m.GetConsumerId()))
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", meta.ErrNotAllowed, m.GetConsumerId()))
 		return
 	}
 	ctx, cancel := c.ctx()
@@ -332,7 +333,7 @@ func (c *conn) handleUnsubscribe(m *pb.CommandUnsubscribe) {
 func (c *conn) handleSeek(m *pb.CommandSeek) {
 	cs := c.consumer(m.GetConsumerId())
 	if cs == nil {
-		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", ErrNotAllowed, m.GetConsumerId()))
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", meta.ErrNotAllowed, m.GetConsumerId()))
 		return
 	}
 	ctx, cancel := c.ctx()
@@ -354,7 +355,7 @@ func (c *conn) handleSeek(m *pb.CommandSeek) {
 func (c *conn) handleGetLastMessageID(m *pb.CommandGetLastMessageId) {
 	cs := c.consumer(m.GetConsumerId())
 	if cs == nil {
-		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", ErrNotAllowed, m.GetConsumerId()))
+		c.sendError(m.GetRequestId(), fmt.Errorf("%w: no consumer %d", meta.ErrNotAllowed, m.GetConsumerId()))
 		return
 	}
 	last, wire := cs.sub.topic.lastIDs()
@@ -382,7 +383,7 @@ func (c *conn) handleGetTopics(m *pb.CommandGetTopicsOfNamespace) {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	ns := m.GetNamespace()
-	if err := ValidateNamespace(ns); err != nil {
+	if err := meta.ValidateNamespace(ns); err != nil {
 		c.sendError(m.GetRequestId(), err)
 		return
 	}

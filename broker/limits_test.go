@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/meta"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -65,12 +66,12 @@ func TestUnderLimit(t *testing.T) {
 // scrape) or holds control characters is refused with NotAllowed.
 func TestValidSubscription(t *testing.T) {
 	for _, ok := range []string{"sub", "reader-1a2b", "a/b", "..", "ünï"} {
-		if err := validSubscription(ok); err != nil {
+		if err := meta.ValidSubscription(ok); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "\xff\xfe", "a\x00b", "line\nbreak", strings.Repeat("s", 1025)} {
-		err := validSubscription(bad)
+		err := meta.ValidSubscription(bad)
 		if err == nil || serverError(err) != pb.ServerError_NotAllowedError {
 			t.Errorf("%q: err %v, want NotAllowed", bad, err)
 		}

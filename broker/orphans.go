@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/meridian-mq/meridian/broker/mledger"
 	"net/url"
 	"slices"
 	"time"
+
+	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/broker/mledger"
 
 	"github.com/meridian-mq/meridian/replicator"
 )
@@ -64,10 +66,10 @@ type OrphanBatch struct {
 // arriving now from its previous active region may be orphans: this
 // region is active after an unplanned move (a planned one, CatchUp, waits
 // for the old region's tail before serving: nothing arrives late).
-func (t *Topic) orphanRecord() (FailoverRecord, bool) {
+func (t *Topic) orphanRecord() (meta.FailoverRecord, bool) {
 	pol := t.policies()
-	if t.b.fo == nil || !activeStandby(pol) {
-		return FailoverRecord{}, false
+	if t.b.fo == nil || !meta.ActiveStandby(pol) {
+		return meta.FailoverRecord{}, false
 	}
 	rec := t.b.fo.record(t.name.NamespaceName(), pol)
 	ok := rec.Active == t.b.cfg.Cluster && rec.Previous != "" && rec.Previous != rec.Active && !rec.CatchUp
@@ -75,7 +77,7 @@ func (t *Topic) orphanRecord() (FailoverRecord, bool) {
 }
 
 // findOrphans returns the indexes of the orphans among entries.
-func findOrphans(rec FailoverRecord, entries []replicator.Entry) []int {
+func findOrphans(rec meta.FailoverRecord, entries []replicator.Entry) []int {
 	var out []int
 	for i, e := range entries {
 		if !e.Skip && e.Origin == rec.Previous && e.PublishMs < rec.SinceMs {
@@ -88,7 +90,7 @@ func findOrphans(rec FailoverRecord, entries []replicator.Entry) []int {
 // recordOrphans lists the orphans among entries (the indexes idx) in the
 // global store; quarantine names the topic they were kept aside in ("":
 // replicated late).
-func (t *Topic) recordOrphans(rec FailoverRecord, entries []replicator.Entry, idx []int, quarantine string) {
+func (t *Topic) recordOrphans(rec meta.FailoverRecord, entries []replicator.Entry, idx []int, quarantine string) {
 	if len(idx) == 0 {
 		return
 	}

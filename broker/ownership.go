@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/cluster"
 )
 
@@ -61,7 +62,7 @@ func (b bundle) String() string { return fmt.Sprintf("%s/0x%08x_0x%08x", b.ns, b
 // boundaries are ascending, start at 0 and end at 0xffffffff; bundle i is
 // [boundaries[i], boundaries[i+1]-1], the last one including 0xffffffff.
 // Partitions of one topic hash by their own names, so they spread.
-func bundleOf(t TopicName, boundaries []uint32) bundle {
+func bundleOf(t meta.TopicName, boundaries []uint32) bundle {
 	h := crc32.ChecksumIEEE([]byte(t.String()))
 	i := sort.Search(len(boundaries)-1, func(i int) bool { return boundaries[i+1] > h }) // first range whose upper bound is above h
 	if i >= len(boundaries)-1 {
@@ -143,8 +144,8 @@ func (b *Broker) startOwnership(ctx context.Context) error {
 }
 
 // ownershipFor is the ownership a namespace's bundles are held under.
-func (b *Broker) ownershipFor(pol Policies) *ownership {
-	if b.gown != nil && pol.Replication != nil && pol.Replication.Mode == ReplicationStretched {
+func (b *Broker) ownershipFor(pol meta.Policies) *ownership {
+	if b.gown != nil && pol.Replication != nil && pol.Replication.Mode == meta.ReplicationStretched {
 		return b.gown
 	}
 	return b.own
@@ -395,7 +396,7 @@ func (o *ownership) owns(bd bundle) bool {
 // bundleFor returns a topic's bundle under its namespace's current
 // boundaries (read from etcd, never cached: a split elsewhere must never
 // let two brokers own overlapping ranges).
-func (b *Broker) bundleFor(ctx context.Context, pol Policies, tn TopicName) (bundle, error) {
+func (b *Broker) bundleFor(ctx context.Context, pol meta.Policies, tn meta.TopicName) (bundle, error) {
 	bs, _, err := b.boundaries(ctx, tn.NamespaceName(), pol)
 	if err != nil {
 		return bundle{}, err
@@ -423,7 +424,7 @@ func (b *Broker) boundariesHint(ns string) ([]uint32, bool) {
 // boundaries returns a namespace's bundle boundaries and their etcd
 // revision, creating the initial even split from the policy's bundle
 // count on first use.
-func (b *Broker) boundaries(ctx context.Context, ns string, pol Policies) ([]uint32, int64, error) {
+func (b *Broker) boundaries(ctx context.Context, ns string, pol meta.Policies) ([]uint32, int64, error) {
 	key := "/bundles/" + ns
 	for {
 		kv, err := b.cfg.Store.Get(ctx, key)

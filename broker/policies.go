@@ -2,9 +2,9 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 )
 
@@ -24,13 +24,6 @@ import (
 //     sends); consumer_backlog_eviction moves the slowest subscriptions
 //     forward, dropping their oldest entries, so a consumer that fell far
 //     behind cannot fill the region's disks.
-
-// ErrQuotaHold and ErrQuotaException are the two producer-side quota
-// answers.
-var (
-	ErrQuotaHold      = fmt.Errorf("backlog quota exceeded: producer_request_hold")
-	ErrQuotaException = fmt.Errorf("backlog quota exceeded: producer_exception")
-)
 
 func (b *Broker) policyLoop() {
 	defer b.wg.Done()
@@ -54,7 +47,7 @@ func (b *Broker) policyLoop() {
 			// topic (100,000 topics: the idle broker's top allocation); a
 			// topic the pass did not reach in time is enforced by the next
 			// (loadedTopics comes in map order, so not always last).
-			pass := map[string]Policies{}
+			pass := map[string]meta.Policies{}
 			ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 			for _, tp := range b.loadedTopics() {
 				if ctx.Err() != nil {
@@ -70,7 +63,7 @@ func (b *Broker) policyLoop() {
 // refreshPolicies re-reads the namespace's policies (they may change
 // while the topic is loaded), once per namespace per pass: pass holds
 // what this pass of the policy loop read already (nil: read anyway).
-func (t *Topic) refreshPolicies(ctx context.Context, pass map[string]Policies) Policies {
+func (t *Topic) refreshPolicies(ctx context.Context, pass map[string]meta.Policies) meta.Policies {
 	ns := t.name.NamespaceName()
 	p, ok := pass[ns]
 	if !ok {
@@ -92,7 +85,7 @@ func (t *Topic) refreshPolicies(ctx context.Context, pass map[string]Policies) P
 	return t.pol
 }
 
-func (t *Topic) enforcePolicies(ctx context.Context, now time.Time, pass map[string]Policies) {
+func (t *Topic) enforcePolicies(ctx context.Context, now time.Time, pass map[string]meta.Policies) {
 	pol := t.refreshPolicies(ctx, pass)
 	t.syncReplication(ctx)
 	// Retention by time must also expire on a topic nobody writes to.
@@ -125,9 +118,9 @@ func (t *Topic) enforcePolicies(ctx context.Context, now time.Time, pass map[str
 	case !over || q.Policy == "consumer_backlog_eviction":
 		t.setQuotaBlocked(nil)
 	case q.Policy == "producer_exception":
-		t.setQuotaBlocked(ErrQuotaException)
+		t.setQuotaBlocked(meta.ErrQuotaException)
 	default:
-		t.setQuotaBlocked(ErrQuotaHold)
+		t.setQuotaBlocked(meta.ErrQuotaHold)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/grpcpool"
@@ -225,7 +226,7 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 	if err := b.replAuthorize(st.Context(), h.Source); err != nil {
 		return err
 	}
-	tn, err := ParseTopic(h.Topic)
+	tn, err := meta.ParseTopic(h.Topic)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "replication: %v", err)
 	}
@@ -233,7 +234,7 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
 	cancel()
 	if err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, meta.ErrNotFound) {
 			return status.Errorf(codes.NotFound, "replication: namespace %s: %v", tn.NamespaceName(), err)
 		}
 		return status.Errorf(codes.Unavailable, "replication: namespace %s: %v", tn.NamespaceName(), err)
@@ -325,7 +326,7 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 
 // replTarget returns the loaded topic when this broker owns (or now
 // acquires) it, or the replication address of the broker that owns it.
-func (b *Broker) replTarget(ctx context.Context, tn TopicName, pol Policies) (*Topic, string, error) {
+func (b *Broker) replTarget(ctx context.Context, tn meta.TopicName, pol meta.Policies) (*Topic, string, error) {
 	bd, err := b.bundleFor(ctx, pol, tn)
 	if err != nil {
 		return nil, "", err
@@ -342,7 +343,7 @@ func (b *Broker) replTarget(ctx context.Context, tn TopicName, pol Policies) (*T
 		return nil, a, err
 	}
 	t, err := b.getTopic(ctx, tn.String(), true)
-	if errors.Is(err, ErrTopicFenced) {
+	if errors.Is(err, meta.ErrTopicFenced) {
 		a, rerr := redirect()
 		if rerr == nil {
 			return nil, a, nil
@@ -440,7 +441,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 		// An earlier write of this applier failed: the ones after it are
 		// void (PersistFailed); the topic is reloading.
 		slot.mu.Unlock()
-		return fmt.Errorf("%w: %s: an earlier replicated write failed; the topic is reloading", ErrTopicFenced, t.name)
+		return fmt.Errorf("%w: %s: an earlier replicated write failed; the topic is reloading", meta.ErrTopicFenced, t.name)
 	}
 	res, err := slot.a.Receive(b)
 	slot.mu.Unlock()
@@ -482,7 +483,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 		orphans = findOrphans(rec, w.Entries)
 	}
 	quarantine := ""
-	if len(orphans) > 0 && t.policies().Effective().Orphans == OrphansQuarantine {
+	if len(orphans) > 0 && t.policies().Effective().Orphans == meta.OrphansQuarantine {
 		ctx, cancel := context.WithTimeout(t.b.ctx, 30*time.Second)
 		quarantine, err = t.quarantine(ctx, w.Entries, orphans)
 		cancel()
@@ -509,7 +510,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 			// this one is void; the topic reloads and rebuilds the
 			// record from the log.
 			slot.mu.Unlock()
-			r.done(out, fmt.Errorf("%w: %s: an earlier replicated write failed", ErrTopicFenced, t.name))
+			r.done(out, fmt.Errorf("%w: %s: an earlier replicated write failed", meta.ErrTopicFenced, t.name))
 			return
 		}
 		ack, err := slot.a.Persisted(w)
@@ -547,7 +548,7 @@ func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
-		done(fmt.Errorf("%w: %s is closing", ErrTopicFenced, t.name))
+		done(fmt.Errorf("%w: %s is closing", meta.ErrTopicFenced, t.name))
 		return
 	}
 	var remaining atomic.Int32
@@ -615,7 +616,7 @@ func (t *Topic) syncReplication(ctx context.Context) {
 	t.refreshSync()
 	eff := pol.Effective()
 	want := map[string]bool{}
-	if len(pol.ReplicationClusters) > 1 && slices.Contains(pol.ReplicationClusters, t.b.cfg.Cluster) && eff.Mode != ReplicationStretched {
+	if len(pol.ReplicationClusters) > 1 && slices.Contains(pol.ReplicationClusters, t.b.cfg.Cluster) && eff.Mode != meta.ReplicationStretched {
 		for _, r := range pol.ReplicationClusters {
 			if r != t.b.cfg.Cluster {
 				want[r] = true
@@ -788,7 +789,7 @@ type replStatus struct {
 	LastError      string  `json:"lastError,omitempty"`
 }
 
-func (t *Topic) newReplSender(ctx context.Context, remote string, eff ReplicationPolicy) (*replSender, error) {
+func (t *Topic) newReplSender(ctx context.Context, remote string, eff meta.ReplicationPolicy) (*replSender, error) {
 	cur, err := t.ml.OpenCursor(ctx, replCursorPrefix+remote, mledger.Earliest)
 	if err != nil {
 		return nil, err
@@ -829,7 +830,7 @@ func (t *Topic) newReplSender(ctx context.Context, remote string, eff Replicatio
 
 // senderConfig is the sender configuration towards remote under the
 // namespace's replication policy: its rate limit and backlog quota.
-func (t *Topic) senderConfig(remote string, eff ReplicationPolicy) replicator.SenderConfig {
+func (t *Topic) senderConfig(remote string, eff meta.ReplicationPolicy) replicator.SenderConfig {
 	cfg := replicator.DefaultSenderConfig(t.b.cfg.Cluster, remote)
 	cfg.Limiter = t.b.replLimiter(t.name.NamespaceName(), remote, eff.RateBytesPerSecond)
 	if eff.BacklogQuotaBytes > 0 {
@@ -845,7 +846,7 @@ func cursorProps(c replicator.Cursor) map[string]int64 {
 // initialReplCursor is where a new replicator starts: after the log's end
 // (start-at latest) or before the first retained entry (earliest, the
 // default: a new region gets the whole retained history).
-func (t *Topic) initialReplCursor(ctx context.Context, eff ReplicationPolicy) (replicator.Cursor, error) {
+func (t *Topic) initialReplCursor(ctx context.Context, eff meta.ReplicationPolicy) (replicator.Cursor, error) {
 	t.mu.Lock()
 	last, seq, bytes := t.lastPos, t.localSeq, t.localBytes
 	t.mu.Unlock()
@@ -1277,7 +1278,7 @@ func (b *Broker) loadBacklogged(ctx context.Context) {
 		if u != b.serverURL {
 			continue
 		}
-		if _, err := b.getTopic(ctx, name, false); errors.Is(err, ErrTopicNotFound) {
+		if _, err := b.getTopic(ctx, name, false); errors.Is(err, meta.ErrTopicNotFound) {
 			_ = b.cfg.Store.Delete(ctx, kv.Key)
 		} else if err != nil {
 			b.log.Warn("replication backlog: topic not loaded", "topic", name, "err", err)
@@ -1455,7 +1456,7 @@ func (rs *replSender) resync() {
 	rs.t.mu.Lock()
 	eff := rs.t.pol.Effective()
 	rs.t.mu.Unlock()
-	eff.StartAt = StartAtEarliest
+	eff.StartAt = meta.StartAtEarliest
 	start, err := rs.t.initialReplCursor(ctx, eff)
 	if err != nil {
 		rs.log.Warn("replication resync: cannot find the first retained entry", "topic", rs.t.name.String(), "remote", rs.remote, "err", err)
@@ -1528,7 +1529,7 @@ func (t *Topic) lastEntryBefore(ledger int64) (mledger.Position, bool) {
 // not have been replicated yet when it first arrived.
 func (t *Topic) subscriptionUpdates(last map[string]subSent) []*replpb.SubscriptionUpdate {
 	pol := t.policies()
-	if !activeStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != t.b.cfg.Cluster {
+	if !meta.ActiveStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != t.b.cfg.Cluster {
 		return nil
 	}
 	var out []*replpb.SubscriptionUpdate
@@ -1633,7 +1634,7 @@ func (t *Topic) applySubscription(ctx context.Context, from string, u *replpb.Su
 func (t *Topic) applySubscriptionUpdate(ctx context.Context, p pendingSubUpdate) {
 	from, u := p.from, p.u
 	pol := t.policies()
-	if !activeStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) {
+	if !meta.ActiveStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) {
 		t.setPendingSubscription(p, false)
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/internal/testutil"
 )
 
@@ -20,63 +21,65 @@ func TestValidateReplication(t *testing.T) {
 	known := []string{"east", "north", "west"}
 	two := []string{"east", "west"}
 	three := []string{"east", "west", "north"}
-	pers := func(e, w, a int) *Persistence { return &Persistence{EnsembleSize: e, WriteQuorum: w, AckQuorum: a} }
+	pers := func(e, w, a int) *meta.Persistence {
+		return &meta.Persistence{EnsembleSize: e, WriteQuorum: w, AckQuorum: a}
+	}
 	cases := []struct {
 		name    string
 		regions []string
-		rp      *ReplicationPolicy
-		pers    *Persistence
+		rp      *meta.ReplicationPolicy
+		pers    *meta.Persistence
 		wantErr string // "" = accepted; else a substring of the error
 	}{
 		// Acceptances.
 		{name: "one region, no policy", regions: []string{"east"}},
 		{name: "two regions, no policy", regions: two},
-		{name: "async explicit", regions: two, rp: &ReplicationPolicy{Mode: "async", Failover: "active-standby", Primary: "west"}},
-		{name: "active-active", regions: two, rp: &ReplicationPolicy{Failover: "active-active"}},
-		{name: "sync strict", regions: two, rp: &ReplicationPolicy{Mode: "sync", SyncOnUnreachable: "strict", SyncTimeoutMs: 5000}},
-		{name: "sync degrade", regions: two, rp: &ReplicationPolicy{Mode: "sync", SyncOnUnreachable: "degrade"}},
-		{name: "sync min-regions 2 of 3", regions: three, rp: &ReplicationPolicy{Mode: "sync", MinRegions: 2}},
-		{name: "sync min-regions all", regions: three, rp: &ReplicationPolicy{Mode: "sync", MinRegions: 3}},
-		{name: "async min-regions 1", regions: two, rp: &ReplicationPolicy{MinRegions: 1}},
-		{name: "start-at latest", regions: two, rp: &ReplicationPolicy{StartAt: "latest"}},
-		{name: "start-at earliest", regions: two, rp: &ReplicationPolicy{StartAt: "earliest"}},
-		{name: "backlog quota", regions: two, rp: &ReplicationPolicy{BacklogQuotaBytes: 10 << 30}},
-		{name: "stretched, no persistence", regions: two, rp: &ReplicationPolicy{Mode: "stretched"}},
-		{name: "stretched 4/4/2 strict", regions: two, rp: &ReplicationPolicy{Mode: "stretched"}, pers: pers(4, 4, 2)},
-		{name: "stretched 3/3/1 strict", regions: two, rp: &ReplicationPolicy{Mode: "stretched"}, pers: pers(3, 3, 1)},
-		{name: "stretched 2/2/2 degrade", regions: two, rp: &ReplicationPolicy{Mode: "stretched", SyncOnUnreachable: "degrade"}, pers: pers(2, 2, 2)},
-		{name: "stretched 3 regions 3/3/2 strict", regions: three, rp: &ReplicationPolicy{Mode: "stretched"}, pers: pers(3, 3, 2)},
-		{name: "stretched min-regions 2 of 3 with write quorum 2", regions: three, rp: &ReplicationPolicy{Mode: "stretched", MinRegions: 2, SyncOnUnreachable: "degrade"}, pers: pers(2, 2, 2)},
+		{name: "async explicit", regions: two, rp: &meta.ReplicationPolicy{Mode: "async", Failover: "active-standby", Primary: "west"}},
+		{name: "active-active", regions: two, rp: &meta.ReplicationPolicy{Failover: "active-active"}},
+		{name: "sync strict", regions: two, rp: &meta.ReplicationPolicy{Mode: "sync", SyncOnUnreachable: "strict", SyncTimeoutMs: 5000}},
+		{name: "sync degrade", regions: two, rp: &meta.ReplicationPolicy{Mode: "sync", SyncOnUnreachable: "degrade"}},
+		{name: "sync min-regions 2 of 3", regions: three, rp: &meta.ReplicationPolicy{Mode: "sync", MinRegions: 2}},
+		{name: "sync min-regions all", regions: three, rp: &meta.ReplicationPolicy{Mode: "sync", MinRegions: 3}},
+		{name: "async min-regions 1", regions: two, rp: &meta.ReplicationPolicy{MinRegions: 1}},
+		{name: "start-at latest", regions: two, rp: &meta.ReplicationPolicy{StartAt: "latest"}},
+		{name: "start-at earliest", regions: two, rp: &meta.ReplicationPolicy{StartAt: "earliest"}},
+		{name: "backlog quota", regions: two, rp: &meta.ReplicationPolicy{BacklogQuotaBytes: 10 << 30}},
+		{name: "stretched, no persistence", regions: two, rp: &meta.ReplicationPolicy{Mode: "stretched"}},
+		{name: "stretched 4/4/2 strict", regions: two, rp: &meta.ReplicationPolicy{Mode: "stretched"}, pers: pers(4, 4, 2)},
+		{name: "stretched 3/3/1 strict", regions: two, rp: &meta.ReplicationPolicy{Mode: "stretched"}, pers: pers(3, 3, 1)},
+		{name: "stretched 2/2/2 degrade", regions: two, rp: &meta.ReplicationPolicy{Mode: "stretched", SyncOnUnreachable: "degrade"}, pers: pers(2, 2, 2)},
+		{name: "stretched 3 regions 3/3/2 strict", regions: three, rp: &meta.ReplicationPolicy{Mode: "stretched"}, pers: pers(3, 3, 2)},
+		{name: "stretched min-regions 2 of 3 with write quorum 2", regions: three, rp: &meta.ReplicationPolicy{Mode: "stretched", MinRegions: 2, SyncOnUnreachable: "degrade"}, pers: pers(2, 2, 2)},
 
 		// Refusals.
 		{name: "no region", regions: nil, wantErr: "at least one region"},
 		{name: "unknown region", regions: []string{"east", "mars"}, wantErr: `region "mars" is not registered`},
 		{name: "duplicate region", regions: []string{"east", "east"}, wantErr: "listed twice"},
 		{name: "malformed region", regions: []string{"ea/st"}, wantErr: "region"},
-		{name: "bad mode", regions: two, rp: &ReplicationPolicy{Mode: "eventually"}, wantErr: `mode "eventually"`},
-		{name: "bad failover", regions: two, rp: &ReplicationPolicy{Failover: "hot"}, wantErr: `failover "hot"`},
-		{name: "primary not a region", regions: two, rp: &ReplicationPolicy{Primary: "north"}, wantErr: `primary "north"`},
-		{name: "bad sync-on-unreachable", regions: two, rp: &ReplicationPolicy{Mode: "sync", SyncOnUnreachable: "wait"}, wantErr: `syncOnUnreachable "wait"`},
-		{name: "negative sync timeout", regions: two, rp: &ReplicationPolicy{Mode: "sync", SyncTimeoutMs: -1}, wantErr: "syncTimeoutMs -1"},
-		{name: "bad start-at", regions: two, rp: &ReplicationPolicy{StartAt: "middle"}, wantErr: `startAt "middle"`},
-		{name: "bad orphans policy", regions: two, rp: &ReplicationPolicy{Orphans: "drop"}, wantErr: `orphans "drop"`},
-		{name: "switch-back below -1", regions: two, rp: &ReplicationPolicy{SwitchBackDelayMs: ptr(int64(-2))}, wantErr: "switchBackDelayMs -2"},
-		{name: "negative failover delay", regions: two, rp: &ReplicationPolicy{FailoverDelayMs: -1}, wantErr: "failoverDelayMs -1"},
-		{name: "negative backlog quota", regions: two, rp: &ReplicationPolicy{BacklogQuotaBytes: -5}, wantErr: "backlogQuotaBytes -5"},
-		{name: "sync one region", regions: []string{"east"}, rp: &ReplicationPolicy{Mode: "sync"}, wantErr: "needs at least 2 regions"},
-		{name: "stretched one region", regions: []string{"east"}, rp: &ReplicationPolicy{Mode: "stretched"}, wantErr: "needs at least 2 regions"},
-		{name: "min-regions negative", regions: two, rp: &ReplicationPolicy{Mode: "sync", MinRegions: -1}, wantErr: "minRegions -1"},
-		{name: "min-regions above regions", regions: two, rp: &ReplicationPolicy{Mode: "sync", MinRegions: 3}, wantErr: "minRegions 3"},
-		{name: "min-regions with async", regions: two, rp: &ReplicationPolicy{MinRegions: 2}, wantErr: "needs mode sync or stretched"},
-		{name: "min-regions 1 with sync", regions: two, rp: &ReplicationPolicy{Mode: "sync", MinRegions: 1}, wantErr: "use async"},
-		{name: "stretched ack above write", regions: two, rp: &ReplicationPolicy{Mode: "stretched", SyncOnUnreachable: "degrade"}, pers: pers(3, 2, 3), wantErr: "exceeds write quorum"},
-		{name: "stretched write quorum below regions", regions: three, rp: &ReplicationPolicy{Mode: "stretched", SyncOnUnreachable: "degrade"}, pers: pers(2, 2, 1), wantErr: "cannot put each entry in 3 regions"},
-		{name: "stretched 2/2/2 strict", regions: two, rp: &ReplicationPolicy{Mode: "stretched"}, pers: pers(2, 2, 2), wantErr: "every write would stop"},
-		{name: "stretched 3/3/2 strict two regions", regions: two, rp: &ReplicationPolicy{Mode: "stretched", SyncOnUnreachable: "strict"}, pers: pers(3, 3, 2), wantErr: "lower the ack quorum to 1"},
+		{name: "bad mode", regions: two, rp: &meta.ReplicationPolicy{Mode: "eventually"}, wantErr: `mode "eventually"`},
+		{name: "bad failover", regions: two, rp: &meta.ReplicationPolicy{Failover: "hot"}, wantErr: `failover "hot"`},
+		{name: "primary not a region", regions: two, rp: &meta.ReplicationPolicy{Primary: "north"}, wantErr: `primary "north"`},
+		{name: "bad sync-on-unreachable", regions: two, rp: &meta.ReplicationPolicy{Mode: "sync", SyncOnUnreachable: "wait"}, wantErr: `syncOnUnreachable "wait"`},
+		{name: "negative sync timeout", regions: two, rp: &meta.ReplicationPolicy{Mode: "sync", SyncTimeoutMs: -1}, wantErr: "syncTimeoutMs -1"},
+		{name: "bad start-at", regions: two, rp: &meta.ReplicationPolicy{StartAt: "middle"}, wantErr: `startAt "middle"`},
+		{name: "bad orphans policy", regions: two, rp: &meta.ReplicationPolicy{Orphans: "drop"}, wantErr: `orphans "drop"`},
+		{name: "switch-back below -1", regions: two, rp: &meta.ReplicationPolicy{SwitchBackDelayMs: ptr(int64(-2))}, wantErr: "switchBackDelayMs -2"},
+		{name: "negative failover delay", regions: two, rp: &meta.ReplicationPolicy{FailoverDelayMs: -1}, wantErr: "failoverDelayMs -1"},
+		{name: "negative backlog quota", regions: two, rp: &meta.ReplicationPolicy{BacklogQuotaBytes: -5}, wantErr: "backlogQuotaBytes -5"},
+		{name: "sync one region", regions: []string{"east"}, rp: &meta.ReplicationPolicy{Mode: "sync"}, wantErr: "needs at least 2 regions"},
+		{name: "stretched one region", regions: []string{"east"}, rp: &meta.ReplicationPolicy{Mode: "stretched"}, wantErr: "needs at least 2 regions"},
+		{name: "min-regions negative", regions: two, rp: &meta.ReplicationPolicy{Mode: "sync", MinRegions: -1}, wantErr: "minRegions -1"},
+		{name: "min-regions above regions", regions: two, rp: &meta.ReplicationPolicy{Mode: "sync", MinRegions: 3}, wantErr: "minRegions 3"},
+		{name: "min-regions with async", regions: two, rp: &meta.ReplicationPolicy{MinRegions: 2}, wantErr: "needs mode sync or stretched"},
+		{name: "min-regions 1 with sync", regions: two, rp: &meta.ReplicationPolicy{Mode: "sync", MinRegions: 1}, wantErr: "use async"},
+		{name: "stretched ack above write", regions: two, rp: &meta.ReplicationPolicy{Mode: "stretched", SyncOnUnreachable: "degrade"}, pers: pers(3, 2, 3), wantErr: "exceeds write quorum"},
+		{name: "stretched write quorum below regions", regions: three, rp: &meta.ReplicationPolicy{Mode: "stretched", SyncOnUnreachable: "degrade"}, pers: pers(2, 2, 1), wantErr: "cannot put each entry in 3 regions"},
+		{name: "stretched 2/2/2 strict", regions: two, rp: &meta.ReplicationPolicy{Mode: "stretched"}, pers: pers(2, 2, 2), wantErr: "every write would stop"},
+		{name: "stretched 3/3/2 strict two regions", regions: two, rp: &meta.ReplicationPolicy{Mode: "stretched", SyncOnUnreachable: "strict"}, pers: pers(3, 3, 2), wantErr: "lower the ack quorum to 1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := validateReplication(Policies{ReplicationClusters: tc.regions, Replication: tc.rp, Persistence: tc.pers}, known)
+			err := meta.ValidateReplication(meta.Policies{ReplicationClusters: tc.regions, Replication: tc.rp, Persistence: tc.pers}, known)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -89,8 +92,8 @@ func TestValidateReplication(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("error %q does not contain %q", err, tc.wantErr)
 			}
-			var he httpError
-			if !errors.As(err, &he) || he.code != http.StatusBadRequest {
+			var he meta.StatusError
+			if !errors.As(err, &he) || he.Status != http.StatusBadRequest {
 				t.Fatalf("error %v is not an HTTP 400", err)
 			}
 		})
@@ -98,16 +101,16 @@ func TestValidateReplication(t *testing.T) {
 }
 
 func TestReplicationEffective(t *testing.T) {
-	got := Policies{ReplicationClusters: []string{"west", "east"}}.Effective()
-	want := ReplicationPolicy{Mode: "async", Failover: "active-standby", Primary: "west", SyncOnUnreachable: "strict", SyncTimeoutMs: 30000, StartAt: "earliest", MinRegions: 1}
+	got := meta.Policies{ReplicationClusters: []string{"west", "east"}}.Effective()
+	want := meta.ReplicationPolicy{Mode: "async", Failover: "active-standby", Primary: "west", SyncOnUnreachable: "strict", SyncTimeoutMs: 30000, StartAt: "earliest", MinRegions: 1}
 	if got != want {
 		t.Fatalf("defaults: got %+v, want %+v", got, want)
 	}
-	set := ReplicationPolicy{Mode: "sync", Failover: "active-active", Primary: "east", SyncOnUnreachable: "degrade", SyncTimeoutMs: 100, StartAt: "latest", MinRegions: 2, BacklogQuotaBytes: 7}
-	if got := (Policies{ReplicationClusters: []string{"west", "east", "north"}, Replication: &set}).Effective(); got != set {
+	set := meta.ReplicationPolicy{Mode: "sync", Failover: "active-active", Primary: "east", SyncOnUnreachable: "degrade", SyncTimeoutMs: 100, StartAt: "latest", MinRegions: 2, BacklogQuotaBytes: 7}
+	if got := (meta.Policies{ReplicationClusters: []string{"west", "east", "north"}, Replication: &set}).Effective(); got != set {
 		t.Fatalf("explicit values changed: got %+v, want %+v", got, set)
 	}
-	if got := (Policies{ReplicationClusters: []string{"west", "east", "north"}, Replication: &ReplicationPolicy{Mode: "stretched"}}).Effective(); got.MinRegions != 3 {
+	if got := (meta.Policies{ReplicationClusters: []string{"west", "east", "north"}, Replication: &meta.ReplicationPolicy{Mode: "stretched"}}).Effective(); got.MinRegions != 3 {
 		t.Fatalf("stretched default minRegions %d, want all 3 regions", got.MinRegions)
 	}
 }
@@ -126,7 +129,7 @@ func TestRegionRegistryEnsureDefaults(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- NewMetadata(testutil.Store(t, url, prefix)).EnsureDefaults(ctx, region)
+				errs <- meta.NewMetadata(testutil.Store(t, url, prefix)).EnsureDefaults(ctx, region)
 			}()
 		}
 		wg.Wait()
@@ -136,7 +139,7 @@ func TestRegionRegistryEnsureDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		m := NewMetadata(testutil.Store(t, url, prefix))
+		m := meta.NewMetadata(testutil.Store(t, url, prefix))
 		regions, err := m.ListRegions(ctx)
 		if err != nil || !slices.Equal(regions, []string{"east", "west"}) {
 			t.Fatalf("regions %v, %v", regions, err)
@@ -149,21 +152,21 @@ func TestRegionRegistryEnsureDefaults(t *testing.T) {
 		if !slices.Equal(got, []string{"east", "west"}) {
 			t.Fatalf("public/default regions %v, want east and west", p.ReplicationClusters)
 		}
-		if p.Replication == nil || p.Replication.Mode != ReplicationAsync || p.Replication.Failover != FailoverActiveStandby || p.Replication.Primary != p.ReplicationClusters[0] {
+		if p.Replication == nil || p.Replication.Mode != meta.ReplicationAsync || p.Replication.Failover != meta.FailoverActiveStandby || p.Replication.Primary != p.ReplicationClusters[0] {
 			t.Fatalf("public/default policy %+v", p.Replication)
 		}
 		ti, err := m.GetTenant(ctx, "public")
 		if err != nil || !slices.Equal(slices.Sorted(slices.Values(ti.AllowedClusters)), []string{"east", "west"}) {
 			t.Fatalf("tenant public %+v, %v", ti, err)
 		}
-		if err := validateReplication(p, regions); err != nil {
+		if err := meta.ValidateReplication(p, regions); err != nil {
 			t.Fatalf("the default policy is refused: %v", err)
 		}
 	}
 
 	// Sequential starts, and a region an operator removed stays removed
 	// across its brokers' restarts.
-	m := NewMetadata(testutil.Store(t, url, "/seq"))
+	m := meta.NewMetadata(testutil.Store(t, url, "/seq"))
 	for _, r := range []string{"east", "west"} {
 		if err := m.EnsureDefaults(ctx, r); err != nil {
 			t.Fatal(err)
@@ -173,7 +176,7 @@ func TestRegionRegistryEnsureDefaults(t *testing.T) {
 	if !slices.Equal(p.ReplicationClusters, []string{"east", "west"}) || p.Replication.Primary != "east" {
 		t.Fatalf("public/default %+v %+v", p.ReplicationClusters, p.Replication)
 	}
-	if err := m.UpdatePolicies(ctx, "public/default", func(p *Policies) { p.ReplicationClusters = []string{"east"} }); err != nil {
+	if err := m.UpdatePolicies(ctx, "public/default", func(p *meta.Policies) { p.ReplicationClusters = []string{"east"} }); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.EnsureDefaults(ctx, "west"); err != nil {
@@ -191,7 +194,7 @@ func TestRegionRegistryEnsureDefaults(t *testing.T) {
 func TestReplicationUpdatePoliciesCAS(t *testing.T) {
 	url := testutil.StartEtcd(t)
 	ctx := context.Background()
-	m := NewMetadata(testutil.Store(t, url, "/cas"))
+	m := meta.NewMetadata(testutil.Store(t, url, "/cas"))
 	if err := m.EnsureDefaults(ctx, "east"); err != nil {
 		t.Fatal(err)
 	}
@@ -201,8 +204,8 @@ func TestReplicationUpdatePoliciesCAS(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m2 := NewMetadata(testutil.Store(t, url, "/cas"))
-			if err := m2.UpdatePolicies(ctx, "public/default", func(p *Policies) { p.MessageTTLInSeconds++ }); err != nil {
+			m2 := meta.NewMetadata(testutil.Store(t, url, "/cas"))
+			if err := m2.UpdatePolicies(ctx, "public/default", func(p *meta.Policies) { p.MessageTTLInSeconds++ }); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -212,7 +215,7 @@ func TestReplicationUpdatePoliciesCAS(t *testing.T) {
 	if p.MessageTTLInSeconds != n {
 		t.Fatalf("%d concurrent increments gave %d", n, p.MessageTTLInSeconds)
 	}
-	if err := m.UpdatePolicies(ctx, "public/none", func(*Policies) {}); !errors.Is(err, ErrNotFound) {
+	if err := m.UpdatePolicies(ctx, "public/none", func(*meta.Policies) {}); !errors.Is(err, meta.ErrNotFound) {
 		t.Fatalf("update of a missing namespace: %v", err)
 	}
 }
@@ -247,11 +250,11 @@ func TestReplicationAdminAPI(t *testing.T) {
 	ctx := context.Background()
 	global := testutil.Store(t, url, "/global")
 	for _, r := range []string{"east", "west"} {
-		if err := NewMetadata(global).EnsureDefaults(ctx, r); err != nil {
+		if err := meta.NewMetadata(global).EnsureDefaults(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b := &Broker{cfg: Config{Cluster: "east"}, meta: NewMetadata(global)}
+	b := &Broker{cfg: Config{Cluster: "east"}, meta: meta.NewMetadata(global)}
 	b.metrics = newMetrics("east", b)
 	srv := httptest.NewServer(b.AdminHandler())
 	defer srv.Close()
@@ -267,11 +270,11 @@ func TestReplicationAdminAPI(t *testing.T) {
 			}
 		}
 	}
-	getPolicies := func(ns string) Policies {
+	getPolicies := func(ns string) meta.Policies {
 		t.Helper()
 		code, body := replAdmin(t, "GET", api+"/namespaces/"+ns, nil)
 		expect(code, body, 200)
-		var p Policies
+		var p meta.Policies
 		if err := json.Unmarshal([]byte(body), &p); err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +338,7 @@ func TestReplicationAdminAPI(t *testing.T) {
 	code, body = replAdmin(t, "POST", api+"/namespaces/public/geo/meridian-replication", map[string]any{"failover": "active-active", "syncTimeoutMs": 5000})
 	expect(code, body, 204)
 	p = getPolicies("public/geo")
-	if want := (ReplicationPolicy{Mode: "sync", Failover: "active-active", SyncOnUnreachable: "degrade", SyncTimeoutMs: 5000}); p.Replication == nil || *p.Replication != want || !slices.Equal(p.ReplicationClusters, []string{"east", "west"}) {
+	if want := (meta.ReplicationPolicy{Mode: "sync", Failover: "active-active", SyncOnUnreachable: "degrade", SyncTimeoutMs: 5000}); p.Replication == nil || *p.Replication != want || !slices.Equal(p.ReplicationClusters, []string{"east", "west"}) {
 		t.Fatalf("after partial update: %v %+v", p.ReplicationClusters, p.Replication)
 	}
 	code, body = replAdmin(t, "POST", api+"/namespaces/public/geo/meridian-replication", map[string]any{"regions": []string{"east"}})
@@ -397,11 +400,11 @@ func TestReplicationCLIRegions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("get: %v\n%s", err, out)
 	}
-	var p Policies
+	var p meta.Policies
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatalf("get is not JSON: %v\n%s", err, out)
 	}
-	want := ReplicationPolicy{Mode: "async", Failover: "active-active", StartAt: "earliest", BacklogQuotaBytes: 10 << 30, SyncTimeoutMs: 5000}
+	want := meta.ReplicationPolicy{Mode: "async", Failover: "active-active", StartAt: "earliest", BacklogQuotaBytes: 10 << 30, SyncTimeoutMs: 5000}
 	if p.Replication == nil || *p.Replication != want || !slices.Equal(p.ReplicationClusters, []string{"standalone"}) {
 		t.Fatalf("stored %v %+v, want %+v", p.ReplicationClusters, p.Replication, want)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/replicator"
 )
 
@@ -55,7 +56,7 @@ func (t *Topic) refreshSync() {
 	t.mu.Unlock()
 	eff := pol.Effective()
 	var remotes []string
-	if eff.Mode == ReplicationSync && slices.Contains(pol.ReplicationClusters, t.b.cfg.Cluster) {
+	if eff.Mode == meta.ReplicationSync && slices.Contains(pol.ReplicationClusters, t.b.cfg.Cluster) {
 		for _, r := range pol.ReplicationClusters {
 			if r != t.b.cfg.Cluster {
 				remotes = append(remotes, r)
@@ -70,7 +71,7 @@ func (t *Topic) refreshSync() {
 	}
 	if len(remotes) > 0 {
 		cfg := replicator.SyncConfig{Timeout: time.Duration(eff.SyncTimeoutMs) * time.Millisecond}
-		if eff.SyncOnUnreachable == SyncDegrade {
+		if eff.SyncOnUnreachable == meta.SyncDegrade {
 			cfg.Policy = replicator.SyncDegrade
 		}
 		ss := &syncState{tr: replicator.NewSyncTracker(cfg, remotes, 0, time.Now()), regions: remotes, b: t.b, topic: t.name.String(),
@@ -256,13 +257,13 @@ func (ss *syncState) removeLocked(region string, epoch uint64) {
 // failedOver returns the namespace's record when this region became its
 // active region by an unplanned move (the previous region was declared
 // failed), else a record with no Previous.
-func (b *Broker) failedOver(ns string, pol Policies) FailoverRecord {
-	if b.fo == nil || !activeStandby(pol) {
-		return FailoverRecord{}
+func (b *Broker) failedOver(ns string, pol meta.Policies) meta.FailoverRecord {
+	if b.fo == nil || !meta.ActiveStandby(pol) {
+		return meta.FailoverRecord{}
 	}
 	r := b.fo.record(ns, pol)
 	if r.Active != b.cfg.Cluster || r.CatchUp || r.Previous == "" || r.Previous == b.cfg.Cluster {
-		return FailoverRecord{}
+		return meta.FailoverRecord{}
 	}
 	return r
 }

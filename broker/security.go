@@ -86,13 +86,6 @@ func (s SecurityConfig) Validate() error {
 	return nil
 }
 
-// Sentinel errors of security, mapped to AuthenticationError /
-// AuthorizationError on the protocol and 401 / 403 on the admin API.
-var (
-	ErrAuthentication = errors.New("authentication failed")
-	ErrAuthorization  = errors.New("not authorized")
-)
-
 // secMetrics count refusals (no log line per occurrence).
 type secMetrics struct {
 	authFailures *prometheus.CounterVec // by reason

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
@@ -547,9 +548,9 @@ func (m *multiRegionBookies) close() {
 // stretchedLedgerConfig adapts a topic's managed-ledger config to a
 // stretched namespace: metadata in the global store, the stretched ledger
 // client, region-aware placement over the namespace's regions.
-func (b *Broker) stretchedLedgerConfig(mlc *mledger.Config, pol Policies) error {
+func (b *Broker) stretchedLedgerConfig(mlc *mledger.Config, pol meta.Policies) error {
 	if b.stretched == nil {
-		return fmt.Errorf("%w: namespace mode stretched needs a multi-region broker (a global store and the region's bookie view)", ErrNotAllowed)
+		return fmt.Errorf("%w: namespace mode stretched needs a multi-region broker (a global store and the region's bookie view)", meta.ErrNotAllowed)
 	}
 	for _, r := range pol.ReplicationClusters {
 		if r != b.cfg.Cluster {

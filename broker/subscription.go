@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
@@ -183,26 +184,26 @@ func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return nil, fmt.Errorf("%w: subscription %s is closing", ErrTopicFenced, s.name)
+		return nil, fmt.Errorf("%w: subscription %s is closing", meta.ErrTopicFenced, s.name)
 	}
 	if m.GetSubType() != s.typ {
 		if len(s.consumers) > 0 {
-			return nil, fmt.Errorf("%w: subscription %s is %s, not %s", ErrConsumerBusy, s.name, s.typ, m.GetSubType())
+			return nil, fmt.Errorf("%w: subscription %s is %s, not %s", meta.ErrConsumerBusy, s.name, s.typ, m.GetSubType())
 		}
 		s.typ = m.GetSubType()
 	}
 	if s.typ == pb.CommandSubscribe_Exclusive && len(s.consumers) > 0 {
-		return nil, fmt.Errorf("%w: exclusive subscription %s already has a consumer", ErrConsumerBusy, s.name)
+		return nil, fmt.Errorf("%w: exclusive subscription %s already has a consumer", meta.ErrConsumerBusy, s.name)
 	}
 	cfg := s.topic.b.cfg
 	if !underLimit(len(s.consumers), cfg.MaxConsumersPerSubscription) {
 		s.topic.b.limitExceeded(limitConsumersPerSubscription)
-		return nil, fmt.Errorf("%w: subscription %s has reached the limit of %d consumers", ErrConsumerBusy, s.name, cfg.MaxConsumersPerSubscription)
+		return nil, fmt.Errorf("%w: subscription %s has reached the limit of %d consumers", meta.ErrConsumerBusy, s.name, cfg.MaxConsumersPerSubscription)
 	}
 	if n := s.topic.consumers.Add(1); !underLimit(int(n-1), cfg.MaxConsumersPerTopic) {
 		s.topic.consumers.Add(-1)
 		s.topic.b.limitExceeded(limitConsumersPerTopic)
-		return nil, fmt.Errorf("%w: %s has reached the limit of %d consumers", ErrConsumerBusy, s.topic.name, cfg.MaxConsumersPerTopic)
+		return nil, fmt.Errorf("%w: %s has reached the limit of %d consumers", meta.ErrConsumerBusy, s.topic.name, cfg.MaxConsumersPerTopic)
 	}
 	cs := &Consumer{id: m.GetConsumerId(), name: m.GetConsumerName(), conn: c, sub: s, priority: m.GetPriorityLevel()}
 	for i := range cs.ring {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
@@ -20,9 +21,9 @@ import (
 // and deduplication state. Safe for concurrent use.
 type Topic struct {
 	b    *Broker
-	name TopicName
+	name meta.TopicName
 	ml   *mledger.ManagedLedger
-	pol  Policies
+	pol  meta.Policies
 	// store holds the topic's own records (its managed ledger's store: the
 	// region's, or the global store for a stretched namespace).
 	store *cluster.Store
@@ -104,7 +105,7 @@ type pendingPublish struct {
 
 const recentPositions = 1024
 
-func newTopic(b *Broker, tn TopicName, ml *mledger.ManagedLedger, pol Policies) *Topic {
+func newTopic(b *Broker, tn meta.TopicName, ml *mledger.ManagedLedger, pol meta.Policies) *Topic {
 	return &Topic{
 		b: b, name: tn, ml: ml, pol: pol, store: b.cfg.Store,
 		producers: map[*Producer]struct{}{},
@@ -228,7 +229,7 @@ func (t *Topic) noteEntryLocked(pos mledger.Position, d decodedEntry) {
 }
 
 // policies returns the namespace's policies as last read.
-func (t *Topic) policies() Policies {
+func (t *Topic) policies() meta.Policies {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.pol
@@ -308,21 +309,21 @@ func (t *Topic) addProducer(p *Producer) (int64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return 0, fmt.Errorf("%w: %s is closing", ErrTopicFenced, t.name)
+		return 0, fmt.Errorf("%w: %s is closing", meta.ErrTopicFenced, t.name)
 	}
 	if t.quotaErr != nil {
 		return 0, t.quotaErr
 	}
 	if !underLimit(len(t.producers), t.b.cfg.MaxProducersPerTopic) {
 		t.b.limitExceeded(limitProducersPerTopic)
-		return 0, fmt.Errorf("%w: %s has reached the limit of %d producers", ErrProducerBusy, t.name, t.b.cfg.MaxProducersPerTopic)
+		return 0, fmt.Errorf("%w: %s has reached the limit of %d producers", meta.ErrProducerBusy, t.name, t.b.cfg.MaxProducersPerTopic)
 	}
 	for q := range t.producers {
 		if q.exclusive || p.exclusive {
-			return 0, fmt.Errorf("%w: %s already has producer %s", ErrProducerBusy, t.name, q.name)
+			return 0, fmt.Errorf("%w: %s already has producer %s", meta.ErrProducerBusy, t.name, q.name)
 		}
 		if q.name == p.name {
-			return 0, fmt.Errorf("%w: producer named %s already connected to %s", ErrProducerBusy, p.name, t.name)
+			return 0, fmt.Errorf("%w: producer named %s already connected to %s", meta.ErrProducerBusy, p.name, t.name)
 		}
 	}
 	t.producers[p] = struct{}{}
@@ -511,14 +512,14 @@ func (t *Topic) notifySubs() {
 // subscribe adds a consumer to (creating if needed) a subscription.
 func (t *Topic) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe) (*Consumer, error) {
 	name := m.GetSubscription()
-	if err := validSubscription(name); err != nil {
+	if err := meta.ValidSubscription(name); err != nil {
 		return nil, err
 	}
 	durable := m.Durable == nil || m.GetDurable()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s is closing", ErrTopicFenced, t.name)
+		return nil, fmt.Errorf("%w: %s is closing", meta.ErrTopicFenced, t.name)
 	}
 	s := t.subs[name]
 	t.mu.Unlock()
@@ -532,7 +533,7 @@ func (t *Topic) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe) 
 			var err error
 			cur, err = t.ml.OpenCursor(ctx, name, initial)
 			if err != nil {
-				return nil, fmt.Errorf("%w: cursor %s: %v", ErrServiceNotReady, name, err)
+				return nil, fmt.Errorf("%w: cursor %s: %v", meta.ErrServiceNotReady, name, err)
 			}
 		} else {
 			cur = t.ml.NewNonDurableCursor(t.startPosition(m))
@@ -576,7 +577,7 @@ func (t *Topic) startPosition(m *pb.CommandSubscribe) mledger.Position {
 func (t *Topic) unsubscribe(ctx context.Context, cs *Consumer) error {
 	s := cs.sub
 	if n := s.consumerCount(); n > 1 {
-		return fmt.Errorf("%w: subscription %s has %d consumers", ErrConsumerBusy, s.name, n)
+		return fmt.Errorf("%w: subscription %s has %d consumers", meta.ErrConsumerBusy, s.name, n)
 	}
 	s.removeConsumer(cs)
 	return t.deleteSubscription(ctx, s.name)
@@ -588,7 +589,7 @@ func (t *Topic) deleteSubscription(ctx context.Context, name string) error {
 	delete(t.subs, name)
 	t.mu.Unlock()
 	if s == nil {
-		return fmt.Errorf("%w: subscription %s", ErrNotFound, name)
+		return fmt.Errorf("%w: subscription %s", meta.ErrNotFound, name)
 	}
 	s.stop(ctx)
 	t.b.metrics.subscriptions.Dec()
@@ -709,7 +710,7 @@ func (p *Producer) publish(m *pb.CommandSend, msg framedMsg) {
 			// another region may be acknowledging now. The entry is stored
 			// here (and replicates), but its receipt must come from the
 			// active region: the client resends there.
-			err = fmt.Errorf("%w: region %s may not acknowledge for namespace %s now", ErrServiceNotReady, p.topic.b.cfg.Cluster, p.topic.name.NamespaceName())
+			err = fmt.Errorf("%w: region %s may not acknowledge for namespace %s now", meta.ErrServiceNotReady, p.topic.b.cfg.Cluster, p.topic.name.NamespaceName())
 		}
 		if err != nil {
 			p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{

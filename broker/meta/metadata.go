@@ -1,4 +1,4 @@
-package broker
+package meta
 
 import (
 	"context"
@@ -223,7 +223,7 @@ func (m *Metadata) get(ctx context.Context, key string) ([]byte, error) {
 		err = read(actx)
 		cancel()
 	} else {
-		err = readAttempts(ctx, time.Second, read)
+		err = ReadAttempts(ctx, time.Second, read)
 	}
 	switch {
 	case err == nil:
@@ -256,7 +256,7 @@ func (m *Metadata) get(ctx context.Context, key string) ([]byte, error) {
 // reconnect. The next attempt goes to another member instead of waiting
 // out the caller's whole deadline (seen: a paused region's global-store
 // member stalled the survivors' failover control for 13 s).
-func readAttempts(ctx context.Context, attempt time.Duration, read func(context.Context) error) error {
+func ReadAttempts(ctx context.Context, attempt time.Duration, read func(context.Context) error) error {
 	var err error
 	for i := 0; i < 3; i++ {
 		actx, cancel := context.WithTimeout(ctx, attempt)
@@ -630,7 +630,7 @@ type RegionInfo struct {
 // RegisterRegion records a region in the global store if it is not there
 // yet; created reports whether this call added it.
 func (m *Metadata) RegisterRegion(ctx context.Context, name string) (created bool, err error) {
-	if err := validateRegionName(name); err != nil {
+	if err := ValidateRegionName(name); err != nil {
 		return false, err
 	}
 	b, err := json.Marshal(RegionInfo{Name: name})
@@ -653,4 +653,20 @@ func (m *Metadata) ListRegions(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// maxBundles bounds a namespace's numBundles (each is an etcd ownership
+// key and a slot in every lookup's boundary list).
+const maxBundles = 4096
+
+// validatePolicies checks a new namespace's policies for what would
+// otherwise fail later, or allocate without bound, on the first lookup.
+func ValidatePolicies(p Policies) error {
+	if p.Bundles < 0 || p.Bundles > maxBundles {
+		return BadRequest(fmt.Errorf("numBundles %d: want 0 (default) to %d", p.Bundles, maxBundles))
+	}
+	if v := p.Persistence; v != nil && !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1) {
+		return BadRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package broker
+package meta
 
 import (
 	"errors"
@@ -88,7 +88,7 @@ func validPart(what, v string) error {
 // gone). Cursor keys escape the name, so "/" and dots are allowed, but it
 // must be valid UTF-8 without control characters (it is a metrics label
 // and appears in admin JSON) and at most 1024 bytes.
-func validSubscription(name string) error {
+func ValidSubscription(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty subscription name", ErrNotAllowed)

@@ -1,0 +1,20 @@
+package meta
+
+const FailoverKey = "/failover/"
+
+// FailoverRecord is the active region of an active-standby namespace.
+type FailoverRecord struct {
+	Namespace string `json:"namespace"`
+	Active    string `json:"active"`
+	Epoch     uint64 `json:"epoch"`
+	Previous  string `json:"previous,omitempty"`
+	CatchUp   bool   `json:"catchUp,omitempty"`
+	SinceMs   int64  `json:"sinceMs"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// activeStandby reports whether the namespace has one active region at a
+// time (several regions, failover active-standby).
+func ActiveStandby(pol Policies) bool {
+	return len(pol.ReplicationClusters) > 1 && pol.Effective().Failover == FailoverActiveStandby
+}

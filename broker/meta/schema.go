@@ -1,0 +1,140 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+
+	"github.com/meridian-mq/meridian/cluster"
+)
+
+// Schemas are stored per topic (the parent of a partitioned topic) under
+// /schemas/TENANT/NS/TOPIC/VERSION (VERSION zero-padded), each a
+// storedSchema. Versions count from 0, as Pulsar's; a version on the wire
+// is 8 bytes big-endian. They are shared by every region through the
+// global store so every region has the same version numbers (they live in
+// Config.GlobalStore).
+type StoredSchema struct {
+	Type       string            `json:"type"`
+	Data       []byte            `json:"data"`
+	Properties map[string]string `json:"properties,omitempty"`
+	Deleted    bool              `json:"deleted,omitempty"`
+}
+
+// ErrIncompatibleSchema: the new schema fails the compatibility check.
+var ErrIncompatibleSchema = errors.New("incompatible schema")
+
+func schemaDir(t TopicName) string {
+	p := t.PartitionedParent()
+	return "/schemas/" + p.Tenant + "/" + p.Namespace + "/" + p.Local + "/"
+}
+
+func VersionBytes(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+
+// Schemas returns every stored version of a topic's schema, ascending.
+func (m *Metadata) Schemas(ctx context.Context, t TopicName) ([]StoredSchema, error) {
+	kvs, _, err := m.s.List(ctx, schemaDir(t))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StoredSchema, 0, len(kvs))
+	for _, kv := range kvs {
+		var s StoredSchema
+		if err := json.Unmarshal(kv.Value, &s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func schemaTypeName(s *pb.Schema) string { return s.GetType().String() }
+
+// GetOrCreateSchema returns the version of an identical stored schema, or
+// stores s as a new version after the compatibility check.
+func (m *Metadata) GetOrCreateSchema(ctx context.Context, t TopicName, s *pb.Schema) (int64, error) {
+	for {
+		all, err := m.Schemas(ctx, t)
+		if err != nil {
+			return 0, err
+		}
+		props := map[string]string{}
+		for _, kv := range s.Properties {
+			props[kv.GetKey()] = kv.GetValue()
+		}
+		for v := len(all) - 1; v >= 0; v-- {
+			if !all[v].Deleted && all[v].Type == schemaTypeName(s) && bytes.Equal(all[v].Data, s.SchemaData) {
+				return int64(v), nil
+			}
+		}
+		if len(all) > 0 {
+			if err := checkCompatible(all[len(all)-1], s); err != nil {
+				return 0, err
+			}
+		}
+		val, _ := json.Marshal(StoredSchema{Type: schemaTypeName(s), Data: s.SchemaData, Properties: props})
+		v := int64(len(all))
+		_, err = m.s.Create(ctx, schemaDir(t)+fmt.Sprintf("%020d", v), val)
+		if errors.Is(err, cluster.ErrExists) {
+			continue // another producer registered one concurrently; look again
+		}
+		return v, err
+	}
+}
+
+// checkCompatible is the BACKWARD check (a consumer with the new schema
+// can read data written with the old one): the type may not change; for
+// AVRO and JSON record schemas, every field the new schema adds must have
+// a default.
+func checkCompatible(old StoredSchema, s *pb.Schema) error {
+	if old.Deleted {
+		return nil
+	}
+	if old.Type != schemaTypeName(s) {
+		return fmt.Errorf("%w: type %s cannot follow %s", ErrIncompatibleSchema, schemaTypeName(s), old.Type)
+	}
+	if s.GetType() != pb.Schema_Avro && s.GetType() != pb.Schema_Json {
+		return nil
+	}
+	type field struct {
+		Name    string          `json:"name"`
+		Default json.RawMessage `json:"default"`
+	}
+	type record struct {
+		Fields []field `json:"fields"`
+	}
+	var o, n record
+	if json.Unmarshal(old.Data, &o) != nil || json.Unmarshal(s.SchemaData, &n) != nil {
+		return nil // not a record definition we can compare
+	}
+	had := map[string]bool{}
+	for _, f := range o.Fields {
+		had[f.Name] = true
+	}
+	for _, f := range n.Fields {
+		if !had[f.Name] && f.Default == nil {
+			return fmt.Errorf("%w: new field %q has no default, so data written with the previous version cannot be read", ErrIncompatibleSchema, f.Name)
+		}
+	}
+	return nil
+}
+
+// DeleteSchema marks the topic's schema deleted (a tombstone version, as
+// Pulsar does): producers may then register any schema as a new version.
+func (m *Metadata) DeleteSchema(ctx context.Context, t TopicName) error {
+	all, err := m.Schemas(ctx, t)
+	if err != nil {
+		return err
+	}
+	if len(all) == 0 || all[len(all)-1].Deleted {
+		return fmt.Errorf("%w: schema of %s", ErrNotFound, t)
+	}
+	val, _ := json.Marshal(StoredSchema{Deleted: true})
+	_, err = m.s.Create(ctx, schemaDir(t)+fmt.Sprintf("%020d", len(all)), val)
+	return err
+}
