@@ -38,7 +38,7 @@ func (b *Broker) startAdmin() error {
 		return fmt.Errorf("broker: admin listen %s: %w", b.cfg.AdminAddr, err)
 	}
 	b.adminLis = lis
-	serve, scheme := b.listenAdmin(lis)
+	serve, scheme := b.guard.ListenAdmin(lis)
 	b.adminScheme = scheme
 	b.adminSrv = &http.Server{Handler: b.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	go b.adminSrv.Serve(serve)
@@ -59,7 +59,7 @@ func (b *Broker) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	metricsHandler := promhttp.HandlerFor(append(prometheus.Gatherers{b.metrics.reg}, b.cfg.ExtraMetrics...), promhttp.HandlerOpts{})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		if err := b.authorizeAdmin(r, "GET /metrics"); err != nil {
+		if err := b.guard.AuthorizeAdmin(r, "GET /metrics"); err != nil {
 			writeAdmin(w, nil, err)
 			return
 		}
@@ -71,7 +71,7 @@ func (b *Broker) AdminHandler() http.Handler {
 			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 			defer cancel()
 			r = r.WithContext(ctx)
-			if err := b.authorizeAdmin(r, pattern); err != nil {
+			if err := b.guard.AuthorizeAdmin(r, pattern); err != nil {
 				writeAdmin(w, nil, err)
 				return
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
@@ -25,7 +26,7 @@ type Broker struct {
 	log     *slog.Logger
 	meta    *meta.Metadata
 	metrics *metrics
-	sec     *secMetrics
+	guard   *security.Guard
 	ctx     context.Context
 	cancel  context.CancelFunc
 	id      string // random per start: generated producer names stay unique
@@ -85,7 +86,7 @@ func New(cfg Config) (*Broker, error) {
 		id:       hex.EncodeToString(rb[:]),
 	}
 	b.metrics = newMetrics(cfg.Cluster, b)
-	b.sec = newSecMetrics(cfg.Cluster, b.metrics.reg)
+	b.guard = security.New(cfg.Security, b.meta, cfg.Cluster, b.metrics.reg)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -114,7 +115,7 @@ func (b *Broker) Start() error {
 		case <-time.After(pause):
 		}
 	}
-	lis, scheme, err := b.listen()
+	lis, scheme, err := b.guard.Listen(b.cfg.ListenAddr)
 	if err != nil {
 		return err
 	}

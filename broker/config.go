@@ -7,6 +7,7 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
 	"github.com/prometheus/client_golang/prometheus"
@@ -144,7 +145,7 @@ type Config struct {
 
 	// Security: TLS, token authentication and authorization
 	// (security.go). The zero value: plaintext, anyone may do anything.
-	Security SecurityConfig
+	Security security.Config
 
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
@@ -205,7 +206,7 @@ func (c Config) withDefaults() Config {
 	if c.GlobalStore == nil {
 		c.GlobalStore = c.Store
 	}
-	c.Security = c.Security.withDefaults()
+	c.Security = c.Security.WithDefaults()
 	c.ManagedLedger.Store = c.Store
 	c.ManagedLedger.Ledgers = c.Ledgers
 	if c.ManagedLedger.Logger == nil {

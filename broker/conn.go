@@ -14,6 +14,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/broker/security"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -47,7 +48,8 @@ type conn struct {
 	// Config.MaxPendingRequestsPerConnection.
 	pending atomic.Int64
 
-	auth connAuth // authentication (auth.go)
+	auth     security.ConnAuth // authentication (broker/security, connauth.go)
+	authLoop sync.Once         // starts the token refresh loop once
 
 	mu             sync.Mutex
 	connected      bool
@@ -347,14 +349,14 @@ func (c *conn) handle(f codec.Frame) bool {
 	case pb.BaseCommand_GET_SCHEMA:
 		m := cmd.GetGetSchema()
 		c.async(m.GetRequestId(), func() {
-			if c.schemaAllowed(pb.BaseCommand_GET_SCHEMA_RESPONSE, m.GetRequestId(), m.GetTopic(), opLookup) {
+			if c.schemaAllowed(pb.BaseCommand_GET_SCHEMA_RESPONSE, m.GetRequestId(), m.GetTopic(), security.OpLookup) {
 				c.handleGetSchema(m)
 			}
 		})
 	case pb.BaseCommand_GET_OR_CREATE_SCHEMA:
 		m := cmd.GetGetOrCreateSchema()
 		c.async(m.GetRequestId(), func() {
-			if c.schemaAllowed(pb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE, m.GetRequestId(), m.GetTopic(), opProduce) {
+			if c.schemaAllowed(pb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE, m.GetRequestId(), m.GetTopic(), security.OpProduce) {
 				c.handleGetOrCreateSchema(m)
 			}
 		})

@@ -271,7 +271,7 @@ func (b *Broker) reachableURL(urls []string) string {
 // that refuses a CONNECT without a token: either way it serves — within
 // timeout.
 func (b *Broker) handshake(u, host string, timeout time.Duration) bool {
-	c, err := b.handshakeConn(u, host, timeout)
+	c, err := b.guard.HandshakeConn(u, host, timeout)
 	if err != nil {
 		return false
 	}

@@ -5,21 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 )
-
-// GossipKeyring rotates the gossip encryption keys of every member
-// (cluster.Membership: serf's KeyManager, which asks every member and
-// fails unless all of them did it). Rotation: install the new key, use
-// it, remove the old one, each step done everywhere before the next.
-type GossipKeyring interface {
-	InstallKey(key []byte) error
-	UseKey(key []byte) error
-	RemoveKey(key []byte) error
-	ListKeys() (cluster.KeyringStatus, error)
-}
 
 // gossipKeyRequest is the body of POST /admin/v2/meridian/gossip/keys.
 // The key is a secret: send it over https, and it is never logged.
@@ -33,7 +24,7 @@ type gossipKeyRequest struct {
 // adminRuleFor).
 func (b *Broker) securityHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
 	b.permissionHandlers(h, ns)
-	kr := func() (GossipKeyring, error) {
+	kr := func() (security.GossipKeyring, error) {
 		if b.cfg.Security.GossipKeys == nil {
 			return nil, fmt.Errorf("%w: this broker does not gossip", meta.ErrNotFound)
 		}
@@ -88,4 +79,46 @@ func gossipKeyErr(err error) error {
 		return meta.StatusError{Status: http.StatusConflict, Err: err}
 	}
 	return meta.BadRequest(err)
+}
+
+// permissionHandlers serves Pulsar's namespace permission paths:
+// GET .../permissions, POST and DELETE .../permissions/{role} (the body of
+// POST is the list of actions, e.g. ["produce","consume"]).
+func (b *Broker) permissionHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/permissions", func(r *http.Request) (any, error) {
+		p, err := b.meta.GetPolicies(r.Context(), ns(r))
+		if err != nil {
+			return nil, err
+		}
+		ap, err := meta.DecodeAuthPolicies(p)
+		if err != nil {
+			return nil, err
+		}
+		return ap.NamespaceAuth, nil
+	})
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/permissions/{role}", func(r *http.Request) (any, error) {
+		var actions []string
+		if err := readJSON(r, &actions, false); err != nil {
+			return nil, err
+		}
+		for _, a := range actions {
+			if a != meta.ActionProduce && a != meta.ActionConsume {
+				return nil, meta.BadRequest(fmt.Errorf("action %q: want produce or consume", a))
+			}
+		}
+		role := r.PathValue("role")
+		if role == "" {
+			return nil, meta.BadRequest(errors.New("empty role"))
+		}
+		slices.Sort(actions)
+		actions = slices.Compact(actions)
+		return nil, b.meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
+			ap.NamespaceAuth[role] = actions
+		})
+	})
+	h("DELETE /admin/v2/namespaces/{tenant}/{ns}/permissions/{role}", func(r *http.Request) (any, error) {
+		return nil, b.meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
+			delete(ap.NamespaceAuth, r.PathValue("role"))
+		})
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/security"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -14,7 +15,7 @@ func (c *conn) handlePartitionedMetadata(m *pb.CommandPartitionedTopicMetadata) 
 	ctx, cancel := c.ctx()
 	defer cancel()
 	resp := &pb.CommandPartitionedTopicMetadataResponse{RequestId: proto.Uint64(m.GetRequestId())}
-	err := c.authorizeTopic(ctx, m.GetTopic(), opLookup)
+	err := c.authorizeTopic(ctx, m.GetTopic(), security.OpLookup)
 	var n int
 	if err == nil {
 		n, err = c.b.partitions(ctx, m.GetTopic())
@@ -34,7 +35,7 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(m.GetRequestId())}
-	if err := c.authorizeTopic(ctx, m.GetTopic(), opLookup); err != nil {
+	if err := c.authorizeTopic(ctx, m.GetTopic(), security.OpLookup); err != nil {
 		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
 		resp.Error = serverError(err).Enum()
 		resp.Message = proto.String(err.Error())
@@ -50,7 +51,7 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 		} else {
 			resp.Response = pb.CommandLookupTopicResponse_Redirect.Enum()
 			resp.BrokerServiceUrl = proto.String(other)
-			resp.BrokerServiceUrlTls = tlsURL(other)
+			resp.BrokerServiceUrlTls = security.TLSURL(other)
 			resp.Authoritative = proto.Bool(false)
 		}
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
@@ -67,12 +68,12 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 		// client's authoritative follow-up lookup.
 		resp.Response = pb.CommandLookupTopicResponse_Redirect.Enum()
 		resp.BrokerServiceUrl = proto.String(url)
-		resp.BrokerServiceUrlTls = tlsURL(url)
+		resp.BrokerServiceUrlTls = security.TLSURL(url)
 		resp.Authoritative = proto.Bool(true)
 	default:
 		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
 		resp.BrokerServiceUrl = proto.String(url)
-		resp.BrokerServiceUrlTls = tlsURL(url)
+		resp.BrokerServiceUrlTls = security.TLSURL(url)
 		resp.Authoritative = proto.Bool(true)
 	}
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
@@ -136,7 +137,7 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 		}()
 		ctx, cancel := c.ctx()
 		defer cancel()
-		if err := c.authorizeTopic(ctx, m.GetTopic(), opProduce); err != nil {
+		if err := c.authorizeTopic(ctx, m.GetTopic(), security.OpProduce); err != nil {
 			c.sendError(m.GetRequestId(), err)
 			return
 		}
@@ -260,7 +261,7 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 		}()
 		ctx, cancel := c.ctx()
 		defer cancel()
-		if err := c.authorizeTopic(ctx, m.GetTopic(), opConsume); err != nil {
+		if err := c.authorizeTopic(ctx, m.GetTopic(), security.OpConsume); err != nil {
 			c.sendError(m.GetRequestId(), err)
 			return
 		}
@@ -387,7 +388,7 @@ func (c *conn) handleGetTopics(m *pb.CommandGetTopicsOfNamespace) {
 		c.sendError(m.GetRequestId(), err)
 		return
 	}
-	if err := c.authorizeNamespace(ctx, ns, opLookup); err != nil {
+	if err := c.authorizeNamespace(ctx, ns, security.OpLookup); err != nil {
 		c.sendError(m.GetRequestId(), err)
 		return
 	}

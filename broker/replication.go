@@ -106,7 +106,7 @@ func (b *Broker) startReplication() error {
 	rs.srv = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(64 << 20), grpcpool.ServerOption(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})},
-		append(grpcpool.TransportServerOptions(), b.grpcServerOptions()...)...)...)
+		append(grpcpool.TransportServerOptions(), b.guard.GRPCServerOptions()...)...)...)
 	replpb.RegisterReplicationServer(rs.srv, rs)
 	b.repl = rs
 	go func() { _ = rs.srv.Serve(lis) }()
@@ -197,7 +197,7 @@ func (rs *replService) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)), grpcpool.DialOption(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second})},
-		append(grpcpool.TransportDialOptions(), rs.b.grpcDialOptions()...)...)...)
+		append(grpcpool.TransportDialOptions(), rs.b.guard.GRPCDialOptions()...)...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +223,7 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 	case h.Source == b.cfg.Cluster:
 		return status.Errorf(codes.InvalidArgument, "replication: a stream from region %s to itself", h.Source)
 	}
-	if err := b.replAuthorize(st.Context(), h.Source); err != nil {
+	if err := b.guard.ReplAuthorize(st.Context(), h.Source); err != nil {
 		return err
 	}
 	tn, err := meta.ParseTopic(h.Topic)
@@ -1387,7 +1387,7 @@ func (b *Broker) regionReplicationStatus(ctx context.Context, filter string) ([]
 		}
 		// A broker that just died stays registered until its lease
 		// expires: skip what does not answer soon.
-		resp, err := b.peerHTTP(3 * time.Second).Do(req)
+		resp, err := b.guard.PeerHTTP(3 * time.Second).Do(req)
 		if err != nil {
 			b.log.Debug("replication status: broker did not answer", "broker", p.ID, "err", err)
 			continue

@@ -140,7 +140,7 @@ func (b *Broker) startStretched() error {
 	src := &multiRegionBookies{local: b.cfg.Bookies, localRegion: b.cfg.Cluster, global: b.cfg.GlobalStore, views: map[string]*cluster.BookieView{}}
 	lc, err := ledger.New(ledger.Config{Store: b.cfg.GlobalStore, IDs: cluster.NewIDAllocator(b.cfg.GlobalStore), Bookies: src,
 		Region: b.cfg.Cluster, DegradedRecovery: true, EnsembleChangeTimeout: stretchedEnsembleChangeTimeout,
-		Logger: b.cfg.Logger.With("component", "stretched-ledger"), DialOptions: b.grpcDialOptions()})
+		Logger: b.cfg.Logger.With("component", "stretched-ledger"), DialOptions: b.guard.GRPCDialOptions()})
 	if err != nil {
 		return err
 	}

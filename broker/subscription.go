@@ -11,6 +11,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/security"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -312,7 +313,7 @@ func (s *Subscription) closeConsumers(target string) {
 		cc := &pb.CommandCloseConsumer{ConsumerId: proto.Uint64(c.id), RequestId: proto.Uint64(0)}
 		if target != "" {
 			cc.AssignedBrokerServiceUrl = proto.String(target)
-			cc.AssignedBrokerServiceUrlTls = tlsURL(target)
+			cc.AssignedBrokerServiceUrlTls = security.TLSURL(target)
 		}
 		c.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: cc})
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
@@ -743,7 +744,7 @@ func (p *Producer) closeByBroker(target string) {
 	cp := &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(0)}
 	if target != "" {
 		cp.AssignedBrokerServiceUrl = proto.String(target)
-		cp.AssignedBrokerServiceUrlTls = tlsURL(target)
+		cp.AssignedBrokerServiceUrlTls = security.TLSURL(target)
 	}
 	p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: cp})
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/meridian-mq/meridian/broker"
+	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/authtoken"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
@@ -144,8 +144,8 @@ func (c SecurityFileConfig) storeConfig(endpoints []string, prefix string, src *
 }
 
 // brokerSecurity builds the broker's SecurityConfig.
-func (c SecurityFileConfig) brokerSecurity(src *tlsutil.Source) (broker.SecurityConfig, error) {
-	sc := broker.SecurityConfig{TLS: src, Authorization: c.Authorization, SuperUserRoles: c.SuperUserRoles, AuthRefreshCheck: c.AuthRefreshCheck}
+func (c SecurityFileConfig) brokerSecurity(src *tlsutil.Source) (security.Config, error) {
+	sc := security.Config{TLS: src, Authorization: c.Authorization, SuperUserRoles: c.SuperUserRoles, AuthRefreshCheck: c.AuthRefreshCheck}
 	if c.TokenSecretKey != "" || c.TokenPublicKey != "" {
 		v, err := authtoken.VerifierFromSettings(c.TokenSecretKey, c.TokenPublicKey)
 		if err != nil {

@@ -1,4 +1,4 @@
-package broker
+package security
 
 import (
 	"context"
@@ -34,22 +34,23 @@ import (
 // name it asked for. Only a role that may act there learns, from the
 // ordinary errors, what does not exist.
 
-// operations a role is authorized for.
-type authOp string
+// Op is an operation a role is authorized for.
+type Op string
 
 const (
-	opLookup  authOp = "lookup"  // lookup, partition metadata, topic lists, schemas, stats: produce or consume
-	opProduce authOp = "produce" // producers, schema creation
-	opConsume authOp = "consume" // subscriptions and their admin calls
-	opAdmin   authOp = "administer"
-	opSuper   authOp = "administer the cluster"
+	OpLookup  Op = "lookup"  // lookup, partition metadata, topic lists, schemas, stats: produce or consume
+	OpProduce Op = "produce" // producers, schema creation
+	OpConsume Op = "consume" // subscriptions and their admin calls
+	OpAdmin   Op = "administer"
+	OpSuper   Op = "administer the cluster"
 )
 
-func (b *Broker) authzOn() bool { return b.cfg.Security.Authorization }
+// AuthzOn reports whether authorization is on.
+func (g *Guard) AuthzOn() bool { return g.cfg.Authorization }
 
 // notAuthorized is the one refusal of role for op on name.
-func (b *Broker) notAuthorized(role string, op authOp, name string) error {
-	b.sec.denied.WithLabelValues(string(op)).Inc()
+func (g *Guard) notAuthorized(role string, op Op, name string) error {
+	g.sec.denied.WithLabelValues(string(op)).Inc()
 	if name == "" {
 		return fmt.Errorf("%w: role %q may not %s", meta.ErrAuthorization, role, op)
 	}
@@ -58,8 +59,8 @@ func (b *Broker) notAuthorized(role string, op authOp, name string) error {
 
 // isTenantAdmin reports whether role administers tenant (false for a
 // tenant that does not exist).
-func (b *Broker) isTenantAdmin(ctx context.Context, role, tenant string) (bool, error) {
-	ti, err := b.meta.GetTenant(ctx, tenant)
+func (g *Guard) isTenantAdmin(ctx context.Context, role, tenant string) (bool, error) {
+	ti, err := g.meta.GetTenant(ctx, tenant)
 	switch {
 	case errors.Is(err, meta.ErrNotFound):
 		return false, nil
@@ -71,21 +72,21 @@ func (b *Broker) isTenantAdmin(ctx context.Context, role, tenant string) (bool, 
 
 // allowed reports whether role may op on namespace ns (topic, if not "",
 // names one of its topics by its local name).
-func (b *Broker) allowed(ctx context.Context, role string, op authOp, ns, topic string) (bool, error) {
-	if b.isSuperUser(role) {
+func (g *Guard) allowed(ctx context.Context, role string, op Op, ns, topic string) (bool, error) {
+	if g.isSuperUser(role) {
 		return true, nil
 	}
-	if op == opSuper {
+	if op == OpSuper {
 		return false, nil
 	}
 	tenant, _, _ := strings.Cut(ns, "/")
-	if ok, err := b.isTenantAdmin(ctx, role, tenant); err != nil || ok {
+	if ok, err := g.isTenantAdmin(ctx, role, tenant); err != nil || ok {
 		return ok, err
 	}
-	if op == opAdmin || ns == tenant {
+	if op == OpAdmin || ns == tenant {
 		return false, nil
 	}
-	pol, err := b.meta.GetPolicies(ctx, ns)
+	pol, err := g.meta.GetPolicies(ctx, ns)
 	switch {
 	case errors.Is(err, meta.ErrNotFound):
 		return false, nil
@@ -101,49 +102,47 @@ func (b *Broker) allowed(ctx context.Context, role string, op authOp, ns, topic 
 		grants = append(slices.Clone(grants), ap.DestinationAuth["persistent://"+ns+"/"+topic][role]...)
 	}
 	switch op {
-	case opProduce:
+	case OpProduce:
 		return slices.Contains(grants, meta.ActionProduce), nil
-	case opConsume:
+	case OpConsume:
 		return slices.Contains(grants, meta.ActionConsume), nil
-	case opLookup:
+	case OpLookup:
 		return slices.Contains(grants, meta.ActionProduce) || slices.Contains(grants, meta.ActionConsume), nil
 	}
 	return false, nil
 }
 
-// authorizeTopic checks that the connection's role may op on topic (as
+// AuthorizeTopic checks that role (a connection's) may op on topic (as
 // the client named it). nil when authorization is off.
-func (c *conn) authorizeTopic(ctx context.Context, topic string, op authOp) error {
-	if !c.b.authzOn() {
+func (g *Guard) AuthorizeTopic(ctx context.Context, role, topic string, op Op) error {
+	if !g.AuthzOn() {
 		return nil
 	}
 	tn, err := meta.ParseTopic(topic)
 	if err != nil {
 		return err
 	}
-	role := c.role()
-	ok, err := c.b.allowed(ctx, role, op, tn.NamespaceName(), tn.PartitionedParent().Local)
+	ok, err := g.allowed(ctx, role, op, tn.NamespaceName(), tn.PartitionedParent().Local)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return c.b.notAuthorized(role, op, topic)
+		return g.notAuthorized(role, op, topic)
 	}
 	return nil
 }
 
-// authorizeNamespace checks that the connection's role may op on ns.
-func (c *conn) authorizeNamespace(ctx context.Context, ns string, op authOp) error {
-	if !c.b.authzOn() {
+// AuthorizeNamespace checks that role (a connection's) may op on ns.
+func (g *Guard) AuthorizeNamespace(ctx context.Context, role, ns string, op Op) error {
+	if !g.AuthzOn() {
 		return nil
 	}
-	role := c.role()
-	ok, err := c.b.allowed(ctx, role, op, ns, "")
+	ok, err := g.allowed(ctx, role, op, ns, "")
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return c.b.notAuthorized(role, op, ns)
+		return g.notAuthorized(role, op, ns)
 	}
 	return nil
 }
@@ -153,7 +152,7 @@ func (c *conn) authorizeNamespace(ctx context.Context, ns string, op authOp) err
 // adminRule is what an admin route needs: an operation on the
 // namespace (or tenant) named by its path.
 type adminRule struct {
-	op    authOp
+	op    Op
 	scope string // "cluster", "tenant", "namespace"
 }
 
@@ -167,47 +166,47 @@ func adminRuleFor(pattern string) adminRule {
 		return adminRule{op: "", scope: "cluster"} // any authenticated role: region names only
 	case strings.HasPrefix(path, "/admin/v2/tenants/{tenant}"):
 		if read {
-			return adminRule{op: opAdmin, scope: "tenant"}
+			return adminRule{op: OpAdmin, scope: "tenant"}
 		}
-		return adminRule{op: opSuper, scope: "cluster"}
+		return adminRule{op: OpSuper, scope: "cluster"}
 	case path == "/admin/v2/namespaces/{tenant}":
-		return adminRule{op: opAdmin, scope: "tenant"}
+		return adminRule{op: OpAdmin, scope: "tenant"}
 	case strings.HasPrefix(path, "/admin/v2/meridian/failover/{tenant}/{ns}"):
 		if read {
-			return adminRule{op: opAdmin, scope: "namespace"}
+			return adminRule{op: OpAdmin, scope: "namespace"}
 		}
-		return adminRule{op: opSuper, scope: "cluster"}
+		return adminRule{op: OpSuper, scope: "cluster"}
 	case path == "/admin/v2/namespaces/{tenant}/{ns}/topics",
 		path == "/admin/v2/persistent/{tenant}/{ns}",
 		path == "/admin/v2/persistent/{tenant}/{ns}/partitioned":
-		return adminRule{op: opLookup, scope: "namespace"}
+		return adminRule{op: OpLookup, scope: "namespace"}
 	case strings.HasPrefix(path, "/admin/v2/namespaces/{tenant}/{ns}"):
-		return adminRule{op: opAdmin, scope: "namespace"}
+		return adminRule{op: OpAdmin, scope: "namespace"}
 	case strings.HasPrefix(path, "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/"):
-		return adminRule{op: opConsume, scope: "namespace"}
+		return adminRule{op: OpConsume, scope: "namespace"}
 	case strings.HasPrefix(path, "/admin/v2/persistent/{tenant}/{ns}/{topic}"),
 		strings.HasPrefix(path, "/admin/v2/schemas/{tenant}/{ns}/{topic}"):
 		if read {
-			return adminRule{op: opLookup, scope: "namespace"}
+			return adminRule{op: OpLookup, scope: "namespace"}
 		}
-		return adminRule{op: opAdmin, scope: "namespace"}
+		return adminRule{op: OpAdmin, scope: "namespace"}
 	}
-	return adminRule{op: opSuper, scope: "cluster"}
+	return adminRule{op: OpSuper, scope: "cluster"}
 }
 
 // adminRole authenticates an admin request: "Authorization: Bearer
 // TOKEN", or a client certificate from the CA over https.
-func (b *Broker) adminRole(r *http.Request) (string, error) {
+func (g *Guard) adminRole(r *http.Request) (string, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
 			err := fmt.Errorf("%w: %w: Authorization must be \"Bearer TOKEN\"", meta.ErrAuthentication, errAuthMethod)
-			b.authFailed(err)
+			g.AuthFailed(err)
 			return "", err
 		}
-		cl, err := b.cfg.Security.Tokens.Verify(tok, time.Now())
+		cl, err := g.cfg.Tokens.Verify(tok, time.Now())
 		if err != nil {
-			b.authFailed(err)
+			g.AuthFailed(err)
 			return "", fmt.Errorf("%w: %v", meta.ErrAuthentication, err)
 		}
 		return cl.Role, nil
@@ -216,17 +215,18 @@ func (b *Broker) adminRole(r *http.Request) (string, error) {
 		return role, nil
 	}
 	err := fmt.Errorf("%w: %w: send \"Authorization: Bearer TOKEN\"", meta.ErrAuthentication, authtoken.ErrNoToken)
-	b.authFailed(err)
+	g.AuthFailed(err)
 	return "", err
 }
 
-// authorizeAdmin checks an admin request against its route's rule.
-func (b *Broker) authorizeAdmin(r *http.Request, pattern string) error {
-	if !b.authnOn() {
+// AuthorizeAdmin checks an admin request against its route's rule
+// (pattern: "METHOD /path" as registered).
+func (g *Guard) AuthorizeAdmin(r *http.Request, pattern string) error {
+	if !g.AuthnOn() {
 		return nil
 	}
-	role, err := b.adminRole(r)
-	if err != nil || !b.authzOn() {
+	role, err := g.adminRole(r)
+	if err != nil || !g.AuthzOn() {
 		return err
 	}
 	rule := adminRuleFor(pattern)
@@ -248,54 +248,12 @@ func (b *Broker) authorizeAdmin(r *http.Request, pattern string) error {
 	if tn, err := meta.ParseTopic(name); err == nil && r.PathValue("topic") != "" {
 		topic = tn.PartitionedParent().Local
 	}
-	ok, err := b.allowed(r.Context(), role, rule.op, ns, topic)
+	ok, err := g.allowed(r.Context(), role, rule.op, ns, topic)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return b.notAuthorized(role, rule.op, name)
+		return g.notAuthorized(role, rule.op, name)
 	}
 	return nil
-}
-
-// permissionHandlers serves Pulsar's namespace permission paths:
-// GET .../permissions, POST and DELETE .../permissions/{role} (the body of
-// POST is the list of actions, e.g. ["produce","consume"]).
-func (b *Broker) permissionHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
-	h("GET /admin/v2/namespaces/{tenant}/{ns}/permissions", func(r *http.Request) (any, error) {
-		p, err := b.meta.GetPolicies(r.Context(), ns(r))
-		if err != nil {
-			return nil, err
-		}
-		ap, err := meta.DecodeAuthPolicies(p)
-		if err != nil {
-			return nil, err
-		}
-		return ap.NamespaceAuth, nil
-	})
-	h("POST /admin/v2/namespaces/{tenant}/{ns}/permissions/{role}", func(r *http.Request) (any, error) {
-		var actions []string
-		if err := readJSON(r, &actions, false); err != nil {
-			return nil, err
-		}
-		for _, a := range actions {
-			if a != meta.ActionProduce && a != meta.ActionConsume {
-				return nil, meta.BadRequest(fmt.Errorf("action %q: want produce or consume", a))
-			}
-		}
-		role := r.PathValue("role")
-		if role == "" {
-			return nil, meta.BadRequest(errors.New("empty role"))
-		}
-		slices.Sort(actions)
-		actions = slices.Compact(actions)
-		return nil, b.meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
-			ap.NamespaceAuth[role] = actions
-		})
-	})
-	h("DELETE /admin/v2/namespaces/{tenant}/{ns}/permissions/{role}", func(r *http.Request) (any, error) {
-		return nil, b.meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
-			delete(ap.NamespaceAuth, r.PathValue("role"))
-		})
-	})
 }

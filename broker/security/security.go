@@ -1,4 +1,4 @@
-package broker
+package security
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/authtoken"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +26,7 @@ import (
 
 // Security: TLS on every listener and link, token authentication (auth.go)
 // and role-based authorization (authz.go). Everything is off in the zero
-// SecurityConfig: plaintext, anyone may do anything, as before.
+// Config: plaintext, anyone may do anything, as before.
 //
 // With TLS on (SecurityConfig.TLS):
 //   - the Pulsar listener (Config.ListenAddr) speaks TLS only, and the
@@ -35,13 +37,13 @@ import (
 //   - the replication gRPC service requires client certificates from the
 //     CA and accepts a stream only from a certificate naming a region
 //     (tlsutil.RegionOf) that is the stream's source region
-//     (replication.go, replAuthorize); this broker's replication clients
+//     (ReplAuthorize); this broker's replication clients
 //     present its certificate;
 //   - the certificate files are re-read when they change (tlsutil).
 
-// SecurityConfig configures TLS, authentication and authorization. Read
-// once by New; the zero value turns everything off.
-type SecurityConfig struct {
+// Config configures TLS, authentication and authorization. Read once by
+// New; the zero value turns everything off.
+type Config struct {
 	// TLS is the broker's certificate, key and trusted CAs (nil: no TLS).
 	TLS *tlsutil.Source
 	// Tokens verifies JWT tokens: CONNECT with auth method "token", and
@@ -64,11 +66,12 @@ type SecurityConfig struct {
 	// most about 2 × AuthRefreshCheck past its expiry.
 	AuthRefreshCheck time.Duration
 	// GossipKeys, if set, serves the gossip keyring at
-	// /admin/v2/meridian/gossip/keys (gossipkeys.go; super-users).
+	// /admin/v2/meridian/gossip/keys (the admin API; super-users).
 	GossipKeys GossipKeyring
 }
 
-func (s SecurityConfig) withDefaults() SecurityConfig {
+// WithDefaults fills in the defaults.
+func (s Config) WithDefaults() Config {
 	if s.AuthRefreshCheck == 0 {
 		s.AuthRefreshCheck = 60 * time.Second
 	}
@@ -76,7 +79,7 @@ func (s SecurityConfig) withDefaults() SecurityConfig {
 }
 
 // Validate checks the security settings.
-func (s SecurityConfig) Validate() error {
+func (s Config) Validate() error {
 	if s.Authorization && s.Tokens == nil {
 		return errors.New("broker: authorization needs token authentication (Security.Tokens)")
 	}
@@ -86,17 +89,17 @@ func (s SecurityConfig) Validate() error {
 	return nil
 }
 
-// secMetrics count refusals (no log line per occurrence).
-type secMetrics struct {
+// metrics count refusals (no log line per occurrence).
+type metrics struct {
 	authFailures *prometheus.CounterVec // by reason
 	authRefresh  *prometheus.CounterVec // by result
 	denied       *prometheus.CounterVec // by operation
 	replRefused  prometheus.Counter
 }
 
-func newSecMetrics(cluster string, reg *prometheus.Registry) *secMetrics {
+func newMetrics(cluster string, reg prometheus.Registerer) *metrics {
 	l := prometheus.Labels{"cluster": cluster}
-	m := &secMetrics{
+	m := &metrics{
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "auth_failures_total",
 			Help: "Refused authentications (protocol and admin API), by reason: missing, expired, invalid, method.", ConstLabels: l}, []string{"reason"}),
 		authRefresh: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "auth_refresh_total",
@@ -113,8 +116,33 @@ func newSecMetrics(cluster string, reg *prometheus.Registry) *secMetrics {
 	return m
 }
 
-// authFailed counts one refused authentication.
-func (b *Broker) authFailed(err error) {
+// Metadata is what the guard reads of the global store: tenants' admin
+// roles and namespaces' permissions (meta.Metadata). Safe for concurrent
+// use.
+type Metadata interface {
+	GetTenant(ctx context.Context, name string) (meta.TenantInfo, error)
+	GetPolicies(ctx context.Context, ns string) (meta.Policies, error)
+}
+
+// Guard answers every security question of the broker: listeners and
+// links (TLS), who a connection or an admin request is (authentication)
+// and what it may do (authorization). Safe for concurrent use; immutable
+// after New.
+type Guard struct {
+	cfg  Config
+	meta Metadata
+	sec  *metrics
+}
+
+// New returns the guard of cfg (with defaults filled in), reading
+// permissions from md and registering its counters on reg with the
+// region's name as the cluster label.
+func New(cfg Config, md Metadata, cluster string, reg prometheus.Registerer) *Guard {
+	return &Guard{cfg: cfg.WithDefaults(), meta: md, sec: newMetrics(cluster, reg)}
+}
+
+// AuthFailed counts one refused authentication.
+func (g *Guard) AuthFailed(err error) {
 	reason := "invalid"
 	switch {
 	case errors.Is(err, authtoken.ErrNoToken):
@@ -124,15 +152,17 @@ func (b *Broker) authFailed(err error) {
 	case errors.Is(err, errAuthMethod):
 		reason = "method"
 	}
-	b.sec.authFailures.WithLabelValues(reason).Inc()
+	g.sec.authFailures.WithLabelValues(reason).Inc()
 }
 
-func (b *Broker) tlsOn() bool { return b.cfg.Security.TLS != nil }
+// TLSOn reports whether TLS is on.
+func (g *Guard) TLSOn() bool { return g.cfg.TLS != nil }
 
-func (b *Broker) authnOn() bool { return b.cfg.Security.Tokens != nil }
+// AuthnOn reports whether authentication is on.
+func (g *Guard) AuthnOn() bool { return g.cfg.Tokens != nil }
 
-func (b *Broker) isSuperUser(role string) bool {
-	return slices.Contains(b.cfg.Security.SuperUserRoles, role) || isRegionRole(role)
+func (g *Guard) isSuperUser(role string) bool {
+	return slices.Contains(g.cfg.SuperUserRoles, role) || isRegionRole(role)
 }
 
 // The role of a Meridian process: a certificate naming region R
@@ -158,93 +188,106 @@ func certRole(cs *tls.ConnectionState) (string, bool) {
 	return leaf.Subject.CommonName, true
 }
 
-// listen opens the Pulsar listener: TLS when configured.
-func (b *Broker) listen() (net.Listener, string, error) {
-	lis, err := net.Listen("tcp", b.cfg.ListenAddr)
+// Listen opens the Pulsar listener on addr: TLS when configured. The
+// scheme is the service URL's: pulsar:// or pulsar+ssl://.
+func (g *Guard) Listen(addr string) (lis net.Listener, scheme string, err error) {
+	lis, err = net.Listen("tcp", addr)
 	if err != nil {
-		return nil, "", fmt.Errorf("broker: listen %s: %w", b.cfg.ListenAddr, err)
+		return nil, "", fmt.Errorf("broker: listen %s: %w", addr, err)
 	}
-	if !b.tlsOn() {
+	if !g.TLSOn() {
 		return lis, "pulsar://", nil
 	}
-	return tls.NewListener(lis, b.cfg.Security.TLS.ServerConfig(tlsutil.VerifyClientCertIfGiven)), "pulsar+ssl://", nil
+	return tls.NewListener(lis, g.cfg.TLS.ServerConfig(tlsutil.VerifyClientCertIfGiven)), "pulsar+ssl://", nil
 }
 
-// listenAdmin opens the admin listener: https when TLS is on.
-func (b *Broker) listenAdmin(lis net.Listener) (net.Listener, string) {
-	if !b.tlsOn() {
+// ListenAdmin wraps the admin listener: https when TLS is on. The scheme
+// is the admin URL's: http:// or https://.
+func (g *Guard) ListenAdmin(lis net.Listener) (net.Listener, string) {
+	if !g.TLSOn() {
 		return lis, "http://"
 	}
-	return tls.NewListener(lis, b.cfg.Security.TLS.ServerConfig(tlsutil.VerifyClientCertIfGiven, "http/1.1")), "https://"
+	return tls.NewListener(lis, g.cfg.TLS.ServerConfig(tlsutil.VerifyClientCertIfGiven, "http/1.1")), "https://"
 }
 
-// tlsURL is the BrokerServiceUrlTls to send beside a service URL: the URL
+// TLSURL is the BrokerServiceUrlTls to send beside a service URL: the URL
 // itself when it is a TLS one (with TLS on, every broker's URL is).
-func tlsURL(u string) *string {
+func TLSURL(u string) *string {
 	if strings.HasPrefix(u, "pulsar+ssl://") {
 		return proto.String(u)
 	}
 	return nil
 }
 
-// grpcServerOptions are the replication server's transport options.
-func (b *Broker) grpcServerOptions() []grpc.ServerOption {
-	if !b.tlsOn() {
+// GRPCServerOptions are the replication server's transport options.
+func (g *Guard) GRPCServerOptions() []grpc.ServerOption {
+	if !g.TLSOn() {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(b.cfg.Security.TLS.GRPCServer(tlsutil.RequireClientCert))}
+	return []grpc.ServerOption{grpc.Creds(g.cfg.TLS.GRPCServer(tlsutil.RequireClientCert))}
 }
 
-// grpcDialOptions are the replication clients' transport options (they
+// GRPCDialOptions are the replication clients' transport options (they
 // come after the plaintext default, which they override).
-func (b *Broker) grpcDialOptions() []grpc.DialOption {
-	if !b.tlsOn() {
+func (g *Guard) GRPCDialOptions() []grpc.DialOption {
+	if !g.TLSOn() {
 		return nil
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(b.cfg.Security.TLS.GRPCClient())}
+	return []grpc.DialOption{grpc.WithTransportCredentials(g.cfg.TLS.GRPCClient())}
 }
 
-// peerHTTP is the client for other brokers' admin APIs: over TLS it
+// PeerHTTP is the client for other brokers' admin APIs: over TLS it
 // presents this broker's certificate (a region role: a super-user).
-func (b *Broker) peerHTTP(timeout time.Duration) *http.Client {
+func (g *Guard) PeerHTTP(timeout time.Duration) *http.Client {
 	c := &http.Client{Timeout: timeout}
-	if b.tlsOn() {
-		c.Transport = &http.Transport{TLSClientConfig: b.cfg.Security.TLS.ClientConfig("")}
+	if g.TLSOn() {
+		c.Transport = &http.Transport{TLSClientConfig: g.cfg.TLS.ClientConfig("")}
 	}
 	return c
 }
 
-// handshakeConn dials a broker's Pulsar listener for a reachability
+// HandshakeConn dials a broker's Pulsar listener for a reachability
 // check: over TLS when its URL is pulsar+ssl://.
-func (b *Broker) handshakeConn(u, host string, timeout time.Duration) (net.Conn, error) {
-	if strings.HasPrefix(u, "pulsar+ssl://") && b.tlsOn() {
-		return b.cfg.Security.TLS.DialTLS(host, timeout)
+func (g *Guard) HandshakeConn(u, host string, timeout time.Duration) (net.Conn, error) {
+	if strings.HasPrefix(u, "pulsar+ssl://") && g.TLSOn() {
+		return g.cfg.TLS.DialTLS(host, timeout)
 	}
 	return net.DialTimeout("tcp", host, timeout)
 }
 
-// replAuthorize admits an incoming replication stream from region source:
+// ReplAuthorize admits an incoming replication stream from region source:
 // with TLS, the peer's certificate (verified against the CA by the
 // handshake) must name that region. (Replicate then checks that the
 // namespace replicates between source and this region.)
-func (b *Broker) replAuthorize(ctx context.Context, source string) error {
-	if !b.tlsOn() {
+func (g *Guard) ReplAuthorize(ctx context.Context, source string) error {
+	if !g.TLSOn() {
 		return nil
 	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		b.sec.replRefused.Inc()
+		g.sec.replRefused.Inc()
 		return status.Error(codes.Unauthenticated, "replication: no peer information")
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok || len(ti.State.PeerCertificates) == 0 {
-		b.sec.replRefused.Inc()
+		g.sec.replRefused.Inc()
 		return status.Error(codes.Unauthenticated, "replication: the peer presented no certificate")
 	}
 	region, err := tlsutil.RegionOf(ti.State.PeerCertificates[0])
 	if err != nil || region != source {
-		b.sec.replRefused.Inc()
+		g.sec.replRefused.Inc()
 		return status.Errorf(codes.PermissionDenied, "replication: the peer's certificate does not speak for region %s (%v; names %q)", source, err, region)
 	}
 	return nil
+}
+
+// GossipKeyring rotates the gossip encryption keys of every member
+// (cluster.Membership: serf's KeyManager, which asks every member and
+// fails unless all of them did it). Rotation: install the new key, use
+// it, remove the old one, each step done everywhere before the next.
+type GossipKeyring interface {
+	InstallKey(key []byte) error
+	UseKey(key []byte) error
+	RemoveKey(key []byte) error
+	ListKeys() (cluster.KeyringStatus, error)
 }
