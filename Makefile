@@ -40,7 +40,7 @@ FUZZN ?= 50000x
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlace$$' -fuzztime $(FUZZN) ./rack/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZN) ./broker/codec/
-	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZN) ./broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZN) ./broker/admin/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEntryMeta$$' -fuzztime $(FUZZN) ./broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZN) ./internal/authtoken/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMetadata$$' -fuzztime $(FUZZN) ./bookie/ledger/

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/admin"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/security"
@@ -39,11 +39,8 @@ type Broker struct {
 	serving   *servingState
 	repl      *replService
 	lis       net.Listener
-	adminSrv  *http.Server
-	adminLis  net.Listener
-	// adminScheme is "http://", or "https://" with TLS.
-	adminScheme string
-	serverURL   string
+	admin     *admin.Server
+	serverURL string
 
 	mu     sync.Mutex
 	topics map[string]*topicSlot
@@ -129,15 +126,16 @@ func (b *Broker) Start() error {
 		b.cfg.BrokerID = adv
 	}
 	if b.cfg.AdminAddr != "" {
-		if err := b.startAdmin(); err != nil {
+		b.admin = b.newAdmin()
+		if err := b.admin.Start(); err != nil {
 			lis.Close()
 			return err
 		}
 	}
 	if err := b.startReplication(); err != nil {
 		lis.Close()
-		if b.adminSrv != nil {
-			b.adminSrv.Close()
+		if b.admin != nil {
+			b.admin.Close()
 		}
 		return err
 	}
@@ -150,8 +148,8 @@ func (b *Broker) Start() error {
 	if err := b.startOwnership(ctx); err != nil {
 		lis.Close()
 		b.repl.close()
-		if b.adminSrv != nil {
-			b.adminSrv.Close()
+		if b.admin != nil {
+			b.admin.Close()
 		}
 		return err
 	}
@@ -255,8 +253,8 @@ func (b *Broker) Close(ctx context.Context) error {
 	for _, c := range conns {
 		c.close("broker closing")
 	}
-	if b.adminSrv != nil {
-		b.adminSrv.Close()
+	if b.admin != nil {
+		b.admin.Close()
 	}
 	if b.repl != nil {
 		b.repl.close()

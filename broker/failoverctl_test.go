@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/admin"
 	"github.com/meridian-mq/meridian/broker/meta"
 )
 
@@ -41,13 +42,13 @@ func TestSwitchBackDelayZeroMeansNever(t *testing.T) {
 		`{"switchBackDelayMs": 4000}`: 4 * time.Second,
 		`{"failoverDelayMs": 700}`:    30 * time.Second,
 	} {
-		u, err := parseReplicationUpdate([]byte(body))
+		u, err := admin.ParseReplicationUpdate([]byte(body))
 		if err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
 		var pol meta.Policies
 		pol.ReplicationClusters = []string{"east", "west"}
-		u.apply(&pol)
+		u.Apply(&pol)
 		b, err := json.Marshal(pol)
 		if err != nil {
 			t.Fatal(err)

@@ -34,10 +34,6 @@ import (
 // topic at once (it may be partitioned from etcd while another broker
 // takes its bundles).
 
-// DefaultBundles is the number of bundles of a namespace unless its policy
-// says otherwise: 4, Pulsar's default.
-const DefaultBundles = 4
-
 // BrokerInfo is a broker's registration.
 type BrokerInfo struct {
 	ID         string `json:"id"`
@@ -73,20 +69,6 @@ func bundleOf(t meta.TopicName, boundaries []uint32) bundle {
 		upper = boundaries[i+1]
 	}
 	return bundle{ns: t.NamespaceName(), lower: boundaries[i], upper: upper}
-}
-
-// evenBoundaries splits the hash space into n equal bundles.
-func evenBoundaries(n int) []uint32 {
-	if n <= 0 {
-		n = DefaultBundles
-	}
-	out := make([]uint32, n+1)
-	size := uint64(1<<32) / uint64(n)
-	for i := 1; i < n; i++ {
-		out[i] = uint32(uint64(i) * size)
-	}
-	out[n] = 0xffffffff
-	return out
 }
 
 func (bd bundle) contains(h uint32) bool { return bd.lower <= h && h <= bd.upper }
@@ -438,7 +420,7 @@ func (b *Broker) boundaries(ctx context.Context, ns string, pol meta.Policies) (
 		if !errors.Is(err, cluster.ErrNotFound) {
 			return nil, 0, err
 		}
-		v, _ := json.Marshal(evenBoundaries(pol.Bundles))
+		v, _ := json.Marshal(meta.EvenBoundaries(pol.Bundles))
 		if _, err := b.cfg.Store.Create(ctx, key, v); err != nil && !errors.Is(err, cluster.ErrExists) {
 			return nil, 0, err
 		}

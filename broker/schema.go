@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"strconv"
-	"strings"
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
@@ -87,29 +85,4 @@ func (c *conn) handleGetOrCreateSchema(m *pb.CommandGetOrCreateSchema) {
 	}
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE.Enum(), GetOrCreateSchemaResponse: &pb.CommandGetOrCreateSchemaResponse{
 		RequestId: proto.Uint64(m.GetRequestId()), SchemaVersion: meta.VersionBytes(v)}})
-}
-
-// parseVersion parses an admin path's schema version.
-func parseVersion(s string) (int64, error) {
-	return strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-}
-
-// schemaTypeFromAdmin maps the admin API's type names (JSON, AVRO,
-// STRING, PROTOBUF, ...) to the protocol enum's names.
-func schemaTypeFromAdmin(t string) string {
-	switch strings.ToUpper(t) {
-	case "JSON":
-		return "Json"
-	case "AVRO":
-		return "Avro"
-	case "STRING":
-		return "String"
-	case "PROTOBUF":
-		return "Protobuf"
-	case "BYTES", "NONE":
-		return "None"
-	case "KEY_VALUE", "KEYVALUE":
-		return "KeyValue"
-	}
-	return t
 }

@@ -670,3 +670,21 @@ func ValidatePolicies(p Policies) error {
 	}
 	return nil
 }
+
+// DefaultBundles is the number of bundles of a namespace unless its policy
+// says otherwise: 4, Pulsar's default.
+const DefaultBundles = 4
+
+// EvenBoundaries splits the hash space into n equal bundles.
+func EvenBoundaries(n int) []uint32 {
+	if n <= 0 {
+		n = DefaultBundles
+	}
+	out := make([]uint32, n+1)
+	size := uint64(1<<32) / uint64(n)
+	for i := 1; i < n; i++ {
+		out[i] = uint32(uint64(i) * size)
+	}
+	out[n] = 0xffffffff
+	return out
+}

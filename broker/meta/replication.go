@@ -6,6 +6,39 @@ import (
 	"strings"
 )
 
+// A namespace's geo-replication policy: its regions
+// (Policies.ReplicationClusters) and how its topics travel between them
+// (Policies.Replication). ValidateReplication refuses, at policy time,
+// what cannot work; every refusal is an HTTP 400 whose message says why.
+//
+// What is refused:
+//   - no region, a duplicate region, a malformed region name;
+//   - a region that is not registered in the global store (a region
+//     registers itself when its first broker starts; GET
+//     /admin/v2/clusters lists them);
+//   - an unknown mode (async, sync, stretched), failover (active-standby,
+//     active-active), syncOnUnreachable (strict, degrade) or startAt
+//     (earliest, latest);
+//   - a primary that is not one of the namespace's regions;
+//   - sync or stretched with fewer than 2 regions (there is nothing to be
+//     synchronous with);
+//   - minRegions below 0 or above the number of regions; minRegions above
+//     1 with async (async acknowledges after local persistence); exactly
+//     1 with sync or stretched (the receipt would wait for no other
+//     region: that is async);
+//   - a negative syncTimeoutMs or backlogQuotaBytes;
+//   - stretched with a persistence policy whose write quorum is below the
+//     number of regions each entry must reach (one copy per region at
+//     least), or whose ack quorum exceeds its write quorum;
+//   - stretched with syncOnUnreachable strict and a persistence policy
+//     whose ack quorum the loss of one region makes unreachable: with the
+//     write quorum W spread evenly over k = min(regions, W) regions, the
+//     largest region holds ceil(W/k) copies, and if fewer than the ack
+//     quorum remain without it every write would stop. Such a namespace
+//     must use degrade or a lower ack quorum. Without a persistence policy
+//     the broker's default quorums apply, which are not known here: the
+//     check is left to the placement at ledger creation.
+
 // Defaults of a replication policy's fields (Policies.Effective).
 const (
 	SyncStrict  = "strict"

@@ -1,8 +1,7 @@
-package broker
+package admin
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -10,11 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/meta"
-	"github.com/meridian-mq/meridian/broker/mledger"
-	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // FuzzAdminJSON feeds hostile bodies to what the admin handlers decode and
@@ -66,7 +61,7 @@ func FuzzAdminJSON(f *testing.F) {
 			check("policies", &p, err)
 		} else if err := meta.ValidatePolicies(p); err != nil {
 			check("policies", &p, err)
-		} else if bs := evenBoundaries(p.Bundles); len(bs) < 2 || bs[len(bs)-1] != 0xffffffff {
+		} else if bs := meta.EvenBoundaries(p.Bundles); len(bs) < 2 || bs[len(bs)-1] != 0xffffffff {
 			t.Fatalf("policies %q: boundaries %v", body, bs)
 		}
 		var q meta.BacklogQuota
@@ -101,72 +96,6 @@ func FuzzAdminJSON(f *testing.F) {
 		}
 		if err := meta.ValidateTenant(s); err == nil && (strings.Contains(s, "/") || s == ".." || s == ".") {
 			t.Fatalf("ValidateTenant accepted %q", s)
-		}
-	})
-}
-
-// FuzzParseEntryMeta feeds hostile stored entries to the entry decoders
-// that dispatch and dedup replay run on every entry read: no panic; a
-// refusal is errBadEntry; an accepted entry re-encodes to the same bytes.
-func FuzzParseEntryMeta(f *testing.F) {
-	encodeEntryV1 := func(publishMs int64, msg []byte) []byte {
-		b := binary.BigEndian.AppendUint16(nil, entryTagV1)
-		b = binary.BigEndian.AppendUint64(b, uint64(publishMs))
-		return append(b, msg...)
-	}
-	msg := func(md *pb.MessageMetadata, payload []byte) []byte {
-		b, err := codec.EncodeMessage(md, payload)
-		if err != nil {
-			f.Fatal(err)
-		}
-		return b
-	}
-	base := func() *pb.MessageMetadata {
-		return &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(7), PublishTime: proto.Uint64(1)}
-	}
-	f.Add(encodeEntry(1700000000000, originInfo{Seq: 1}, msg(base(), []byte("hello"))))
-	f.Add(encodeEntry(1700000000000, originInfo{Region: "east", Seq: 9, ID: mledger.Position{Ledger: 12, Entry: 3}}, msg(base(), []byte("hello"))))
-	f.Add(encodeEntryV1(1700000000000, msg(base(), []byte("hello"))))
-	keyed := base()
-	keyed.PartitionKey = proto.String("k")
-	keyed.EventTime = proto.Uint64(5)
-	f.Add(encodeEntry(1, originInfo{}, msg(keyed, nil)))
-	var batch []byte
-	for i := range 3 {
-		var err error
-		batch, err = codec.AppendBatchEntry(batch, &pb.SingleMessageMetadata{PartitionKey: proto.String("b"), SequenceId: proto.Uint64(uint64(i))}, []byte("x"))
-		if err != nil {
-			f.Fatal(err)
-		}
-	}
-	bm := base()
-	bm.NumMessagesInBatch = proto.Int32(3)
-	bm.HighestSequenceId = proto.Uint64(9)
-	f.Add(encodeEntry(2, originInfo{}, msg(bm, batch)))
-	bm.NumMessagesInBatch = proto.Int32(-5)
-	f.Add(encodeEntry(2, originInfo{}, msg(bm, batch)))
-	f.Add([]byte{})
-	f.Add([]byte{0x4d, 0x01})
-	f.Add(append(encodeEntry(3, originInfo{}, nil), 0x0e, 0x01, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff))
-
-	f.Fuzz(func(t *testing.T, b []byte) {
-		d, derr := decodeEntry(b)
-		re := encodeEntry(d.PublishMs, d.Origin, d.Msg)
-		if derr == nil && binary.BigEndian.Uint16(b) == entryTagV1 {
-			re = encodeEntryV1(d.PublishMs, d.Msg)
-		}
-		if derr == nil && !bytes.Equal(re, b) {
-			t.Fatalf("entry %x does not re-encode", b)
-		}
-		m, err := parseEntryMeta(b)
-		if err != nil {
-			if !errors.Is(err, errBadEntry) {
-				t.Fatalf("parseEntryMeta: %v is not errBadEntry", err)
-			}
-			return
-		}
-		if derr != nil || m.PublishMs != d.PublishMs {
-			t.Fatalf("parseEntryMeta accepted what decodeEntry refused (%v) or changed the publish time", derr)
 		}
 	})
 }

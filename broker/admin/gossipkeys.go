@@ -1,4 +1,4 @@
-package broker
+package admin
 
 import (
 	"encoding/base64"
@@ -8,9 +8,19 @@ import (
 	"slices"
 
 	"github.com/meridian-mq/meridian/broker/meta"
-	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 )
+
+// GossipKeyring rotates the gossip encryption keys of every member
+// (cluster.Membership: serf's KeyManager, which asks every member and
+// fails unless all of them did it). Rotation: install the new key, use
+// it, remove the old one, each step done everywhere before the next.
+type GossipKeyring interface {
+	InstallKey(key []byte) error
+	UseKey(key []byte) error
+	RemoveKey(key []byte) error
+	ListKeys() (cluster.KeyringStatus, error)
+}
 
 // gossipKeyRequest is the body of POST /admin/v2/meridian/gossip/keys.
 // The key is a secret: send it over https, and it is never logged.
@@ -19,16 +29,16 @@ type gossipKeyRequest struct {
 	Key string `json:"key"` // base64 of 16, 24 or 32 bytes
 }
 
-// securityHandlers serves the namespace permission paths (authz.go) and
-// the gossip keyring (super-users only, as every route not named in
+// securityHandlers serves the namespace permission paths and the gossip
+// keyring (super-users only, as every route not named in security's
 // adminRuleFor).
-func (b *Broker) securityHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
-	b.permissionHandlers(h, ns)
-	kr := func() (security.GossipKeyring, error) {
-		if b.cfg.Security.GossipKeys == nil {
+func (s *Server) securityHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
+	s.permissionHandlers(h, ns)
+	kr := func() (GossipKeyring, error) {
+		if s.cfg.GossipKeys == nil {
 			return nil, fmt.Errorf("%w: this broker does not gossip", meta.ErrNotFound)
 		}
-		return b.cfg.Security.GossipKeys, nil
+		return s.cfg.GossipKeys, nil
 	}
 	h("GET /admin/v2/meridian/gossip/keys", func(r *http.Request) (any, error) {
 		k, err := kr()
@@ -64,7 +74,7 @@ func (b *Broker) securityHandlers(h func(string, func(*http.Request) (any, error
 		default:
 			return nil, meta.BadRequest(fmt.Errorf("op %q: want install, use or remove", req.Op))
 		}
-		b.log.Info("gossip keyring changed through the admin API", "op", req.Op, "err", err)
+		s.log().Info("gossip keyring changed through the admin API", "op", req.Op, "err", err)
 		return nil, gossipKeyErr(err)
 	})
 }
@@ -84,9 +94,9 @@ func gossipKeyErr(err error) error {
 // permissionHandlers serves Pulsar's namespace permission paths:
 // GET .../permissions, POST and DELETE .../permissions/{role} (the body of
 // POST is the list of actions, e.g. ["produce","consume"]).
-func (b *Broker) permissionHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
+func (s *Server) permissionHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/permissions", func(r *http.Request) (any, error) {
-		p, err := b.meta.GetPolicies(r.Context(), ns(r))
+		p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
 		if err != nil {
 			return nil, err
 		}
@@ -112,12 +122,12 @@ func (b *Broker) permissionHandlers(h func(string, func(*http.Request) (any, err
 		}
 		slices.Sort(actions)
 		actions = slices.Compact(actions)
-		return nil, b.meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
+		return nil, s.cfg.Meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
 			ap.NamespaceAuth[role] = actions
 		})
 	})
 	h("DELETE /admin/v2/namespaces/{tenant}/{ns}/permissions/{role}", func(r *http.Request) (any, error) {
-		return nil, b.meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
+		return nil, s.cfg.Meta.UpdateAuthPolicies(r.Context(), ns(r), func(ap *meta.AuthPolicies) {
 			delete(ap.NamespaceAuth, r.PathValue("role"))
 		})
 	})

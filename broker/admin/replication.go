@@ -1,4 +1,4 @@
-package broker
+package admin
 
 import (
 	"context"
@@ -12,58 +12,25 @@ import (
 	"github.com/meridian-mq/meridian/broker/meta"
 )
 
-// A namespace's geo-replication policy: its regions
-// (Policies.ReplicationClusters) and how its topics travel between them
-// (Policies.Replication). validateReplication refuses, at policy time,
-// what cannot work; every refusal is an HTTP 400 whose message says why.
-//
-// What is refused:
-//   - no region, a duplicate region, a malformed region name;
-//   - a region that is not registered in the global store (a region
-//     registers itself when its first broker starts; GET
-//     /admin/v2/clusters lists them);
-//   - an unknown mode (async, sync, stretched), failover (active-standby,
-//     active-active), syncOnUnreachable (strict, degrade) or startAt
-//     (earliest, latest);
-//   - a primary that is not one of the namespace's regions;
-//   - sync or stretched with fewer than 2 regions (there is nothing to be
-//     synchronous with);
-//   - minRegions below 0 or above the number of regions; minRegions above
-//     1 with async (async acknowledges after local persistence); exactly
-//     1 with sync or stretched (the receipt would wait for no other
-//     region: that is async);
-//   - a negative syncTimeoutMs or backlogQuotaBytes;
-//   - stretched with a persistence policy whose write quorum is below the
-//     number of regions each entry must reach (one copy per region at
-//     least), or whose ack quorum exceeds its write quorum;
-//   - stretched with syncOnUnreachable strict and a persistence policy
-//     whose ack quorum the loss of one region makes unreachable: with the
-//     write quorum W spread evenly over k = min(regions, W) regions, the
-//     largest region holds ceil(W/k) copies, and if fewer than the ack
-//     quorum remain without it every write would stop. Such a namespace
-//     must use degrade or a lower ack quorum. Without a persistence policy
-//     the broker's default quorums apply, which are not known here: the
-//     check is left to the placement at ledger creation.
-
 // knownRegions returns the regions registered in the global store, plus
 // this broker's own region (registered at start; listed here even if a
 // test or an outage kept it from the store).
-func (b *Broker) knownRegions(ctx context.Context) ([]string, error) {
-	known, err := b.meta.ListRegions(ctx)
+func (s *Server) knownRegions(ctx context.Context) ([]string, error) {
+	known, err := s.cfg.Meta.ListRegions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if b.cfg.Cluster != "" && !slices.Contains(known, b.cfg.Cluster) {
-		known = append(known, b.cfg.Cluster)
+	if s.cfg.Cluster != "" && !slices.Contains(known, s.cfg.Cluster) {
+		known = append(known, s.cfg.Cluster)
 		slices.Sort(known)
 	}
 	return known, nil
 }
 
-// replicationUpdate is the body of POST .../meridian-replication: the
+// ReplicationUpdate is the body of POST .../meridian-replication: the
 // regions and any fields of the ReplicationPolicy; an absent field keeps
 // its value.
-type replicationUpdate struct {
+type ReplicationUpdate struct {
 	Regions           *[]string `json:"regions"`
 	Mode              *string   `json:"mode"`
 	Failover          *string   `json:"failover"`
@@ -79,8 +46,8 @@ type replicationUpdate struct {
 	Orphans           *string   `json:"orphans"`
 }
 
-// apply sets the fields present in u on p.
-func (u replicationUpdate) apply(p *meta.Policies) {
+// Apply sets the fields present in u on p.
+func (u ReplicationUpdate) Apply(p *meta.Policies) {
 	if u.Regions != nil {
 		p.ReplicationClusters = slices.Clone(*u.Regions)
 	}
@@ -125,10 +92,10 @@ func (u replicationUpdate) apply(p *meta.Policies) {
 	}
 }
 
-// parseReplicationUpdate decodes a meridian-replication body, refusing
+// ParseReplicationUpdate decodes a meridian-replication body, refusing
 // unknown fields (a misspelt field would otherwise be silently ignored).
-func parseReplicationUpdate(body []byte) (replicationUpdate, error) {
-	var u replicationUpdate
+func ParseReplicationUpdate(body []byte) (ReplicationUpdate, error) {
+	var u ReplicationUpdate
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return u, meta.BadRequest(errors.New("empty body"))
 	}
@@ -153,10 +120,10 @@ type replicationAnswer struct {
 	meta.ReplicationPolicy
 }
 
-func (b *Broker) replicationHandlers(h func(pattern string, f func(r *http.Request) (any, error)), ns func(*http.Request) string) {
+func (s *Server) replicationHandlers(h func(pattern string, f func(r *http.Request) (any, error)), ns func(*http.Request) string) {
 	// Pulsar's paths: the namespace's regions as a JSON list.
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/replication", func(r *http.Request) (any, error) {
-		p, err := b.meta.GetPolicies(r.Context(), ns(r))
+		p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
 		if err != nil {
 			return nil, err
 		}
@@ -170,11 +137,11 @@ func (b *Broker) replicationHandlers(h func(pattern string, f func(r *http.Reque
 		if err := readJSON(r, &regions, false); err != nil {
 			return nil, err
 		}
-		return nil, b.updateReplication(r.Context(), ns(r), replicationUpdate{Regions: &regions})
+		return nil, s.updateReplication(r.Context(), ns(r), ReplicationUpdate{Regions: &regions})
 	})
 	// Meridian's: regions and the replication policy in one call.
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/meridian-replication", func(r *http.Request) (any, error) {
-		p, err := b.meta.GetPolicies(r.Context(), ns(r))
+		p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
 		if err != nil {
 			return nil, err
 		}
@@ -189,25 +156,25 @@ func (b *Broker) replicationHandlers(h func(pattern string, f func(r *http.Reque
 		if err != nil {
 			return nil, err
 		}
-		u, err := parseReplicationUpdate(body)
+		u, err := ParseReplicationUpdate(body)
 		if err != nil {
 			return nil, err
 		}
-		return nil, b.updateReplication(r.Context(), ns(r), u)
+		return nil, s.updateReplication(r.Context(), ns(r), u)
 	})
 	// The registered regions (Pulsar's clusters).
-	h("GET /admin/v2/clusters", func(r *http.Request) (any, error) { return b.knownRegions(r.Context()) })
+	h("GET /admin/v2/clusters", func(r *http.Request) (any, error) { return s.knownRegions(r.Context()) })
 }
 
 // updateReplication applies u to the namespace's policies, validated,
 // with a compare-and-swap.
-func (b *Broker) updateReplication(ctx context.Context, ns string, u replicationUpdate) error {
-	known, err := b.knownRegions(ctx)
+func (s *Server) updateReplication(ctx context.Context, ns string, u ReplicationUpdate) error {
+	known, err := s.knownRegions(ctx)
 	if err != nil {
 		return err
 	}
-	return b.meta.UpdatePoliciesErr(ctx, ns, func(p *meta.Policies) error {
-		u.apply(p)
+	return s.cfg.Meta.UpdatePoliciesErr(ctx, ns, func(p *meta.Policies) error {
+		u.Apply(p)
 		return meta.ValidateReplication(*p, known)
 	})
 }

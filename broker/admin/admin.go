@@ -1,4 +1,4 @@
-package broker
+package admin
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
-	"github.com/meridian-mq/meridian/broker/mledger"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,34 +32,162 @@ const maxAdminBody = 1 << 20
 // one registers every partition in etcd, one write each.
 const maxPartitions = 10000
 
-func (b *Broker) startAdmin() error {
-	lis, err := net.Listen("tcp", b.cfg.AdminAddr)
+// Broker is what the admin API asks of the broker it serves. Safe for
+// concurrent use.
+type Broker interface {
+	// Topic returns the topic name (create: creating it), loaded on this
+	// broker. Errors: meta.ErrTopicNotFound for a name that does not
+	// exist, meta.ErrTopicFenced when another broker owns it.
+	Topic(ctx context.Context, name string, create bool) (Topic, error)
+	// DeleteTopic deletes a topic and its data; without force it refuses
+	// (meta.ErrNotEmpty) a topic with connected producers or consumers.
+	DeleteTopic(ctx context.Context, tn meta.TopicName, force bool) error
+}
+
+// Topic is a loaded topic as the admin API sees it.
+type Topic interface {
+	Stats() TopicStats
+	InternalStats() InternalStats
+	// SubscriptionNames lists its subscriptions.
+	SubscriptionNames() []string
+	// CreateSubscription creates a durable subscription at the end of the
+	// topic (meta.ErrAlreadyExists if it exists).
+	CreateSubscription(ctx context.Context, name string) error
+	// DeleteSubscription deletes one; without force it refuses
+	// (meta.ErrNotEmpty) one with consumers, with force it closes them.
+	DeleteSubscription(ctx context.Context, name string, force bool) error
+	// ResetCursor moves a subscription to the first message published at
+	// or after ms (the broker's publish time) and closes its consumers
+	// (meta.ErrNotFound for no such subscription).
+	ResetCursor(ctx context.Context, sub string, ms int64) error
+}
+
+// Failover is the active-region decision as the admin API sees it.
+type Failover interface {
+	// Failover moves the namespace's active region to region (a manual
+	// failover) and returns the new record.
+	Failover(ctx context.Context, ns, region, reason string) (meta.FailoverRecord, error)
+	// FailoverStatus returns the records of the active-standby namespaces
+	// (ns "" = all known) with the health of their regions.
+	FailoverStatus(ctx context.Context, ns string) (any, error)
+	// Orphans lists a namespace's recorded orphan batches.
+	Orphans(ctx context.Context, ns string) (any, error)
+}
+
+// Replication is geo-replication as the admin API sees it.
+type Replication interface {
+	// ReplicationStatus lists the region's replicators, optionally of
+	// one namespace or topic (filter); local: this broker's only.
+	ReplicationStatus(ctx context.Context, filter string, local bool) (any, error)
+}
+
+// Authorizer checks an admin request against its route's pattern
+// ("METHOD /path" as registered); an error wraps meta.ErrAuthentication or
+// meta.ErrAuthorization (security.Guard).
+type Authorizer interface {
+	AuthorizeAdmin(r *http.Request, pattern string) error
+}
+
+// Config configures a Server. Read once by New.
+type Config struct {
+	// Addr is the listener's address ("" = no listener: Handler only).
+	Addr string
+	// Listen wraps the listener (TLS: https); nil serves plain http.
+	Listen func(net.Listener) (lis net.Listener, scheme string)
+	// Cluster is this broker's region.
+	Cluster string
+	// Meta is the global store's tenants and namespaces. Required.
+	Meta *meta.Metadata
+	// Broker, Failover and Replication answer what is not metadata.
+	Broker      Broker
+	Failover    Failover
+	Replication Replication
+	// Auth checks every request; nil lets every request through.
+	Auth Authorizer
+	// Health, if set, answers GET /admin/v2/meridian/health.
+	Health func() any
+	// Metrics is served on /metrics.
+	Metrics prometheus.Gatherer
+	// GossipKeys, if set, serves /admin/v2/meridian/gossip/keys.
+	GossipKeys GossipKeyring
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the broker's admin HTTP API.
+type Server struct {
+	cfg    Config
+	lis    net.Listener
+	srv    *http.Server
+	scheme string // "http://", or "https://" with TLS
+}
+
+// New returns the admin API of cfg; Start listens.
+func New(cfg Config) *Server { return &Server{cfg: cfg} }
+
+// Start listens on Config.Addr and serves.
+func (s *Server) Start() error {
+	lis, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("broker: admin listen %s: %w", b.cfg.AdminAddr, err)
+		return fmt.Errorf("broker: admin listen %s: %w", s.cfg.Addr, err)
 	}
-	b.adminLis = lis
-	serve, scheme := b.guard.ListenAdmin(lis)
-	b.adminScheme = scheme
-	b.adminSrv = &http.Server{Handler: b.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go b.adminSrv.Serve(serve)
+	s.lis = lis
+	serve, scheme := net.Listener(lis), "http://"
+	if s.cfg.Listen != nil {
+		serve, scheme = s.cfg.Listen(lis)
+	}
+	s.scheme = scheme
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go s.srv.Serve(serve)
 	return nil
 }
 
-// AdminURL returns http://admin-address (https:// with TLS), or "" when
-// the API is off.
-func (b *Broker) AdminURL() string {
-	if b.adminLis == nil {
-		return ""
+// Close closes the listener and every connection.
+func (s *Server) Close() error {
+	if s.srv == nil {
+		return nil
 	}
-	return b.adminScheme + b.adminLis.Addr().String()
+	return s.srv.Close()
 }
 
-// AdminHandler returns the admin API's handler.
-func (b *Broker) AdminHandler() http.Handler {
+// URL returns http://admin-address (https:// with TLS), or "" when the
+// API is not listening.
+func (s *Server) URL() string {
+	if s.lis == nil {
+		return ""
+	}
+	return s.scheme + s.lis.Addr().String()
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.cfg.Logger == nil {
+		return slog.Default()
+	}
+	return s.cfg.Logger
+}
+
+func (s *Server) authorize(r *http.Request, pattern string) error {
+	if s.cfg.Auth == nil {
+		return nil
+	}
+	return s.cfg.Auth.AuthorizeAdmin(r, pattern)
+}
+
+// topic loads an existing topic for an admin call.
+func (s *Server) topic(r *http.Request, topic func(*http.Request) (meta.TopicName, error)) (Topic, error) {
+	tn, err := topic(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.cfg.Broker.Topic(r.Context(), tn.String(), false)
+}
+
+// Handler returns the admin API's handler.
+func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	metricsHandler := promhttp.HandlerFor(append(prometheus.Gatherers{b.metrics.reg}, b.cfg.ExtraMetrics...), promhttp.HandlerOpts{})
+	metricsHandler := promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		if err := b.guard.AuthorizeAdmin(r, "GET /metrics"); err != nil {
+		if err := s.authorize(r, "GET /metrics"); err != nil {
 			writeAdmin(w, nil, err)
 			return
 		}
@@ -71,7 +199,7 @@ func (b *Broker) AdminHandler() http.Handler {
 			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 			defer cancel()
 			r = r.WithContext(ctx)
-			if err := b.guard.AuthorizeAdmin(r, pattern); err != nil {
+			if err := s.authorize(r, pattern); err != nil {
 				writeAdmin(w, nil, err)
 				return
 			}
@@ -80,18 +208,23 @@ func (b *Broker) AdminHandler() http.Handler {
 		})
 	}
 	h("GET /admin/v2/meridian/health", func(r *http.Request) (any, error) {
-		if b.cfg.Health == nil {
+		if s.cfg.Health == nil {
 			return nil, fmt.Errorf("%w: this broker does not gossip", meta.ErrNotFound)
 		}
-		return b.cfg.Health(), nil
+		return s.cfg.Health(), nil
 	})
-	h("GET /admin/v2/meridian/replication", b.adminReplicationStatus)
-	h("GET /admin/v2/meridian/failover", func(r *http.Request) (any, error) { return b.failoverStatus(r.Context(), "") })
+	// GET /admin/v2/meridian/replication[?filter=NAMESPACE|TOPIC][&local=true]:
+	// every replicator of the region (this broker asks the others), or with
+	// local=true this broker's only.
+	h("GET /admin/v2/meridian/replication", func(r *http.Request) (any, error) {
+		return s.cfg.Replication.ReplicationStatus(r.Context(), r.URL.Query().Get("filter"), r.URL.Query().Get("local") == "true")
+	})
+	h("GET /admin/v2/meridian/failover", func(r *http.Request) (any, error) { return s.cfg.Failover.FailoverStatus(r.Context(), "") })
 	h("GET /admin/v2/meridian/failover/{tenant}/{ns}", func(r *http.Request) (any, error) {
-		return b.failoverStatus(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"))
+		return s.cfg.Failover.FailoverStatus(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"))
 	})
 	h("GET /admin/v2/meridian/failover/{tenant}/{ns}/orphans", func(r *http.Request) (any, error) {
-		return b.orphans(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"))
+		return s.cfg.Failover.Orphans(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"))
 	})
 	h("POST /admin/v2/meridian/failover/{tenant}/{ns}", func(r *http.Request) (any, error) {
 		var req struct {
@@ -104,37 +237,37 @@ func (b *Broker) AdminHandler() http.Handler {
 		if req.Reason == "" {
 			req.Reason = "manual"
 		}
-		return b.Failover(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"), req.To, req.Reason)
+		return s.cfg.Failover.Failover(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"), req.To, req.Reason)
 	})
 
 	// Tenants.
-	h("GET /admin/v2/tenants", func(r *http.Request) (any, error) { return b.meta.ListTenants(r.Context()) })
-	h("GET /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) { return b.meta.GetTenant(r.Context(), r.PathValue("tenant")) })
+	h("GET /admin/v2/tenants", func(r *http.Request) (any, error) { return s.cfg.Meta.ListTenants(r.Context()) })
+	h("GET /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) { return s.cfg.Meta.GetTenant(r.Context(), r.PathValue("tenant")) })
 	h("PUT /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) {
 		var ti meta.TenantInfo
 		if err := readJSON(r, &ti, true); err != nil {
 			return nil, err
 		}
-		return nil, b.meta.CreateTenant(r.Context(), r.PathValue("tenant"), ti)
+		return nil, s.cfg.Meta.CreateTenant(r.Context(), r.PathValue("tenant"), ti)
 	})
 	h("POST /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) {
 		var ti meta.TenantInfo
 		if err := readJSON(r, &ti, false); err != nil {
 			return nil, err
 		}
-		return nil, b.meta.UpdateTenant(r.Context(), r.PathValue("tenant"), ti)
+		return nil, s.cfg.Meta.UpdateTenant(r.Context(), r.PathValue("tenant"), ti)
 	})
 	h("DELETE /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) {
-		return nil, b.meta.DeleteTenant(r.Context(), r.PathValue("tenant"))
+		return nil, s.cfg.Meta.DeleteTenant(r.Context(), r.PathValue("tenant"))
 	})
 
 	// Namespaces.
 	ns := func(r *http.Request) string { return r.PathValue("tenant") + "/" + r.PathValue("ns") }
 	h("GET /admin/v2/namespaces/{tenant}", func(r *http.Request) (any, error) {
-		if _, err := b.meta.GetTenant(r.Context(), r.PathValue("tenant")); err != nil {
+		if _, err := s.cfg.Meta.GetTenant(r.Context(), r.PathValue("tenant")); err != nil {
 			return nil, err
 		}
-		return b.meta.ListNamespaces(r.Context(), r.PathValue("tenant"))
+		return s.cfg.Meta.ListNamespaces(r.Context(), r.PathValue("tenant"))
 	})
 	h("PUT /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) {
 		var p meta.Policies
@@ -145,27 +278,27 @@ func (b *Broker) AdminHandler() http.Handler {
 			return nil, err
 		}
 		if len(p.ReplicationClusters) == 0 {
-			p.ReplicationClusters = []string{b.cfg.Cluster}
+			p.ReplicationClusters = []string{s.cfg.Cluster}
 		}
-		known, err := b.knownRegions(r.Context())
+		known, err := s.knownRegions(r.Context())
 		if err != nil {
 			return nil, err
 		}
 		if err := meta.ValidateReplication(p, known); err != nil {
 			return nil, err
 		}
-		return nil, b.meta.CreateNamespace(r.Context(), ns(r), p)
+		return nil, s.cfg.Meta.CreateNamespace(r.Context(), ns(r), p)
 	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return b.meta.GetPolicies(r.Context(), ns(r)) })
-	h("DELETE /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return nil, b.meta.DeleteNamespace(r.Context(), ns(r)) })
+	h("GET /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return s.cfg.Meta.GetPolicies(r.Context(), ns(r)) })
+	h("DELETE /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return nil, s.cfg.Meta.DeleteNamespace(r.Context(), ns(r)) })
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/topics", func(r *http.Request) (any, error) {
-		if _, err := b.meta.GetPolicies(r.Context(), ns(r)); err != nil {
+		if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
 			return nil, err
 		}
-		return b.meta.ListTopics(r.Context(), ns(r))
+		return s.cfg.Meta.ListTopics(r.Context(), ns(r))
 	})
-	b.replicationHandlers(h, ns)
-	b.securityHandlers(h, ns)
+	s.replicationHandlers(h, ns)
+	s.securityHandlers(h, ns)
 	policy := func(path string, apply func(*meta.Policies, []byte) error, clear func(*meta.Policies)) {
 		h("POST /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 			body, err := io.ReadAll(r.Body)
@@ -174,7 +307,7 @@ func (b *Broker) AdminHandler() http.Handler {
 			}
 			var known []string
 			// A refused change (apply's error) writes nothing.
-			return nil, b.meta.UpdatePoliciesErr(r.Context(), ns(r), func(p *meta.Policies) error {
+			return nil, s.cfg.Meta.UpdatePoliciesErr(r.Context(), ns(r), func(p *meta.Policies) error {
 				if err := apply(p, body); err != nil {
 					return err
 				}
@@ -184,7 +317,7 @@ func (b *Broker) AdminHandler() http.Handler {
 				// A replication policy may depend on the others
 				// (stretched ledgers on the persistence quorums).
 				if known == nil {
-					if known, err = b.knownRegions(r.Context()); err != nil {
+					if known, err = s.knownRegions(r.Context()); err != nil {
 						return err
 					}
 				}
@@ -192,7 +325,7 @@ func (b *Broker) AdminHandler() http.Handler {
 			})
 		})
 		h("DELETE /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
-			return nil, b.meta.UpdatePolicies(r.Context(), ns(r), clear)
+			return nil, s.cfg.Meta.UpdatePolicies(r.Context(), ns(r), clear)
 		})
 	}
 	policy("retention", func(p *meta.Policies, body []byte) error {
@@ -220,7 +353,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		return nil
 	}, func(p *meta.Policies) { delete(p.BacklogQuotas, "destination_storage") })
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/backlogQuotaMap", func(r *http.Request) (any, error) {
-		p, err := b.meta.GetPolicies(r.Context(), ns(r))
+		p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
 		return p.BacklogQuotas, err
 	})
 	policy("deduplication", func(p *meta.Policies, body []byte) error {
@@ -245,25 +378,25 @@ func (b *Broker) AdminHandler() http.Handler {
 		return meta.ParseTopic("persistent://" + r.PathValue("tenant") + "/" + r.PathValue("ns") + "/" + r.PathValue("topic"))
 	}
 	h("GET /admin/v2/persistent/{tenant}/{ns}", func(r *http.Request) (any, error) {
-		if _, err := b.meta.GetPolicies(r.Context(), ns(r)); err != nil {
+		if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
 			return nil, err
 		}
-		return b.meta.ListTopics(r.Context(), ns(r))
+		return s.cfg.Meta.ListTopics(r.Context(), ns(r))
 	})
 	h("GET /admin/v2/persistent/{tenant}/{ns}/partitioned", func(r *http.Request) (any, error) {
-		return b.meta.ListPartitioned(r.Context(), ns(r))
+		return s.cfg.Meta.ListPartitioned(r.Context(), ns(r))
 	})
 	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}", func(r *http.Request) (any, error) {
 		tn, err := topic(r)
 		if err != nil {
 			return nil, err
 		}
-		if ok, err := b.meta.TopicExists(r.Context(), tn); err != nil {
+		if ok, err := s.cfg.Meta.TopicExists(r.Context(), tn); err != nil {
 			return nil, err
 		} else if ok {
 			return nil, fmt.Errorf("%w: topic %s", meta.ErrAlreadyExists, tn)
 		}
-		_, err = b.getTopic(r.Context(), tn.String(), true)
+		_, err = s.cfg.Broker.Topic(r.Context(), tn.String(), true)
 		return nil, err
 	})
 	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}", func(r *http.Request) (any, error) {
@@ -271,7 +404,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		return nil, b.deleteTopic(r.Context(), tn, r.URL.Query().Get("force") == "true")
+		return nil, s.cfg.Broker.DeleteTopic(r.Context(), tn, r.URL.Query().Get("force") == "true")
 	})
 	partitions := func(create bool) func(r *http.Request) (any, error) {
 		return func(r *http.Request) (any, error) {
@@ -286,19 +419,19 @@ func (b *Broker) AdminHandler() http.Handler {
 			if n > maxPartitions {
 				return nil, meta.BadRequest(fmt.Errorf("partition count %d: at most %d", n, maxPartitions))
 			}
-			if _, err := b.meta.GetPolicies(r.Context(), tn.NamespaceName()); err != nil {
+			if _, err := s.cfg.Meta.GetPolicies(r.Context(), tn.NamespaceName()); err != nil {
 				return nil, err
 			}
 			if create {
-				if ok, _ := b.meta.TopicExists(r.Context(), tn); ok {
+				if ok, _ := s.cfg.Meta.TopicExists(r.Context(), tn); ok {
 					return nil, fmt.Errorf("%w: a non-partitioned topic %s exists", meta.ErrAlreadyExists, tn)
 				}
 			}
-			if err := b.meta.SetPartitions(r.Context(), tn, n, create); err != nil {
+			if err := s.cfg.Meta.SetPartitions(r.Context(), tn, n, create); err != nil {
 				return nil, err
 			}
 			for i := 0; i < n; i++ {
-				if err := b.meta.RegisterTopic(r.Context(), tn.PartitionName(i)); err != nil {
+				if err := s.cfg.Meta.RegisterTopic(r.Context(), tn.PartitionName(i)); err != nil {
 					return nil, err
 				}
 			}
@@ -312,7 +445,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		n, err := b.meta.Partitions(r.Context(), tn)
+		n, err := s.cfg.Meta.Partitions(r.Context(), tn)
 		return map[string]int{"partitions": n}, err
 	})
 	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/partitions", func(r *http.Request) (any, error) {
@@ -320,63 +453,54 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		n, err := b.meta.Partitions(r.Context(), tn)
+		n, err := s.cfg.Meta.Partitions(r.Context(), tn)
 		if err != nil {
 			return nil, err
 		}
 		for i := 0; i < n; i++ {
-			if err := b.deleteTopic(r.Context(), tn.PartitionName(i), true); err != nil && !errors.Is(err, meta.ErrNotFound) {
+			if err := s.cfg.Broker.DeleteTopic(r.Context(), tn.PartitionName(i), true); err != nil && !errors.Is(err, meta.ErrNotFound) {
 				return nil, err
 			}
 		}
-		return nil, b.meta.DeletePartitioned(r.Context(), tn)
+		return nil, s.cfg.Meta.DeletePartitioned(r.Context(), tn)
 	})
 	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/stats", func(r *http.Request) (any, error) {
-		t, err := b.adminTopic(r, topic)
+		t, err := s.topic(r, topic)
 		if err != nil {
 			return nil, err
 		}
-		return t.stats(), nil
+		return t.Stats(), nil
 	})
 	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/internalStats", func(r *http.Request) (any, error) {
-		t, err := b.adminTopic(r, topic)
+		t, err := s.topic(r, topic)
 		if err != nil {
 			return nil, err
 		}
-		return t.internalStats(), nil
+		return t.InternalStats(), nil
 	})
 	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/subscriptions", func(r *http.Request) (any, error) {
-		t, err := b.adminTopic(r, topic)
+		t, err := s.topic(r, topic)
 		if err != nil {
 			return nil, err
 		}
-		names := []string{}
-		for _, s := range t.subscriptions() {
-			names = append(names, s.name)
-		}
-		return names, nil
+		return t.SubscriptionNames(), nil
 	})
 	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(r *http.Request) (any, error) {
-		t, err := b.adminTopic(r, topic)
+		t, err := s.topic(r, topic)
 		if err != nil {
 			return nil, err
 		}
-		return nil, t.createSubscription(r.Context(), r.PathValue("sub"))
+		return nil, t.CreateSubscription(r.Context(), r.PathValue("sub"))
 	})
 	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(r *http.Request) (any, error) {
-		t, err := b.adminTopic(r, topic)
+		t, err := s.topic(r, topic)
 		if err != nil {
 			return nil, err
 		}
-		if s := t.subscription(r.PathValue("sub")); s != nil && s.consumerCount() > 0 && r.URL.Query().Get("force") != "true" {
-			return nil, fmt.Errorf("%w: subscription %s has consumers", meta.ErrNotEmpty, s.name)
-		} else if s != nil {
-			s.closeConsumers("")
-		}
-		return nil, t.deleteSubscription(r.Context(), r.PathValue("sub"))
+		return nil, t.DeleteSubscription(r.Context(), r.PathValue("sub"), r.URL.Query().Get("force") == "true")
 	})
 	h("POST /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}/resetcursor/{ts}", func(r *http.Request) (any, error) {
-		t, err := b.adminTopic(r, topic)
+		t, err := s.topic(r, topic)
 		if err != nil {
 			return nil, err
 		}
@@ -384,26 +508,18 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, meta.BadRequest(err)
 		}
-		s := t.subscription(r.PathValue("sub"))
-		if s == nil {
-			return nil, fmt.Errorf("%w: subscription %s", meta.ErrNotFound, r.PathValue("sub"))
-		}
-		if err := s.seekTime(r.Context(), ms); err != nil {
-			return nil, err
-		}
-		s.closeConsumers("")
-		return nil, nil
+		return nil, t.ResetCursor(r.Context(), r.PathValue("sub"), ms)
 	})
 	schemaAnswer := func(all []meta.StoredSchema, v int) map[string]any {
-		s := all[v]
-		return map[string]any{"version": v, "type": strings.ToUpper(s.Type), "data": string(s.Data), "properties": s.Properties}
+		sc := all[v]
+		return map[string]any{"version": v, "type": strings.ToUpper(sc.Type), "data": string(sc.Data), "properties": sc.Properties}
 	}
 	h("GET /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", func(r *http.Request) (any, error) {
 		tn, err := topic(r)
 		if err != nil {
 			return nil, err
 		}
-		all, err := b.meta.Schemas(r.Context(), tn)
+		all, err := s.cfg.Meta.Schemas(r.Context(), tn)
 		if err != nil {
 			return nil, err
 		}
@@ -421,7 +537,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, meta.BadRequest(err)
 		}
-		all, err := b.meta.Schemas(r.Context(), tn)
+		all, err := s.cfg.Meta.Schemas(r.Context(), tn)
 		if err != nil {
 			return nil, err
 		}
@@ -435,7 +551,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		all, err := b.meta.Schemas(r.Context(), tn)
+		all, err := s.cfg.Meta.Schemas(r.Context(), tn)
 		if err != nil {
 			return nil, err
 		}
@@ -470,7 +586,7 @@ func (b *Broker) AdminHandler() http.Handler {
 		for k, v := range body.Properties {
 			ps.Properties = append(ps.Properties, &pb.KeyValue{Key: proto.String(k), Value: proto.String(v)})
 		}
-		v, err := b.meta.GetOrCreateSchema(r.Context(), tn, ps)
+		v, err := s.cfg.Meta.GetOrCreateSchema(r.Context(), tn, ps)
 		if errors.Is(err, meta.ErrIncompatibleSchema) {
 			return nil, meta.StatusError{Status: http.StatusConflict, Err: err}
 		}
@@ -484,77 +600,9 @@ func (b *Broker) AdminHandler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		return nil, b.meta.DeleteSchema(r.Context(), tn)
+		return nil, s.cfg.Meta.DeleteSchema(r.Context(), tn)
 	})
 	return mux
-}
-
-// adminTopic loads an existing topic for an admin call.
-func (b *Broker) adminTopic(r *http.Request, topic func(*http.Request) (meta.TopicName, error)) (*Topic, error) {
-	tn, err := topic(r)
-	if err != nil {
-		return nil, err
-	}
-	return b.getTopic(r.Context(), tn.String(), false)
-}
-
-// deleteTopic deletes a topic and its data. Without force it refuses a
-// topic with connected producers or consumers.
-func (b *Broker) deleteTopic(ctx context.Context, tn meta.TopicName, force bool) error {
-	t, err := b.getTopic(ctx, tn.String(), false)
-	if err != nil {
-		return err
-	}
-	if !force {
-		t.mu.Lock()
-		busy := len(t.producers) > 0
-		for _, s := range t.subs {
-			busy = busy || len(s.consumers) > 0
-		}
-		t.mu.Unlock()
-		if busy {
-			return fmt.Errorf("%w: topic %s has connected producers or consumers", meta.ErrNotEmpty, tn)
-		}
-	}
-	if err := t.close(ctx); err != nil {
-		return err
-	}
-	ml, err := mledger.Open(ctx, tn.ManagedLedgerName(), b.cfg.ManagedLedger)
-	if err != nil {
-		return err
-	}
-	if err := ml.Delete(ctx); err != nil {
-		return err
-	}
-	_ = t.store.Delete(ctx, t.dedupKey())
-	return b.meta.UnregisterTopic(ctx, tn)
-}
-
-func (t *Topic) subscription(name string) *Subscription {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.subs[name]
-}
-
-// createSubscription creates a durable subscription at the end of the topic.
-func (t *Topic) createSubscription(ctx context.Context, name string) error {
-	if err := meta.ValidSubscription(name); err != nil {
-		return meta.BadRequest(err)
-	}
-	if t.subscription(name) != nil {
-		return fmt.Errorf("%w: subscription %s", meta.ErrAlreadyExists, name)
-	}
-	cur, err := t.ml.OpenCursor(ctx, name, mledger.Latest)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.subs[name] == nil {
-		t.subs[name] = newSubscription(t, name, 0, cur, true)
-		t.b.metrics.subscriptions.Inc()
-	}
-	return nil
 }
 
 // TopicStats is the admin stats answer (Pulsar's field names).
@@ -588,35 +636,6 @@ type ConsumerStats struct {
 	Address         string `json:"address"`
 }
 
-func (t *Topic) stats() TopicStats {
-	st := TopicStats{StorageSize: t.ml.TotalSizeBytes(), Entries: t.ml.NumberOfEntries(), Publishers: []PublisherStats{}, Subscriptions: map[string]SubscriptionStats{}}
-	t.mu.Lock()
-	for p := range t.producers {
-		st.Publishers = append(st.Publishers, PublisherStats{ProducerName: p.name, ProducerID: p.id, Address: p.conn.nc.RemoteAddr().String(), ClientVersion: p.conn.clientVersion})
-	}
-	subs := make([]*Subscription, 0, len(t.subs))
-	for _, s := range t.subs {
-		subs = append(subs, s)
-	}
-	t.mu.Unlock()
-	t.mu.Lock()
-	st.MsgInCounter = t.msgsIn
-	t.mu.Unlock()
-	for _, s := range subs {
-		s.mu.Lock()
-		ss := SubscriptionStats{Type: s.typ.String(), UnackedMessages: len(s.pending), Consumers: []ConsumerStats{}}
-		for _, c := range s.consumers {
-			ss.Consumers = append(ss.Consumers, ConsumerStats{ConsumerName: c.name, AvailablePermit: c.permits, Address: c.conn.nc.RemoteAddr().String()})
-		}
-		s.mu.Unlock()
-		ss.MsgBacklog = s.cursor.Backlog()
-		ss.MarkDelete = s.cursor.MarkDeleted().String()
-		ss.ReadPosition = s.cursor.ReadPosition().String()
-		st.Subscriptions[s.name] = ss
-	}
-	return st
-}
-
 // InternalStats is a topic's storage as Pulsar's internalStats shows it
 // (a subset): the ledgers of this region's copy, oldest first.
 type InternalStats struct {
@@ -631,14 +650,6 @@ type LedgerStatsItem struct {
 	LedgerID int64 `json:"ledgerId"`
 	Entries  int64 `json:"entries"`
 	Size     int64 `json:"size"`
-}
-
-func (t *Topic) internalStats() InternalStats {
-	st := InternalStats{NumberOfEntries: t.ml.NumberOfEntries(), TotalSize: t.ml.TotalSizeBytes(), LastConfirmedEntry: t.ml.LastConfirmed().String(), Ledgers: []LedgerStatsItem{}}
-	for _, l := range t.ml.Ledgers() {
-		st.Ledgers = append(st.Ledgers, LedgerStatsItem{LedgerID: l.ID, Entries: l.Entries, Size: l.SizeBytes})
-	}
-	return st
 }
 
 func readJSON(r *http.Request, v any, optional bool) error {
