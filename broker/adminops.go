@@ -156,11 +156,11 @@ func (a adminBroker) DeleteTopic(ctx context.Context, tn meta.TopicName, force b
 }
 
 func (a adminBroker) Failover(ctx context.Context, ns, region, reason string) (meta.FailoverRecord, error) {
-	return a.b.Failover(ctx, ns, region, reason)
+	return a.b.fo.Failover(ctx, ns, region, reason)
 }
 
 func (a adminBroker) FailoverStatus(ctx context.Context, ns string) (any, error) {
-	return a.b.failoverStatus(ctx, ns)
+	return a.b.fo.FailoverStatus(ctx, ns)
 }
 
 func (a adminBroker) Orphans(ctx context.Context, ns string) (any, error) {

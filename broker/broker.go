@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/admin"
+	"github.com/meridian-mq/meridian/broker/failoverctl"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/security"
@@ -35,8 +36,7 @@ type Broker struct {
 	gown      *ownership     // stretched namespaces' bundles, in the global store
 	bundles   *cluster.Cache // the region's bundle boundaries, watched (boundariesHint)
 	stretched *stretched
-	fo        *failoverState
-	serving   *servingState
+	fo        *failoverctl.Shell
 	repl      *replService
 	lis       net.Listener
 	admin     *admin.Server
@@ -50,10 +50,7 @@ type Broker struct {
 
 	producerSeq atomic.Int64
 	limiters    sync.Map // namespace + remote region → *nsLimiter
-	regionCache sync.Map // region → its brokers' service URLs, as last read
 	reach       sync.Map // broker URL → reachability (reachableURL)
-	badMu       sync.Mutex
-	badSince    map[string]time.Time // region → when lookups first saw it not up (holdLookup)
 	wg          sync.WaitGroup
 }
 
@@ -73,14 +70,13 @@ func New(cfg Config) (*Broker, error) {
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
 	b := &Broker{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "broker"),
-		meta:     meta.NewMetadata(cfg.GlobalStore),
-		topics:   map[string]*topicSlot{},
-		conns:    map[*conn]struct{}{},
-		perIP:    map[string]int{},
-		badSince: map[string]time.Time{},
-		id:       hex.EncodeToString(rb[:]),
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "broker"),
+		meta:   meta.NewMetadata(cfg.GlobalStore),
+		topics: map[string]*topicSlot{},
+		conns:  map[*conn]struct{}{},
+		perIP:  map[string]int{},
+		id:     hex.EncodeToString(rb[:]),
 	}
 	b.metrics = newMetrics(cfg.Cluster, b)
 	b.guard = security.New(cfg.Security, b.meta, cfg.Cluster, b.metrics.reg)
@@ -139,7 +135,8 @@ func (b *Broker) Start() error {
 		}
 		return err
 	}
-	b.startFailover()
+	b.fo = b.newFailoverShell()
+	b.fo.StartWatch()
 	if err := b.startStretched(); err != nil {
 		lis.Close()
 		b.repl.close()
@@ -153,16 +150,13 @@ func (b *Broker) Start() error {
 		}
 		return err
 	}
-	b.startFailoverControl()
+	b.fo.StartControl()
 	b.meta.Watch()
 	b.bundles = cluster.WatchPrefix(b.cfg.Store, "/bundles/")
 	b.wg.Add(2)
 	go b.acceptLoop()
 	go b.policyLoop()
-	if b.cfg.PublishProbe != nil {
-		b.wg.Add(1)
-		go b.probeLoop()
-	}
+	b.fo.StartProbe()
 	b.log.Info("broker serving", "pulsar", b.serverURL, "admin", b.AdminURL())
 	return nil
 }
@@ -275,6 +269,9 @@ func (b *Broker) Close(ctx context.Context) error {
 	}
 	b.meta.Close()
 	b.cancel()
+	if b.fo != nil {
+		b.fo.Close()
+	}
 	b.wg.Wait()
 	if b.stretched != nil {
 		b.stretched.close()
@@ -384,14 +381,6 @@ func (b *Broker) lookupHint(tn meta.TopicName) (string, bool) {
 	}
 	bi, ok := own.ownerHint(bundleOf(tn, bs))
 	return bi.ServiceURL, ok
-}
-
-// policiesForLookup: the watched copy's policies, else the store's.
-func (b *Broker) policiesForLookup(ctx context.Context, ns string) (meta.Policies, error) {
-	if p, ok := b.meta.PoliciesHint(ns); ok {
-		return p, nil
-	}
-	return b.meta.GetPolicies(ctx, ns)
 }
 
 // getTopic returns the loaded topic, loading (and, with create, creating)
@@ -539,7 +528,7 @@ func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProdu
 		}
 		p.schemaVersion = v
 	}
-	if err := b.checkActive(ctx, t.name, t.policies()); err != nil {
+	if err := b.fo.CheckActive(ctx, t.name, t.policies()); err != nil {
 		return nil, 0, err
 	}
 	last, err := t.addProducer(p)
@@ -555,7 +544,7 @@ func (b *Broker) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.checkActive(ctx, t.name, t.policies()); err != nil {
+	if err := b.fo.CheckActive(ctx, t.name, t.policies()); err != nil {
 		return nil, err
 	}
 	return t.subscribe(ctx, c, m)

@@ -42,7 +42,7 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
 		return
 	}
-	if other, err := c.b.crossRegionLookup(ctx, m.GetTopic()); other != "" || err != nil {
+	if other, err := c.b.fo.CrossRegionLookup(ctx, m.GetTopic()); other != "" || err != nil {
 		// The namespace is active in another region: ask a broker there.
 		if err != nil {
 			resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()

@@ -71,7 +71,7 @@ func (t *Topic) orphanRecord() (meta.FailoverRecord, bool) {
 	if t.b.fo == nil || !meta.ActiveStandby(pol) {
 		return meta.FailoverRecord{}, false
 	}
-	rec := t.b.fo.record(t.name.NamespaceName(), pol)
+	rec := t.b.fo.Record(t.name.NamespaceName(), pol)
 	ok := rec.Active == t.b.cfg.Cluster && rec.Previous != "" && rec.Previous != rec.Active && !rec.CatchUp
 	return rec, ok
 }

@@ -27,7 +27,6 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
-	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/grpcpool"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
@@ -132,7 +131,7 @@ func (rs *replService) registerLoop() {
 			if err == nil {
 				// The region's brokers, for lookups redirected from other
 				// regions (failover.go).
-				_, err = b.cfg.GlobalStore.PutWithLease(ctx, regionBrokersKey(b.cfg.Cluster)+b.cfg.BrokerID, []byte(b.serverURL), lease.ID)
+				_, err = b.cfg.GlobalStore.PutWithLease(ctx, meta.RegionBrokersKey(b.cfg.Cluster)+b.cfg.BrokerID, []byte(b.serverURL), lease.ID)
 			}
 			cancel()
 			if err == nil {
@@ -171,20 +170,7 @@ func (rs *replService) close() {
 
 // endpoints lists the registered replication addresses of region.
 func (rs *replService) endpoints(ctx context.Context, region string) ([]string, error) {
-	return listValues(ctx, rs.b.cfg.GlobalStore, replEndpointsKey+region+"/")
-}
-
-// listValues returns the values of the keys under prefix.
-func listValues(ctx context.Context, s *cluster.Store, prefix string) ([]string, error) {
-	kvs, _, err := s.List(ctx, prefix)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(kvs))
-	for _, kv := range kvs {
-		out = append(out, string(kv.Value))
-	}
-	return out, nil
+	return rs.b.cfg.GlobalStore.ListValues(ctx, replEndpointsKey+region+"/")
 }
 
 func (rs *replService) conn(addr string) (*grpc.ClientConn, error) {
@@ -1529,7 +1515,7 @@ func (t *Topic) lastEntryBefore(ledger int64) (mledger.Position, bool) {
 // not have been replicated yet when it first arrived.
 func (t *Topic) subscriptionUpdates(last map[string]subSent) []*replpb.SubscriptionUpdate {
 	pol := t.policies()
-	if !meta.ActiveStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != t.b.cfg.Cluster {
+	if !meta.ActiveStandby(pol) || t.b.fo.ActiveRegion(t.name.NamespaceName(), pol) != t.b.cfg.Cluster {
 		return nil
 	}
 	var out []*replpb.SubscriptionUpdate
@@ -1634,7 +1620,7 @@ func (t *Topic) applySubscription(ctx context.Context, from string, u *replpb.Su
 func (t *Topic) applySubscriptionUpdate(ctx context.Context, p pendingSubUpdate) {
 	from, u := p.from, p.u
 	pol := t.policies()
-	if !meta.ActiveStandby(pol) || t.b.activeRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) {
+	if !meta.ActiveStandby(pol) || t.b.fo.ActiveRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) {
 		t.setPendingSubscription(p, false)
 		return
 	}

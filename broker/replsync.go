@@ -81,7 +81,7 @@ func (t *Topic) refreshSync() {
 			ss.tracked = localSeq
 			ss.tr.Ready()
 		}
-		if rec := t.b.failedOver(t.name.NamespaceName(), pol); rec.Previous != "" {
+		if rec := t.b.fo.FailedOver(t.name.NamespaceName(), pol); rec.Previous != "" {
 			ss.mu.Lock()
 			ss.removeLocked(rec.Previous, rec.Epoch)
 			ss.mu.Unlock()
@@ -252,18 +252,4 @@ func (ss *syncState) removeLocked(region string, epoch uint64) {
 	ss.removed[region] = epoch
 	ss.b.metrics.replAlerts.WithLabelValues("sync-region-removed").Inc()
 	ss.b.log.Warn("sync replication: region declared failed leaves the sync set", "topic", ss.topic, "region", region, "epoch", epoch)
-}
-
-// failedOver returns the namespace's record when this region became its
-// active region by an unplanned move (the previous region was declared
-// failed), else a record with no Previous.
-func (b *Broker) failedOver(ns string, pol meta.Policies) meta.FailoverRecord {
-	if b.fo == nil || !meta.ActiveStandby(pol) {
-		return meta.FailoverRecord{}
-	}
-	r := b.fo.record(ns, pol)
-	if r.Active != b.cfg.Cluster || r.CatchUp || r.Previous == "" || r.Previous == b.cfg.Cluster {
-		return meta.FailoverRecord{}
-	}
-	return r
 }

@@ -273,16 +273,7 @@ func (s *stretched) refreshGone(regions []string) {
 		v := b.cfg.HealthView()
 		view = &v
 	}
-	declared := map[string]bool{}
-	if b.fo != nil {
-		b.fo.mu.Lock()
-		for _, r := range b.fo.recs {
-			if r.Previous != "" && r.Previous != r.Active && !r.CatchUp {
-				declared[r.Previous] = true
-			}
-		}
-		b.fo.mu.Unlock()
-	}
+	declared := b.fo.DeclaredFailed()
 	var returned []string
 	now := time.Now()
 	for _, r := range regions {

@@ -706,7 +706,7 @@ func (p *Producer) publish(m *pb.CommandSend, msg framedMsg) {
 		if errors.Is(err, errDropSilently) {
 			return
 		}
-		if err == nil && p.topic.b.failoverAuto() && !p.topic.b.mayServe(p.topic.name.NamespaceName(), p.topic.policies()) {
+		if err == nil && p.topic.b.fo.Auto() && !p.topic.b.fo.MayServe(p.topic.name.NamespaceName(), p.topic.policies()) {
 			// The self-fence: this region's lease may have run out, so
 			// another region may be acknowledging now. The entry is stored
 			// here (and replicates), but its receipt must come from the

@@ -391,6 +391,19 @@ func (s *Store) List(ctx context.Context, prefix string) ([]KV, int64, error) {
 	return out, resp.Header.Revision, nil
 }
 
+// ListValues returns the values of the keys under prefix, in key order.
+func (s *Store) ListValues(ctx context.Context, prefix string) ([]string, error) {
+	kvs, _, err := s.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(kvs))
+	for _, kv := range kvs {
+		out = append(out, string(kv.Value))
+	}
+	return out, nil
+}
+
 // Event is one change seen by Watch. Deleted events carry no value.
 type Event struct {
 	KV      KV

@@ -18,3 +18,8 @@ type FailoverRecord struct {
 func ActiveStandby(pol Policies) bool {
 	return len(pol.ReplicationClusters) > 1 && pol.Effective().Failover == FailoverActiveStandby
 }
+
+// RegionBrokersKey is the prefix under which the brokers of region register
+// their service URLs in the global store (for lookups redirected from
+// other regions).
+func RegionBrokersKey(region string) string { return "/regions/" + region + "/brokers/" }

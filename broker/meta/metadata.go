@@ -204,6 +204,15 @@ func (m *Metadata) PoliciesHint(ns string) (Policies, bool) {
 	return p, true
 }
 
+// LookupPolicies returns a namespace's policies for a lookup: the watched
+// copy's (PoliciesHint), else the store's.
+func (m *Metadata) LookupPolicies(ctx context.Context, ns string) (Policies, error) {
+	if p, ok := m.PoliciesHint(ns); ok {
+		return p, nil
+	}
+	return m.GetPolicies(ctx, ns)
+}
+
 // NewMetadata returns the metadata layer on s.
 func NewMetadata(s *cluster.Store) *Metadata { return &Metadata{s: s, cache: map[string][]byte{}} }
 

@@ -1,4 +1,4 @@
-package broker
+package failoverctl
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package broker
+package failoverctl
 
 import (
 	"context"
@@ -34,8 +34,8 @@ import (
 const probeLedgerEntries = 600 // a new probe ledger every 10 minutes at 1 s
 
 // probeLoop runs until the broker closes.
-func (b *Broker) probeLoop() {
-	defer b.wg.Done()
+func (sh *Shell) probeLoop() {
+	defer sh.wg.Done()
 	var ml *mledger.ManagedLedger
 	defer func() {
 		if ml != nil {
@@ -44,22 +44,24 @@ func (b *Broker) probeLoop() {
 			cancel()
 		}
 	}()
-	tick := time.NewTicker(b.cfg.ProbeInterval)
+	tick := time.NewTicker(sh.cfg.ProbeInterval)
 	defer tick.Stop()
 	var seq uint64
 	for {
 		seq++
 		at := time.Now()
-		ctx, cancel := context.WithTimeout(b.ctx, b.cfg.ProbeTimeout)
-		err := b.probeOnce(ctx, &ml, seq)
+		ctx, cancel := context.WithTimeout(sh.ctx, sh.cfg.ProbeTimeout)
+		err := sh.probeOnce(ctx, &ml, seq)
 		cancel()
-		if b.ctx.Err() != nil {
+		if sh.ctx.Err() != nil {
 			return
 		}
 		ok := err == nil
-		b.metrics.probe(ok, time.Since(at))
+		if sh.cfg.Probed != nil {
+			sh.cfg.Probed(ok, time.Since(at))
+		}
 		if !ok {
-			b.log.Warn("write probe failed", "err", err, "took", time.Since(at).Round(time.Millisecond))
+			sh.log.Warn("write probe failed", "err", err, "took", time.Since(at).Round(time.Millisecond))
 			if ml != nil { // a failed ledger is not trusted again
 				go func(ml *mledger.ManagedLedger) {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -69,9 +71,9 @@ func (b *Broker) probeLoop() {
 				ml = nil
 			}
 		}
-		b.cfg.PublishProbe(ok, at)
+		sh.cfg.PublishProbe(ok, at)
 		select {
-		case <-b.ctx.Done():
+		case <-sh.ctx.Done():
 			return
 		case <-tick.C:
 		}
@@ -79,19 +81,19 @@ func (b *Broker) probeLoop() {
 }
 
 // probeOnce runs the three steps; *ml is opened on first use.
-func (b *Broker) probeOnce(ctx context.Context, ml **mledger.ManagedLedger, seq uint64) error {
+func (sh *Shell) probeOnce(ctx context.Context, ml **mledger.ManagedLedger, seq uint64) error {
 	var payload [24]byte
 	copy(payload[:8], "mprobe01")
 	binary.BigEndian.PutUint64(payload[8:], seq)
 	binary.BigEndian.PutUint64(payload[16:], uint64(time.Now().UnixNano()))
-	if _, err := b.cfg.Store.Put(ctx, "/probe/brokers/"+b.cfg.BrokerID, payload[8:]); err != nil {
+	if _, err := sh.cfg.Store.Put(ctx, "/probe/brokers/"+sh.cfg.BrokerID, payload[8:]); err != nil {
 		return fmt.Errorf("region store write: %w", err)
 	}
 	if *ml == nil {
-		c := b.cfg.ManagedLedger
+		c := sh.cfg.ManagedLedger
 		c.MaxEntriesPerLedger = probeLedgerEntries
 		c.RetentionTime, c.RetentionSizeBytes = 0, 0
-		m, err := mledger.Open(ctx, "meridian-probe/"+b.cfg.BrokerID, c)
+		m, err := mledger.Open(ctx, "meridian-probe/"+sh.cfg.BrokerID, c)
 		if err != nil {
 			return fmt.Errorf("open probe ledger: %w", err)
 		}

@@ -1,4 +1,4 @@
-package broker
+package failoverctl
 
 import (
 	"context"
@@ -97,31 +97,31 @@ type servingState struct {
 
 // nudgeControl makes the controller (if this broker is it) step at once
 // and re-read the namespaces.
-func (b *Broker) nudgeControl() {
-	if b.serving == nil {
+func (sh *Shell) nudgeControl() {
+	if sh.serving == nil {
 		return
 	}
 	select {
-	case b.serving.nudge <- struct{}{}:
+	case sh.serving.nudge <- struct{}{}:
 	default:
 	}
 }
 
-func (b *Broker) failoverAuto() bool {
-	return b.cfg.HealthView != nil && b.cfg.GlobalStore != b.cfg.Store
+func (sh *Shell) failoverAuto() bool {
+	return sh.cfg.HealthView != nil && sh.cfg.GlobalStore != sh.cfg.Store
 }
 
-func (b *Broker) startFailoverControl() {
-	if !b.failoverAuto() {
+func (sh *Shell) startFailoverControl() {
+	if !sh.failoverAuto() {
 		return
 	}
-	b.serving = &servingState{m: map[string]serving{}, nudge: make(chan struct{}, 1)}
-	b.wg.Add(5)
-	go b.watchServing()
-	go b.controlLoop()
-	go b.closeOnLapse()
-	go b.watchLeases()
-	go b.avoidUnreachableRegions()
+	sh.serving = &servingState{m: map[string]serving{}, nudge: make(chan struct{}, 1)}
+	sh.wg.Add(5)
+	go sh.watchServing()
+	go sh.controlLoop()
+	go sh.closeOnLapse()
+	go sh.watchLeases()
+	go sh.avoidUnreachableRegions()
 }
 
 // avoidUnreachableRegions keeps the global store's client off the members
@@ -131,23 +131,23 @@ func (b *Broker) startFailoverControl() {
 // third of the survivors' requests — the failover control's among them —
 // hung there until their deadline (a silent outage committed its failover
 // 7 s after the pause where the lease alone needs 5 s).
-func (b *Broker) avoidUnreachableRegions() {
-	defer b.wg.Done()
+func (sh *Shell) avoidUnreachableRegions() {
+	defer sh.wg.Done()
 	tk := time.NewTicker(200 * time.Millisecond)
 	defer tk.Stop()
 	var last []string
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-sh.ctx.Done():
 			return
 		case <-tk.C:
 		}
-		avoid := slices.DeleteFunc(b.cfg.HealthView().Unreachable(), func(r string) bool { return r == b.cfg.Cluster })
+		avoid := slices.DeleteFunc(sh.cfg.HealthView().Unreachable(), func(r string) bool { return r == sh.cfg.Cluster })
 		if !slices.Equal(avoid, last) {
-			b.log.Info("global store: avoiding the members of unreachable regions", "regions", avoid)
+			sh.log.Info("global store: avoiding the members of unreachable regions", "regions", avoid)
 			last = avoid
 		}
-		b.cfg.GlobalStore.AvoidRegions(avoid)
+		sh.cfg.GlobalStore.AvoidRegions(avoid)
 	}
 }
 
@@ -155,14 +155,14 @@ func (b *Broker) avoidUnreachableRegions() {
 // changes in the global store: a dead region's lease expiring is what a
 // crash failover waits for last, and the next step must not wait for its
 // tick (250 ms).
-func (b *Broker) watchLeases() {
-	defer b.wg.Done()
-	for b.ctx.Err() == nil {
-		for range b.cfg.GlobalStore.Watch(b.ctx, failoverLeaseKey, 0) {
-			b.nudgeControl()
+func (sh *Shell) watchLeases() {
+	defer sh.wg.Done()
+	for sh.ctx.Err() == nil {
+		for range sh.cfg.GlobalStore.Watch(sh.ctx, failoverLeaseKey, 0) {
+			sh.nudgeControl()
 		}
 		select {
-		case <-b.ctx.Done():
+		case <-sh.ctx.Done():
 		case <-time.After(time.Second):
 		}
 	}
@@ -175,41 +175,33 @@ func (b *Broker) watchLeases() {
 // their clients look up again and land where the namespace is served. A
 // consumer left on a cut-off region received nothing for 10 s after the
 // producer had moved (region-partition drill).
-func (b *Broker) closeOnLapse() {
-	defer b.wg.Done()
+func (sh *Shell) closeOnLapse() {
+	defer sh.wg.Done()
 	handled := map[string]serving{}
 	tk := time.NewTicker(250 * time.Millisecond)
 	defer tk.Stop()
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-sh.ctx.Done():
 			return
 		case <-tk.C:
 		}
-		b.serving.mu.Lock()
+		sh.serving.mu.Lock()
 		var due []string
 		now := time.Now().UnixNano()
-		for ns, s := range b.serving.m {
+		for ns, s := range sh.serving.m {
 			if now >= s.DeadlineNs && handled[ns] != s {
 				handled[ns] = s
 				due = append(due, ns)
 			}
 		}
-		b.serving.mu.Unlock()
+		sh.serving.mu.Unlock()
 		for _, ns := range due {
-			for _, t := range b.loadedTopics() {
-				if t.name.NamespaceName() != ns || !b.servingLapsed(ns, t.policies()) {
+			for _, t := range sh.host.Topics(ns) {
+				if !sh.servingLapsed(ns, t.Policies()) {
 					continue
 				}
-				t.mu.Lock()
-				subs := make([]*Subscription, 0, len(t.subs))
-				for _, s := range t.subs {
-					subs = append(subs, s)
-				}
-				t.mu.Unlock()
-				for _, s := range subs {
-					s.closeConsumers("")
-				}
+				t.CloseConsumers()
 			}
 		}
 	}
@@ -217,40 +209,40 @@ func (b *Broker) closeOnLapse() {
 
 // mayServe reports whether this broker may acknowledge produce (or take a
 // producer or subscription) for the namespace now.
-func (b *Broker) mayServe(ns string, pol meta.Policies) bool {
-	if !b.failoverAuto() || !meta.ActiveStandby(pol) {
+func (sh *Shell) mayServe(ns string, pol meta.Policies) bool {
+	if !sh.failoverAuto() || !meta.ActiveStandby(pol) {
 		return true
 	}
-	b.serving.mu.Lock()
-	s, ok := b.serving.m[ns]
-	b.serving.mu.Unlock()
-	rec := b.fo.record(ns, pol)
-	return ok && rec.Active == b.cfg.Cluster && s.Epoch == rec.Epoch && time.Now().UnixNano() < s.DeadlineNs
+	sh.serving.mu.Lock()
+	s, ok := sh.serving.m[ns]
+	sh.serving.mu.Unlock()
+	rec := sh.fo.record(ns, pol)
+	return ok && rec.Active == sh.cfg.Cluster && s.Epoch == rec.Epoch && time.Now().UnixNano() < s.DeadlineNs
 }
 
 // servingLapsed reports whether this region held the namespace's lease at
 // the epoch it knows and its deadline has passed without a renewal: it
 // may not serve, and may be cut off from the global store.
-func (b *Broker) servingLapsed(ns string, pol meta.Policies) bool {
-	if !b.failoverAuto() || !meta.ActiveStandby(pol) {
+func (sh *Shell) servingLapsed(ns string, pol meta.Policies) bool {
+	if !sh.failoverAuto() || !meta.ActiveStandby(pol) {
 		return false
 	}
-	b.serving.mu.Lock()
-	s, ok := b.serving.m[ns]
-	b.serving.mu.Unlock()
-	rec := b.fo.record(ns, pol)
-	return ok && rec.Active == b.cfg.Cluster && s.Epoch == rec.Epoch && time.Now().UnixNano() >= s.DeadlineNs
+	sh.serving.mu.Lock()
+	s, ok := sh.serving.m[ns]
+	sh.serving.mu.Unlock()
+	rec := sh.fo.record(ns, pol)
+	return ok && rec.Active == sh.cfg.Cluster && s.Epoch == rec.Epoch && time.Now().UnixNano() >= s.DeadlineNs
 }
 
-func (b *Broker) watchServing() {
-	defer b.wg.Done()
-	for b.ctx.Err() == nil {
-		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-		kvs, rev, err := b.cfg.Store.List(ctx, failoverServingKey)
+func (sh *Shell) watchServing() {
+	defer sh.wg.Done()
+	for sh.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(sh.ctx, 10*time.Second)
+		kvs, rev, err := sh.cfg.Store.List(ctx, failoverServingKey)
 		cancel()
 		if err != nil {
 			select {
-			case <-b.ctx.Done():
+			case <-sh.ctx.Done():
 			case <-time.After(time.Second):
 			}
 			continue
@@ -262,29 +254,29 @@ func (b *Broker) watchServing() {
 				m[kv.Key[len(failoverServingKey):]] = s
 			}
 		}
-		b.serving.mu.Lock()
-		b.serving.m = m
-		b.serving.mu.Unlock()
-		for evs := range b.cfg.Store.Watch(b.ctx, failoverServingKey, rev+1) {
-			b.serving.mu.Lock()
+		sh.serving.mu.Lock()
+		sh.serving.m = m
+		sh.serving.mu.Unlock()
+		for evs := range sh.cfg.Store.Watch(sh.ctx, failoverServingKey, rev+1) {
+			sh.serving.mu.Lock()
 			for _, ev := range evs {
 				ns := ev.KV.Key[len(failoverServingKey):]
 				var s serving
 				if ev.Deleted || json.Unmarshal(ev.KV.Value, &s) != nil {
-					delete(b.serving.m, ns)
+					delete(sh.serving.m, ns)
 					continue
 				}
-				b.serving.m[ns] = s
+				sh.serving.m[ns] = s
 			}
-			b.serving.mu.Unlock()
+			sh.serving.mu.Unlock()
 		}
 	}
 }
 
 // controlLoop: while this broker is its region's controller, step every
 // active-standby namespace's Core.
-func (b *Broker) controlLoop() {
-	defer b.wg.Done()
+func (sh *Shell) controlLoop() {
+	defer sh.wg.Done()
 	cores := map[string]*nsControl{}
 	tk := time.NewTicker(250 * time.Millisecond)
 	defer tk.Stop()
@@ -298,10 +290,10 @@ func (b *Broker) controlLoop() {
 	listing := false
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-sh.ctx.Done():
 			return
 		case <-tk.C:
-		case <-b.serving.nudge:
+		case <-sh.serving.nudge:
 			listedAt = time.Time{}
 		case r := <-listed:
 			listing = false
@@ -309,9 +301,9 @@ func (b *Broker) controlLoop() {
 				nsList = r.nss
 			}
 		}
-		if !b.isController() {
+		if !sh.isController() {
 			for ns, c := range cores {
-				b.dropLease(ns, c)
+				sh.dropLease(ns, c)
 			}
 			cores = map[string]*nsControl{}
 			continue
@@ -321,10 +313,10 @@ func (b *Broker) controlLoop() {
 			// answer must not stall the steps of the namespaces known.
 			listing, listedAt = true, time.Now()
 			go func() {
-				l, err := b.activeStandbyNamespaces()
+				l, err := sh.activeStandbyNamespaces()
 				select {
 				case listed <- listResult{l, err}:
-				case <-b.ctx.Done():
+				case <-sh.ctx.Done():
 				}
 			}()
 		}
@@ -343,8 +335,8 @@ func (b *Broker) controlLoop() {
 			// store member that stopped answering (paused, cut off) must not
 			// hold the loop — with 5 s per call and two namespaces, a
 			// paused region was acted on 12 s after it stopped.
-			ctx, cancel := context.WithTimeout(b.ctx, controlStepTimeout)
-			b.stepNamespace(ctx, ns, cores, b.cfg.HealthView())
+			ctx, cancel := context.WithTimeout(sh.ctx, controlStepTimeout)
+			sh.stepNamespace(ctx, ns, cores, sh.cfg.HealthView())
 			cancel()
 		}
 	}
@@ -352,36 +344,36 @@ func (b *Broker) controlLoop() {
 
 // isController makes this broker its region's controller if none is, and
 // reports whether it is.
-func (b *Broker) isController() bool {
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+func (sh *Shell) isController() bool {
+	ctx, cancel := context.WithTimeout(sh.ctx, 5*time.Second)
 	defer cancel()
-	kv, err := b.cfg.Store.Get(ctx, controllerKey)
+	kv, err := sh.cfg.Store.Get(ctx, controllerKey)
 	if err == nil {
-		return string(kv.Value) == b.cfg.BrokerID
+		return string(kv.Value) == sh.cfg.BrokerID
 	}
 	if !errors.Is(err, cluster.ErrNotFound) {
 		return false
 	}
-	_, err = b.cfg.Store.CreateWithLease(ctx, controllerKey, []byte(b.cfg.BrokerID), b.own.currentLease().ID)
+	_, err = sh.cfg.Store.CreateWithLease(ctx, controllerKey, []byte(sh.cfg.BrokerID), sh.host.Lease())
 	return err == nil
 }
 
-func (b *Broker) activeStandbyNamespaces() ([]string, error) {
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+func (sh *Shell) activeStandbyNamespaces() ([]string, error) {
+	ctx, cancel := context.WithTimeout(sh.ctx, 10*time.Second)
 	defer cancel()
-	tenants, err := b.meta.ListTenants(ctx)
+	tenants, err := sh.meta.ListTenants(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, t := range tenants {
-		nss, err := b.meta.ListNamespaces(ctx, t)
+		nss, err := sh.meta.ListNamespaces(ctx, t)
 		if err != nil {
 			return nil, err
 		}
 		for _, ns := range nss {
-			pol, err := b.meta.GetPolicies(ctx, ns)
-			if err == nil && meta.ActiveStandby(pol) && slices.Contains(pol.ReplicationClusters, b.cfg.Cluster) {
+			pol, err := sh.meta.GetPolicies(ctx, ns)
+			if err == nil && meta.ActiveStandby(pol) && slices.Contains(pol.ReplicationClusters, sh.cfg.Cluster) {
 				out = append(out, ns)
 			}
 		}
@@ -439,13 +431,13 @@ const nearLag = time.Second
 
 // publishCaughtUp computes and publishes this region's judgements for ns
 // (one at a time per namespace: nsControl.judging).
-func (b *Broker) publishCaughtUp(ctx context.Context, ns string, c *nsControl) {
-	st, err := b.regionReplicationStatus(ctx, ns)
+func (sh *Shell) publishCaughtUp(ctx context.Context, ns string, c *nsControl) {
+	st, err := sh.host.ReplicationStatus(ctx, ns)
 	if err != nil {
 		return
 	}
 	for _, r := range c.policy.Regions {
-		if r == b.cfg.Cluster {
+		if r == sh.cfg.Cluster {
 			continue
 		}
 		ok, near := true, true
@@ -466,7 +458,7 @@ func (b *Broker) publishCaughtUp(ctx context.Context, ns string, c *nsControl) {
 		}
 		rec := caughtUpRecord{CaughtUp: ok, Near: near, AtMs: time.Now().UnixMilli()}
 		v, _ := json.Marshal(rec)
-		if _, err := b.cfg.GlobalStore.Put(ctx, caughtUpKey+ns+"/"+b.cfg.Cluster+"/"+r, v); err == nil {
+		if _, err := sh.cfg.GlobalStore.Put(ctx, caughtUpKey+ns+"/"+sh.cfg.Cluster+"/"+r, v); err == nil {
 			if c.published == nil {
 				c.published = map[string]caughtUpRecord{}
 			}
@@ -478,13 +470,13 @@ func (b *Broker) publishCaughtUp(ctx context.Context, ns string, c *nsControl) {
 // caughtUpFunc reads every region's judgements of ns. The region a
 // planned move made active must be caught up exactly before it serves;
 // for deciding a switch-back, near is enough.
-func (b *Broker) caughtUpFunc(ctx context.Context, ns string, c *nsControl, view cluster.HealthView, rec failover.Record) func(string) bool {
+func (sh *Shell) caughtUpFunc(ctx context.Context, ns string, c *nsControl, view cluster.HealthView, rec failover.Record) func(string) bool {
 	// Judgements are rewritten at most once a second: read them as often,
 	// not on every step.
 	if c.says == nil || time.Since(c.saysAt) >= time.Second {
 		var kvs []cluster.KV
 		err := quick(ctx, func(ctx context.Context) (err error) {
-			kvs, _, err = b.cfg.GlobalStore.List(ctx, caughtUpKey+ns+"/")
+			kvs, _, err = sh.cfg.GlobalStore.List(ctx, caughtUpKey+ns+"/")
 			return err
 		})
 		if err != nil {
@@ -518,18 +510,18 @@ func (b *Broker) caughtUpFunc(ctx context.Context, ns string, c *nsControl, view
 	}
 }
 
-func (b *Broker) leaseRules() failover.LeaseRules {
-	if b.cfg.FailoverLease.TTL > 0 {
-		return b.cfg.FailoverLease
+func (sh *Shell) leaseRules() failover.LeaseRules {
+	if sh.cfg.FailoverLease.TTL > 0 {
+		return sh.cfg.FailoverLease
 	}
 	return failover.DefaultLeaseRules()
 }
 
-func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]*nsControl, view cluster.HealthView) {
-	pol, err := b.meta.GetPolicies(ctx, ns)
+func (sh *Shell) stepNamespace(ctx context.Context, ns string, cores map[string]*nsControl, view cluster.HealthView) {
+	pol, err := sh.meta.GetPolicies(ctx, ns)
 	if err != nil || !meta.ActiveStandby(pol) {
 		if c := cores[ns]; c != nil {
-			b.dropLease(ns, c)
+			sh.dropLease(ns, c)
 			delete(cores, ns)
 		}
 		return
@@ -537,29 +529,29 @@ func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]
 	p := corePolicy(pol)
 	c := cores[ns]
 	if c == nil || !slices.Equal(c.policy.Regions, p.Regions) {
-		core, err := failover.NewCore(failover.Config{Region: b.cfg.Cluster, Policy: p, Lease: b.leaseRules()})
+		core, err := failover.NewCore(failover.Config{Region: sh.cfg.Cluster, Policy: p, Lease: sh.leaseRules()})
 		if err != nil {
-			b.log.Warn("failover: core not started", "namespace", ns, "err", err)
+			sh.log.Warn("failover: core not started", "namespace", ns, "err", err)
 			return
 		}
 		if c != nil {
-			b.dropLease(ns, c)
+			sh.dropLease(ns, c)
 		}
 		c = &nsControl{core: core, policy: p}
 		cores[ns] = c
 	}
 	// What the store holds: the record (watched) and the lease key.
-	b.fo.mu.Lock()
-	fr, stored := b.fo.recs[ns]
-	read := b.fo.read
-	b.fo.mu.Unlock()
+	sh.fo.mu.Lock()
+	fr, stored := sh.fo.recs[ns]
+	read := sh.fo.read
+	sh.fo.mu.Unlock()
 	committed := failover.Committed{Read: read}
 	if stored {
 		committed.Record = failover.Record{Active: fr.Active, Epoch: fr.Epoch, Previous: fr.Previous, CatchUp: fr.CatchUp, Reason: fr.Reason, Since: time.UnixMilli(fr.SinceMs)}
 	}
 	var kv cluster.KV
 	if err := quick(ctx, func(ctx context.Context) (err error) {
-		kv, err = b.cfg.GlobalStore.Get(ctx, failoverLeaseKey+ns)
+		kv, err = sh.cfg.GlobalStore.Get(ctx, failoverLeaseKey+ns)
 		return err
 	}); err == nil {
 		var lr leaseRecord
@@ -570,19 +562,19 @@ func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]
 		committed.Read = false // cut off from the store: stay standby
 	}
 	// Renew the region's lease if due.
-	rules := b.leaseRules()
+	rules := sh.leaseRules()
 	now := time.Now()
 	if c.leaseID != 0 && now.Sub(c.renewed) >= rules.RenewEvery {
 		sent := time.Now()
-		resp, err := b.cfg.GlobalStore.Client().KeepAliveOnce(ctx, c.leaseID)
+		resp, err := sh.cfg.GlobalStore.Client().KeepAliveOnce(ctx, c.leaseID)
 		switch {
 		case err == nil && resp.TTL > 0:
 			c.renewed = sent
-			b.publishServing(ctx, ns, c)
+			sh.publishServing(ctx, ns, c)
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 			// Unknown: keep the old renewal time; the deadline runs out.
 		default:
-			b.log.Warn("failover: region lease lost", "namespace", ns, "err", err)
+			sh.log.Warn("failover: region lease lost", "namespace", ns, "err", err)
 			c.leaseID, c.epoch, c.renewed = 0, 0, time.Time{}
 		}
 	}
@@ -592,52 +584,52 @@ func (b *Broker) stepNamespace(ctx context.Context, ns string, cores map[string]
 		c.judgedAt = time.Now()
 		go func() {
 			defer c.judging.Store(false)
-			jctx, cancel := context.WithTimeout(b.ctx, controlStepTimeout)
+			jctx, cancel := context.WithTimeout(sh.ctx, controlStepTimeout)
 			defer cancel()
-			b.publishCaughtUp(jctx, ns, c)
+			sh.publishCaughtUp(jctx, ns, c)
 		}()
 	}
-	in := failover.Input{Now: time.Now(), Regions: failover.StatusesOf(view, p, b.caughtUpFunc(ctx, ns, c, view, committed.Record)), Committed: committed}
+	in := failover.Input{Now: time.Now(), Regions: failover.StatusesOf(view, p, sh.caughtUpFunc(ctx, ns, c, view, committed.Record)), Committed: committed}
 	if c.leaseID != 0 {
 		in.Lease = failover.LocalLease{Epoch: c.epoch, RenewedAt: c.renewed, TTL: c.ttl}
 	}
 	out := c.core.Step(in)
 	if out.Instruction.Kind != c.lastKind {
-		b.log.Warn("failover: instruction", "namespace", ns, "instruction", out.String())
+		sh.log.Warn("failover: instruction", "namespace", ns, "instruction", out.String())
 		c.lastKind = out.Instruction.Kind
 	}
 	if out.ReleaseLease {
-		b.dropLease(ns, c)
+		sh.dropLease(ns, c)
 	}
 	if pr := out.Proposal; pr != nil {
-		if err := b.propose(ctx, ns, pr); err != nil {
-			b.log.Info("failover: proposal not committed", "namespace", ns, "proposal", pr.Kind.String(), "err", err)
+		if err := sh.propose(ctx, ns, pr); err != nil {
+			sh.log.Info("failover: proposal not committed", "namespace", ns, "proposal", pr.Kind.String(), "err", err)
 		} else {
-			b.metrics.replAlerts.WithLabelValues("failover-" + pr.Kind.String()).Inc()
+			sh.alert("failover-" + pr.Kind.String())
 			// The next step (at once) acts on the new epoch: the new active
 			// region acquires its lease without waiting for a tick.
-			b.nudgeControl()
+			sh.nudgeControl()
 		}
 	}
 	if out.AcquireLease && c.leaseID == 0 {
-		b.acquireLease(ctx, ns, c, committed.Record)
+		sh.acquireLease(ctx, ns, c, committed.Record)
 	}
 }
 
 // propose commits a proposal: the record goes from epoch From to From+1
 // only if it is still at From.
-func (b *Broker) propose(ctx context.Context, ns string, pr *failover.Proposal) error {
+func (sh *Shell) propose(ctx context.Context, ns string, pr *failover.Proposal) error {
 	key := meta.FailoverKey + ns
 	next := meta.FailoverRecord{Namespace: ns, Active: pr.NewActive, Epoch: pr.NewEpoch, Previous: pr.Previous, CatchUp: pr.CatchUp,
 		SinceMs: time.Now().UnixMilli(), Reason: pr.Reason}
 	v, _ := json.Marshal(next)
 	if pr.From == 0 {
-		if _, err := b.cfg.GlobalStore.Create(ctx, key, v); err != nil {
+		if _, err := sh.cfg.GlobalStore.Create(ctx, key, v); err != nil {
 			return err
 		}
 	} else {
 		var kv cluster.KV
-		err := quick(ctx, func(ctx context.Context) (err error) { kv, err = b.cfg.GlobalStore.Get(ctx, key); return err })
+		err := quick(ctx, func(ctx context.Context) (err error) { kv, err = sh.cfg.GlobalStore.Get(ctx, key); return err })
 		if err != nil {
 			return err
 		}
@@ -652,25 +644,25 @@ func (b *Broker) propose(ctx context.Context, ns string, pr *failover.Proposal) 
 		// that went through fails its compare, and the next step reads
 		// the committed record.
 		if err := quick(ctx, func(ctx context.Context) error {
-			_, err := b.cfg.GlobalStore.CAS(ctx, key, v, kv.ModRevision)
+			_, err := sh.cfg.GlobalStore.CAS(ctx, key, v, kv.ModRevision)
 			return err
 		}); err != nil {
 			return err
 		}
 	}
-	b.log.Warn("failover: committed", "namespace", ns, "kind", pr.Kind.String(), "active", pr.NewActive, "epoch", pr.NewEpoch, "previous", pr.Previous, "reason", pr.Reason)
-	b.fo.committed(next)
+	sh.log.Warn("failover: committed", "namespace", ns, "kind", pr.Kind.String(), "active", pr.NewActive, "epoch", pr.NewEpoch, "previous", pr.Previous, "reason", pr.Reason)
+	sh.fo.committed(next)
 	return nil
 }
 
 // acquireLease grants an etcd lease and creates the lease key with it if
 // the key is absent and the record still names this region at its epoch.
-func (b *Broker) acquireLease(ctx context.Context, ns string, c *nsControl, rec failover.Record) {
-	if rec.Active != b.cfg.Cluster || rec.Epoch == 0 {
+func (sh *Shell) acquireLease(ctx context.Context, ns string, c *nsControl, rec failover.Record) {
+	if rec.Active != sh.cfg.Cluster || rec.Epoch == 0 {
 		return
 	}
-	cli := b.cfg.GlobalStore.Client()
-	rules := b.leaseRules()
+	cli := sh.cfg.GlobalStore.Client()
+	rules := sh.leaseRules()
 	// Grant and the transaction go in short attempts too: right after a
 	// region is paused, a third of the requests still go to its paused
 	// global-store member until the client's keepalive drops it (a lease
@@ -685,10 +677,10 @@ func (b *Broker) acquireLease(ctx context.Context, ns string, c *nsControl, rec 
 		return
 	}
 	sent := time.Now()
-	prefix := b.cfg.GlobalStore.Prefix()
+	prefix := sh.cfg.GlobalStore.Prefix()
 	var cur cluster.KV
 	err = quick(ctx, func(ctx context.Context) (err error) {
-		cur, err = b.cfg.GlobalStore.Get(ctx, meta.FailoverKey+ns)
+		cur, err = sh.cfg.GlobalStore.Get(ctx, meta.FailoverKey+ns)
 		return err
 	})
 	if err != nil {
@@ -696,11 +688,11 @@ func (b *Broker) acquireLease(ctx context.Context, ns string, c *nsControl, rec 
 		return
 	}
 	var fr meta.FailoverRecord
-	if json.Unmarshal(cur.Value, &fr) != nil || fr.Active != b.cfg.Cluster || fr.Epoch != rec.Epoch {
+	if json.Unmarshal(cur.Value, &fr) != nil || fr.Active != sh.cfg.Cluster || fr.Epoch != rec.Epoch {
 		_, _ = cli.Revoke(context.Background(), grant.ID)
 		return
 	}
-	lv, _ := json.Marshal(leaseRecord{Holder: b.cfg.Cluster, Epoch: rec.Epoch})
+	lv, _ := json.Marshal(leaseRecord{Holder: sh.cfg.Cluster, Epoch: rec.Epoch})
 	lk := prefix + failoverLeaseKey + ns
 	var resp *clientv3.TxnResponse
 	err = quick(ctx, func(ctx context.Context) (err error) {
@@ -714,30 +706,30 @@ func (b *Broker) acquireLease(ctx context.Context, ns string, c *nsControl, rec 
 		return
 	}
 	c.leaseID, c.epoch, c.renewed, c.ttl = grant.ID, rec.Epoch, sent, time.Duration(grant.TTL)*time.Second
-	b.log.Warn("failover: region lease acquired", "namespace", ns, "epoch", rec.Epoch, "ttl", c.ttl)
-	b.publishServing(ctx, ns, c)
+	sh.log.Warn("failover: region lease acquired", "namespace", ns, "epoch", rec.Epoch, "ttl", c.ttl)
+	sh.publishServing(ctx, ns, c)
 }
 
 // publishServing tells the region's brokers until when they may
 // acknowledge for the namespace.
-func (b *Broker) publishServing(ctx context.Context, ns string, c *nsControl) {
-	deadline := failover.LeaseDeadline(c.renewed, c.ttl, b.leaseRules())
+func (sh *Shell) publishServing(ctx context.Context, ns string, c *nsControl) {
+	deadline := failover.LeaseDeadline(c.renewed, c.ttl, sh.leaseRules())
 	v, _ := json.Marshal(serving{Epoch: c.epoch, DeadlineNs: deadline.UnixNano()})
-	if _, err := b.cfg.Store.Put(ctx, failoverServingKey+ns, v); err != nil {
-		b.log.Warn("failover: serving deadline not published", "namespace", ns, "err", err)
+	if _, err := sh.cfg.Store.Put(ctx, failoverServingKey+ns, v); err != nil {
+		sh.log.Warn("failover: serving deadline not published", "namespace", ns, "err", err)
 	}
 }
 
 // dropLease stops the region serving the namespace, then revokes its
 // lease.
-func (b *Broker) dropLease(ns string, c *nsControl) {
+func (sh *Shell) dropLease(ns string, c *nsControl) {
 	if c.leaseID == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = b.cfg.Store.Delete(ctx, failoverServingKey+ns)
-	_, _ = b.cfg.GlobalStore.Client().Revoke(ctx, c.leaseID)
-	b.log.Warn("failover: region lease released", "namespace", ns, "epoch", c.epoch)
+	_ = sh.cfg.Store.Delete(ctx, failoverServingKey+ns)
+	_, _ = sh.cfg.GlobalStore.Client().Revoke(ctx, c.leaseID)
+	sh.log.Warn("failover: region lease released", "namespace", ns, "epoch", c.epoch)
 	c.leaseID, c.epoch, c.renewed = 0, 0, time.Time{}
 }

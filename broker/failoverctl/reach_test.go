@@ -1,4 +1,4 @@
-package broker
+package failoverctl
 
 import (
 	"net"
@@ -49,13 +49,13 @@ func TestReachableURL(t *testing.T) {
 	}
 	killed := "pulsar://" + dead.Addr().String()
 	dead.Close()
-	b := &Broker{}
+	b := &Shell{}
 	for range 5 {
 		if got := b.reachableURL([]string{killed, paused, live}); got != live {
 			t.Fatalf("reachable among killed, paused and live: %q, want %q", got, live)
 		}
 	}
-	if got := (&Broker{}).reachableURL([]string{killed, paused}); got != "" {
+	if got := (&Shell{}).reachableURL([]string{killed, paused}); got != "" {
 		t.Fatalf("a killed or paused broker was called reachable: %q", got)
 	}
 }
