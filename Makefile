@@ -41,7 +41,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlace$$' -fuzztime $(FUZZN) ./rack/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZN) ./broker/codec/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZN) ./broker/admin/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEntryMeta$$' -fuzztime $(FUZZN) ./broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEntryMeta$$' -fuzztime $(FUZZN) ./broker/entry/
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZN) ./internal/authtoken/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMetadata$$' -fuzztime $(FUZZN) ./bookie/ledger/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecords$$' -fuzztime $(FUZZN) ./broker/mledger/

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/meridian-mq/meridian/broker/codec"
+	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/security"
@@ -211,7 +212,7 @@ func (c *conn) handleSend(m *pb.CommandSend, f *codec.Frame) bool {
 		return true
 	}
 	buf, off := f.PayloadRoom()
-	p.publish(m, framedMsg{buf: buf, off: off})
+	p.publish(m, entry.Framed{Buf: buf, Off: off})
 	return true
 }
 

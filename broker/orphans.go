@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 
@@ -138,11 +139,11 @@ func (t *Topic) quarantine(ctx context.Context, entries []replicator.Entry, idx 
 	errs := make(chan error, len(idx))
 	for _, i := range idx {
 		e := entries[i]
-		meta, err := parseEntryMeta(encodeEntry(e.PublishMs, originInfo{}, e.Data))
+		meta, err := entry.ParseMeta(entry.Encode(e.PublishMs, entry.Origin{}, e.Data))
 		if err != nil {
 			return "", fmt.Errorf("orphan %d: %w", e.OriginSeq, err)
 		}
-		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, unframed(e.Data), func(_ mledger.Position, err error) {
+		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, entry.Unframed(e.Data), func(_ mledger.Position, err error) {
 			if errors.Is(err, errDropSilently) {
 				err = fmt.Errorf("quarantine topic %s closed", name)
 			}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/internal/grpcpool"
@@ -546,14 +547,14 @@ func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
 		if e.Skip {
 			continue
 		}
-		o := originInfo{Region: e.Origin, Seq: e.OriginSeq, ID: mledger.Position{Ledger: e.OriginID.Ledger, Entry: e.OriginID.Entry}}
-		payload := encodeEntry(e.PublishMs, o, e.Data)
+		o := entry.Origin{Region: e.Origin, Seq: e.OriginSeq, ID: mledger.Position{Ledger: e.OriginID.Ledger, Entry: e.OriginID.Entry}}
+		payload := entry.Encode(e.PublishMs, o, e.Data)
 		msg := e.Data
 		t.ml.AppendAsync(payload, func(pos mledger.Position, err error) {
 			if err == nil {
-				meta, merr := parseEntryMeta(payload)
+				meta, merr := entry.ParseMeta(payload)
 				t.mu.Lock()
-				t.noteEntryLocked(pos, decodedEntry{Origin: o, Msg: msg})
+				t.noteEntryLocked(pos, entry.Decoded{Origin: o, Msg: msg})
 				if merr == nil {
 					// The producer's sequence ids travel with its entries: a
 					// producer that fails over here and resends is deduplicated.
@@ -854,7 +855,7 @@ func (t *Topic) initialReplCursor(ctx context.Context, eff meta.ReplicationPolic
 		}
 		found := false
 		for _, e := range es {
-			if d, err := decodeEntry(e.Data); err == nil && d.Origin.Region == "" && d.Origin.Seq > 0 {
+			if d, err := entry.Decode(e.Data); err == nil && d.Origin.Region == "" && d.Origin.Seq > 0 {
 				before, found = d.Origin.Seq-1, true
 				break
 			}
@@ -1034,7 +1035,7 @@ func (rs *replSender) read(req replicator.ReadRequest) ([]replicator.Entry, erro
 	out := make([]replicator.Entry, 0, len(es))
 	local := rs.t.b.cfg.Cluster
 	for i, e := range es {
-		d, derr := decodeEntry(e.Data)
+		d, derr := entry.Decode(e.Data)
 		if i == 0 && after == mledger.Earliest && derr == nil && d.Origin.Region == "" && d.Origin.Seq > rs.s.Status().Cursor.Seq+1 {
 			// From the start of the log, and its first local entries are
 			// gone: trimmed before the region received them.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/security"
@@ -772,7 +773,7 @@ func (t *Topic) sawEntry(n int) {
 // assign picks a consumer for an entry and records it as pending, or
 // queues it for replay.
 func (s *Subscription) assign(e mledger.Entry, fromReplay bool, blocked map[uint32]bool) (delivery, bool) {
-	m, err := parseEntryMeta(e.Data)
+	m, err := entry.ParseMeta(e.Data)
 	if err != nil {
 		s.topic.b.log.Error("undecodable stored entry skipped", "topic", s.topic.name.String(), "pos", e.Pos.String(), "err", err)
 		s.cursor.Ack(e.Pos)
@@ -828,7 +829,7 @@ func (s *Subscription) assign(e mledger.Entry, fromReplay bool, blocked map[uint
 func (s *Subscription) deliver(out []delivery) {
 	part := s.topic.name.Partition
 	for _, d := range out {
-		de, err := decodeEntry(d.entry)
+		de, err := entry.Decode(d.entry)
 		if err != nil {
 			continue
 		}

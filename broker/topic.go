@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/security"
@@ -172,12 +173,12 @@ func (t *Topic) load(ctx context.Context) error {
 			break
 		}
 		for _, e := range entries {
-			d, err := decodeEntry(e.Data)
+			d, err := entry.Decode(e.Data)
 			if err != nil {
 				continue
 			}
 			t.noteEntryLocked(e.Pos, d)
-			m, err := parseEntryMeta(e.Data)
+			m, err := entry.ParseMeta(e.Data)
 			if err != nil {
 				continue
 			}
@@ -209,7 +210,7 @@ func (t *Topic) load(ctx context.Context) error {
 // noteEntryLocked records a persisted entry's identity: sequence numbers,
 // the last position and its wire id, the origin-id index. Called in log
 // order (load replay, append callbacks).
-func (t *Topic) noteEntryLocked(pos mledger.Position, d decodedEntry) {
+func (t *Topic) noteEntryLocked(pos mledger.Position, d entry.Decoded) {
 	t.lastPos, t.lastWire = pos, pos
 	if d.Origin.Region == "" {
 		if d.Origin.Seq > t.localSeq {
@@ -238,7 +239,7 @@ func (t *Topic) policies() meta.Policies {
 
 // wireID is the message id clients see for the entry at pos: a
 // replicated entry keeps the id its origin region gave it.
-func (t *Topic) wireID(pos mledger.Position, d decodedEntry) mledger.Position {
+func (t *Topic) wireID(pos mledger.Position, d entry.Decoded) mledger.Position {
 	if d.Origin.Region != "" {
 		return d.Origin.ID
 	}
@@ -357,8 +358,8 @@ func (t *Topic) removeProducer(p *Producer) {
 // sequence id. cb runs once with the entry's position; for a resend of a
 // persisted message it runs at once with the original position (or -1:-1
 // when that is no longer remembered).
-func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm framedMsg, cb func(mledger.Position, error)) {
-	msg := fm.msg()
+func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
+	msg := fm.Msg()
 	highest := seq + int64(max(numMsgs, 1)) - 1
 	t.mu.Lock()
 	if t.closed {
@@ -410,9 +411,9 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm framedMs
 		return
 	}
 	t.nextSeq++
-	origin := originInfo{Seq: t.nextSeq}
-	entry := encodeFramedEntry(start.UnixMilli(), origin, fm)
-	t.ml.AppendAsync(entry, func(pos mledger.Position, err error) {
+	origin := entry.Origin{Seq: t.nextSeq}
+	stored := entry.EncodeFramed(start.UnixMilli(), origin, fm)
+	t.ml.AppendAsync(stored, func(pos mledger.Position, err error) {
 		if err == nil {
 			t.b.metrics.storageLatency.Observe(time.Since(start).Seconds())
 		} else if !t.seqBroken.Swap(true) {
@@ -425,7 +426,7 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm framedMs
 		delete(st.inflight, seq)
 		var snap *dedupSnapshot
 		if err == nil {
-			t.noteEntryLocked(pos, decodedEntry{Origin: origin, Msg: msg})
+			t.noteEntryLocked(pos, entry.Decoded{Origin: origin, Msg: msg})
 			st.lastPersisted = max(st.lastPersisted, highest)
 			st.remember(seq, highest, pos)
 			t.lastBatch = max(numMsgs, 1)
@@ -697,7 +698,7 @@ type Producer struct {
 
 // publish handles one SEND; receipts go back in send order because the
 // managed ledger completes appends in order.
-func (p *Producer) publish(m *pb.CommandSend, msg framedMsg) {
+func (p *Producer) publish(m *pb.CommandSend, msg entry.Framed) {
 	p.pending <- struct{}{} // back-pressure: blocks the connection's reader when full
 	seq := m.GetSequenceId()
 	n := int(m.GetNumMessages())
@@ -766,7 +767,7 @@ func (t *Topic) findByPublishTimeFrom(ctx context.Context, from mledger.Position
 			break
 		}
 		for _, e := range entries {
-			if d, err := decodeEntry(e.Data); err == nil && d.PublishMs >= ms {
+			if d, err := entry.Decode(e.Data); err == nil && d.PublishMs >= ms {
 				return e.Pos, nil
 			}
 		}

@@ -1,4 +1,4 @@
-package broker
+package entry
 
 import (
 	"bytes"
@@ -32,13 +32,13 @@ func FuzzParseEntryMeta(f *testing.F) {
 	base := func() *pb.MessageMetadata {
 		return &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(7), PublishTime: proto.Uint64(1)}
 	}
-	f.Add(encodeEntry(1700000000000, originInfo{Seq: 1}, msg(base(), []byte("hello"))))
-	f.Add(encodeEntry(1700000000000, originInfo{Region: "east", Seq: 9, ID: mledger.Position{Ledger: 12, Entry: 3}}, msg(base(), []byte("hello"))))
+	f.Add(Encode(1700000000000, Origin{Seq: 1}, msg(base(), []byte("hello"))))
+	f.Add(Encode(1700000000000, Origin{Region: "east", Seq: 9, ID: mledger.Position{Ledger: 12, Entry: 3}}, msg(base(), []byte("hello"))))
 	f.Add(encodeEntryV1(1700000000000, msg(base(), []byte("hello"))))
 	keyed := base()
 	keyed.PartitionKey = proto.String("k")
 	keyed.EventTime = proto.Uint64(5)
-	f.Add(encodeEntry(1, originInfo{}, msg(keyed, nil)))
+	f.Add(Encode(1, Origin{}, msg(keyed, nil)))
 	var batch []byte
 	for i := range 3 {
 		var err error
@@ -50,25 +50,25 @@ func FuzzParseEntryMeta(f *testing.F) {
 	bm := base()
 	bm.NumMessagesInBatch = proto.Int32(3)
 	bm.HighestSequenceId = proto.Uint64(9)
-	f.Add(encodeEntry(2, originInfo{}, msg(bm, batch)))
+	f.Add(Encode(2, Origin{}, msg(bm, batch)))
 	bm.NumMessagesInBatch = proto.Int32(-5)
-	f.Add(encodeEntry(2, originInfo{}, msg(bm, batch)))
+	f.Add(Encode(2, Origin{}, msg(bm, batch)))
 	f.Add([]byte{})
 	f.Add([]byte{0x4d, 0x01})
-	f.Add(append(encodeEntry(3, originInfo{}, nil), 0x0e, 0x01, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff))
+	f.Add(append(Encode(3, Origin{}, nil), 0x0e, 0x01, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff))
 
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, derr := decodeEntry(b)
-		re := encodeEntry(d.PublishMs, d.Origin, d.Msg)
+		d, derr := Decode(b)
+		re := Encode(d.PublishMs, d.Origin, d.Msg)
 		if derr == nil && binary.BigEndian.Uint16(b) == entryTagV1 {
 			re = encodeEntryV1(d.PublishMs, d.Msg)
 		}
 		if derr == nil && !bytes.Equal(re, b) {
 			t.Fatalf("entry %x does not re-encode", b)
 		}
-		m, err := parseEntryMeta(b)
+		m, err := ParseMeta(b)
 		if err != nil {
-			if !errors.Is(err, errBadEntry) {
+			if !errors.Is(err, ErrBadEntry) {
 				t.Fatalf("parseEntryMeta: %v is not errBadEntry", err)
 			}
 			return

@@ -1,4 +1,4 @@
-package broker
+package entry
 
 import (
 	"encoding/binary"
@@ -41,22 +41,22 @@ const (
 	entryHeaderV2Min = 2 + 8 + 8 + 16 + 1
 )
 
-var errBadEntry = errors.New("broker: stored entry has an unknown format")
+var ErrBadEntry = errors.New("broker: stored entry has an unknown format")
 
 // originInfo is an entry's identity across regions.
-type originInfo struct {
+type Origin struct {
 	Region string // "" for a local entry
 	Seq    uint64 // dense per origin region and topic; 0 in version 1
 	ID     mledger.Position
 }
 
-func encodeEntry(publishMs int64, o originInfo, msg []byte) []byte {
+func Encode(publishMs int64, o Origin, msg []byte) []byte {
 	b := make([]byte, 0, entryHeaderV2Min+len(o.Region)+len(msg))
 	b = appendEntryHeader(b, publishMs, o)
 	return append(b, msg...)
 }
 
-func appendEntryHeader(b []byte, publishMs int64, o originInfo) []byte {
+func appendEntryHeader(b []byte, publishMs int64, o Origin) []byte {
 	b = binary.BigEndian.AppendUint16(b, entryTagV2)
 	b = binary.BigEndian.AppendUint64(b, uint64(publishMs))
 	b = binary.BigEndian.AppendUint64(b, o.Seq)
@@ -69,59 +69,59 @@ func appendEntryHeader(b []byte, publishMs int64, o originInfo) []byte {
 // framedMsg is a message as its SEND frame brought it: the message is
 // buf[off:], and the bytes before off may be overwritten
 // (codec.Frame.PayloadRoom).
-type framedMsg struct {
-	buf []byte
-	off int
+type Framed struct {
+	Buf []byte
+	Off int
 }
 
-func (m framedMsg) msg() []byte { return m.buf[m.off:] }
+func (m Framed) Msg() []byte { return m.Buf[m.Off:] }
 
 // unframed is a message with no room in front of it.
-func unframed(msg []byte) framedMsg { return framedMsg{buf: msg} }
+func Unframed(msg []byte) Framed { return Framed{Buf: msg} }
 
 // encodeFramedEntry returns what encodeEntry(publishMs, o, m.msg()) does,
 // written in front of the message in its own buffer when the room there
 // suffices: a published message is then not copied on its way to the
 // bookies and the tail cache (at 50,000 msgs/s that copy was half of the
 // broker's allocation).
-func encodeFramedEntry(publishMs int64, o originInfo, m framedMsg) []byte {
+func EncodeFramed(publishMs int64, o Origin, m Framed) []byte {
 	h := entryHeaderV2Min + len(o.Region)
-	if m.off < h {
-		return encodeEntry(publishMs, o, m.msg())
+	if m.Off < h {
+		return Encode(publishMs, o, m.Msg())
 	}
-	start := m.off - h
-	appendEntryHeader(m.buf[start:start:m.off], publishMs, o) // fills its capacity exactly
-	return m.buf[start:]
+	start := m.Off - h
+	appendEntryHeader(m.Buf[start:start:m.Off], publishMs, o) // fills its capacity exactly
+	return m.Buf[start:]
 }
 
 // decodedEntry is a stored entry split into its parts.
-type decodedEntry struct {
+type Decoded struct {
 	PublishMs int64
-	Origin    originInfo
+	Origin    Origin
 	Msg       []byte // from the 0x0e01 magic on
 }
 
-func decodeEntry(b []byte) (decodedEntry, error) {
+func Decode(b []byte) (Decoded, error) {
 	if len(b) < 2 {
-		return decodedEntry{}, errBadEntry
+		return Decoded{}, ErrBadEntry
 	}
 	switch binary.BigEndian.Uint16(b) {
 	case entryTagV1:
 		if len(b) < entryHeaderV1 {
-			return decodedEntry{}, errBadEntry
+			return Decoded{}, ErrBadEntry
 		}
-		return decodedEntry{PublishMs: int64(binary.BigEndian.Uint64(b[2:])), Msg: b[entryHeaderV1:]}, nil
+		return Decoded{PublishMs: int64(binary.BigEndian.Uint64(b[2:])), Msg: b[entryHeaderV1:]}, nil
 	case entryTagV2:
 		if len(b) < entryHeaderV2Min {
-			return decodedEntry{}, errBadEntry
+			return Decoded{}, ErrBadEntry
 		}
 		n := int(b[entryHeaderV2Min-1])
 		if len(b) < entryHeaderV2Min+n {
-			return decodedEntry{}, errBadEntry
+			return Decoded{}, ErrBadEntry
 		}
-		return decodedEntry{
+		return Decoded{
 			PublishMs: int64(binary.BigEndian.Uint64(b[2:])),
-			Origin: originInfo{
+			Origin: Origin{
 				Seq:    binary.BigEndian.Uint64(b[10:]),
 				ID:     mledger.Position{Ledger: int64(binary.BigEndian.Uint64(b[18:])), Entry: int64(binary.BigEndian.Uint64(b[26:]))},
 				Region: string(b[entryHeaderV2Min : entryHeaderV2Min+n]),
@@ -129,11 +129,11 @@ func decodeEntry(b []byte) (decodedEntry, error) {
 			Msg: b[entryHeaderV2Min+n:],
 		}, nil
 	}
-	return decodedEntry{}, errBadEntry
+	return Decoded{}, ErrBadEntry
 }
 
 // entryMeta is what dispatch and dedup need from an entry's metadata.
-type entryMeta struct {
+type Meta struct {
 	PublishMs    int64
 	NumMessages  int
 	Key          string
@@ -147,16 +147,16 @@ type entryMeta struct {
 // entry. Batches are keyed by their first message's key (Pulsar's sticky
 // key); producers that need per-key routing of batches use key-based
 // batching.
-func parseEntryMeta(b []byte) (entryMeta, error) {
-	d, err := decodeEntry(b)
+func ParseMeta(b []byte) (Meta, error) {
+	d, err := Decode(b)
 	if err != nil {
-		return entryMeta{}, err
+		return Meta{}, err
 	}
 	md, payload, err := parseMessageMetadata(d.Msg)
 	if err != nil {
-		return entryMeta{}, err
+		return Meta{}, err
 	}
-	m := entryMeta{
+	m := Meta{
 		PublishMs:    d.PublishMs,
 		NumMessages:  1,
 		ProducerName: md.GetProducerName(),
@@ -191,15 +191,15 @@ func parseEntryMeta(b []byte) (entryMeta, error) {
 // verifying its checksum (it was verified when the producer sent it).
 func parseMessageMetadata(msg []byte) (*pb.MessageMetadata, []byte, error) {
 	if len(msg) < 10 || binary.BigEndian.Uint16(msg) != codec.MagicCRC32C {
-		return nil, nil, fmt.Errorf("%w: no message header", errBadEntry)
+		return nil, nil, fmt.Errorf("%w: no message header", ErrBadEntry)
 	}
 	n := binary.BigEndian.Uint32(msg[6:])
 	if uint64(n) > uint64(len(msg)-10) {
-		return nil, nil, fmt.Errorf("%w: metadata size %d", errBadEntry, n)
+		return nil, nil, fmt.Errorf("%w: metadata size %d", ErrBadEntry, n)
 	}
 	md := &pb.MessageMetadata{}
 	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(msg[10:10+n], md); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errBadEntry, err)
+		return nil, nil, fmt.Errorf("%w: %v", ErrBadEntry, err)
 	}
 	return md, msg[10+n:], nil
 }

@@ -1,4 +1,4 @@
-package broker
+package entry
 
 import (
 	"bytes"
@@ -13,12 +13,12 @@ import (
 // is never changed.
 func TestEncodeFramedEntry(t *testing.T) {
 	msg := []byte("the message bytes, from the 0x0e01 magic on")
-	for _, o := range []originInfo{{Seq: 7}, {Region: "us-east", Seq: 1 << 40, ID: mledger.Position{Ledger: 3, Entry: 9}}} {
+	for _, o := range []Origin{{Seq: 7}, {Region: "us-east", Seq: 1 << 40, ID: mledger.Position{Ledger: 3, Entry: 9}}} {
 		h := entryHeaderV2Min + len(o.Region)
-		want := encodeEntry(1700000000123, o, msg)
+		want := Encode(1700000000123, o, msg)
 		for _, room := range []int{0, 1, h - 1, h, h + 20} {
 			buf := append(bytes.Repeat([]byte{0xaa}, room), msg...)
-			got := encodeFramedEntry(1700000000123, o, framedMsg{buf: buf, off: room})
+			got := EncodeFramed(1700000000123, o, Framed{Buf: buf, Off: room})
 			if !bytes.Equal(got, want) {
 				t.Fatalf("region %q, room %d: entry\n% x\nwant\n% x", o.Region, room, got, want)
 			}
@@ -29,7 +29,7 @@ func TestEncodeFramedEntry(t *testing.T) {
 			if inPlace != (room >= h) {
 				t.Fatalf("region %q, room %d (header %d): written in place %v", o.Region, room, h, inPlace)
 			}
-			if d, err := decodeEntry(got); err != nil || d.Origin != o || !bytes.Equal(d.Msg, msg) || d.PublishMs != 1700000000123 {
+			if d, err := Decode(got); err != nil || d.Origin != o || !bytes.Equal(d.Msg, msg) || d.PublishMs != 1700000000123 {
 				t.Fatalf("region %q, room %d: decodes as %+v, %v", o.Region, room, d, err)
 			}
 		}
