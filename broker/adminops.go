@@ -8,6 +8,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/admin"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -164,18 +165,18 @@ func (a adminBroker) FailoverStatus(ctx context.Context, ns string) (any, error)
 }
 
 func (a adminBroker) Orphans(ctx context.Context, ns string) (any, error) {
-	return a.b.orphans(ctx, ns)
+	return a.b.repl.Orphans(ctx, ns)
 }
 
 func (a adminBroker) ReplicationStatus(ctx context.Context, filter string, local bool) (any, error) {
 	if local {
-		out := a.b.replicationStatus(filter)
+		out := a.b.repl.Status(filter)
 		if out == nil {
-			out = []replStatus{}
+			out = []replication.Status{}
 		}
 		return out, nil
 	}
-	return a.b.regionReplicationStatus(ctx, filter)
+	return a.b.repl.RegionStatus(ctx, filter)
 }
 
 // adminTopic is a loaded topic as the admin API sees it (admin.Topic).

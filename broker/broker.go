@@ -16,6 +16,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/failoverctl"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
@@ -37,7 +38,7 @@ type Broker struct {
 	bundles   *cluster.Cache // the region's bundle boundaries, watched (boundariesHint)
 	stretched *stretched
 	fo        *failoverctl.Shell
-	repl      *replService
+	repl      *replication.Service
 	lis       net.Listener
 	admin     *admin.Server
 	serverURL string
@@ -128,7 +129,8 @@ func (b *Broker) Start() error {
 			return err
 		}
 	}
-	if err := b.startReplication(); err != nil {
+	b.repl = b.newReplication()
+	if err := b.repl.Start(b.lis.Addr().String(), b.serverURL); err != nil {
 		lis.Close()
 		if b.admin != nil {
 			b.admin.Close()
@@ -139,12 +141,12 @@ func (b *Broker) Start() error {
 	b.fo.StartWatch()
 	if err := b.startStretched(); err != nil {
 		lis.Close()
-		b.repl.close()
+		b.repl.Close()
 		return err
 	}
 	if err := b.startOwnership(ctx); err != nil {
 		lis.Close()
-		b.repl.close()
+		b.repl.Close()
 		if b.admin != nil {
 			b.admin.Close()
 		}
@@ -251,7 +253,7 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.admin.Close()
 	}
 	if b.repl != nil {
-		b.repl.close()
+		b.repl.Close()
 	}
 	for _, o := range []*ownership{b.own, b.gown} {
 		if o == nil {
@@ -488,7 +490,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn meta.TopicName, create bool) 
 	// the replicators' start short (a cursor create cancelled after etcd
 	// applied it once fenced the topic; see mledger's errRecordMoved).
 	rctx, rcancel := context.WithTimeout(b.ctx, 30*time.Second)
-	t.syncReplication(rctx)
+	t.repl.Sync(rctx)
 	rcancel()
 	return t, nil
 }

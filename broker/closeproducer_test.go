@@ -173,10 +173,9 @@ func TestMoveBundleReleasesWhenUnloadDoesNotFinish(t *testing.T) {
 	}
 	c, p := testConnOf(t, b)
 	p.topic.bundle = bd
-	// The unload's stopSync waits for syncMu: this unload never finishes
-	// (the lock stays held; its goroutine stays blocked until the test
-	// binary exits).
-	p.topic.syncMu.Lock()
+	// This unload never finishes (its goroutine stays blocked until the
+	// test binary exits), as one waiting for a lock held elsewhere.
+	p.topic.unloadHook = func() { select {} }
 
 	mctx, mcancel := context.WithTimeout(context.Background(), time.Second)
 	defer mcancel()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
@@ -104,6 +105,10 @@ type Config struct {
 	// ("" = the listener's).
 	ReplicationAddr           string
 	ReplicationAdvertisedAddr string
+	// ReplicationFaults is fault injection for end-to-end tests and
+	// drills (cmd/meridian reads it from MERIDIAN_FAULT_* variables). The
+	// zero value injects nothing.
+	ReplicationFaults replication.Faults
 
 	// Store is the region's metadata store. Required.
 	Store *cluster.Store

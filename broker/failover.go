@@ -46,7 +46,7 @@ func (h failoverHost) Topics(ns string) []failoverctl.Topic {
 func (h failoverHost) Lease() clientv3.LeaseID { return h.b.own.currentLease().ID }
 
 func (h failoverHost) ReplicationStatus(ctx context.Context, ns string) ([]failoverctl.SenderStatus, error) {
-	st, err := h.b.regionReplicationStatus(ctx, ns)
+	st, err := h.b.repl.RegionStatus(ctx, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -65,9 +65,7 @@ func (f failoverTopic) Policies() meta.Policies { return f.t.policies() }
 func (f failoverTopic) RollNext()               { f.t.ml.RollNext() }
 
 func (f failoverTopic) RegionFailed(region string, epoch uint64) {
-	if ss := f.t.syncState(); ss != nil {
-		ss.regionFailed(region, epoch)
-	}
+	f.t.repl.RegionFailed(region, epoch)
 }
 
 func (f failoverTopic) CloseProducers() {

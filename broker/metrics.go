@@ -172,7 +172,7 @@ func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, st := range c.b.replicationStatus("") {
+	for _, st := range c.b.repl.Status("") {
 		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.BacklogEntries), st.Topic, st.Remote)
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(st.BacklogBytes), st.Topic, st.Remote)
 		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, st.SecondsBehind, st.Topic, st.Remote)

@@ -94,7 +94,7 @@ type ownership struct {
 }
 
 func (b *Broker) startOwnership(ctx context.Context) error {
-	info := BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.addr}
+	info := BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.Addr()}
 	o := &ownership{b: b, owned: map[string]bundle{}, info: info, store: b.cfg.Store, regKey: "/brokers/" + b.cfg.BrokerID}
 	lease, err := o.register(ctx)
 	if err != nil {

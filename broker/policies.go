@@ -36,7 +36,7 @@ func (b *Broker) policyLoop() {
 		case <-t.C:
 			mctx, mcancel := context.WithTimeout(b.ctx, 30*time.Second)
 			b.maintainBundles(mctx)
-			b.loadBacklogged(mctx)
+			b.repl.LoadBacklogged(mctx)
 			mcancel()
 			// One read of each namespace's policies per pass, not one per
 			// topic: a broker holding 100,000 topics of a namespace read
@@ -87,7 +87,7 @@ func (t *Topic) refreshPolicies(ctx context.Context, pass map[string]meta.Polici
 
 func (t *Topic) enforcePolicies(ctx context.Context, now time.Time, pass map[string]meta.Policies) {
 	pol := t.refreshPolicies(ctx, pass)
-	t.syncReplication(ctx)
+	t.repl.Sync(ctx)
 	// Retention by time must also expire on a topic nobody writes to.
 	if err := t.ml.Trim(ctx); err != nil {
 		t.b.log.Debug("trim", "topic", t.name.String(), "err", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
@@ -61,12 +62,6 @@ type Topic struct {
 	lastPos    mledger.Position
 	lastWire   mledger.Position
 	index      originIndex
-	// subPending: by subscription, the latest replicated position update
-	// that named entries not arrived yet (applySubscription), retried as
-	// replicated entries arrive; subRetrying while a retry is scheduled.
-	subPending  map[string]pendingSubUpdate
-	subRetrying bool
-	subRecv     uint64 // updates received, numbering them (pendingSubUpdate.n)
 
 	// seqMu orders local sequence numbers with appends: a number is taken
 	// and its entry handed to the managed ledger under it, so numbers
@@ -78,10 +73,13 @@ type Topic struct {
 	// recovers them from the log.
 	seqBroken atomic.Bool
 
-	repl *topicRepl // senders and appliers (replication.go)
+	// repl is the topic's replication state (broker/replication): its
+	// senders and appliers, sync receipts, replicated subscriptions.
+	repl *replication.Topic
 
-	syncMu sync.Mutex
-	sync   *syncState // sync mode: receipts held for remote regions (replsync.go)
+	// unloadHook, if set (tests), runs first in an unload's finish: a
+	// hook that never returns is an unload that never finishes.
+	unloadHook func()
 }
 
 // dedupState is one producer name's deduplication state. Ordering
@@ -108,7 +106,7 @@ type pendingPublish struct {
 const recentPositions = 1024
 
 func newTopic(b *Broker, tn meta.TopicName, ml *mledger.ManagedLedger, pol meta.Policies) *Topic {
-	return &Topic{
+	t := &Topic{
 		b: b, name: tn, ml: ml, pol: pol, store: b.cfg.Store,
 		producers: map[*Producer]struct{}{},
 		subs:      map[string]*Subscription{},
@@ -117,6 +115,8 @@ func newTopic(b *Broker, tn meta.TopicName, ml *mledger.ManagedLedger, pol meta.
 		lastPos:   mledger.Position{Ledger: -1, Entry: -1},
 		lastWire:  mledger.Position{Ledger: -1, Entry: -1},
 	}
+	t.repl = b.repl.NewTopic(tn, ml, replLog{t})
+	return t
 }
 
 func (t *Topic) dedupKey() string { return "/dedup/" + t.name.ManagedLedgerName() }
@@ -197,9 +197,9 @@ func (t *Topic) load(ctx context.Context) error {
 	// A replicator's cursor knows the sequence number of the last local
 	// entry it passed, which retention may have deleted since.
 	for _, c := range t.ml.Cursors() {
-		if isReplCursor(c.Name()) {
-			if n := c.Properties()[propSeq]; n > 0 && uint64(n) > t.localSeq {
-				t.localSeq = uint64(n)
+		if replication.IsCursor(c.Name()) {
+			if n := replication.CursorSeq(c.Properties()); n > t.localSeq {
+				t.localSeq = n
 			}
 		}
 	}
@@ -224,11 +224,12 @@ func (t *Topic) noteEntryLocked(pos mledger.Position, d entry.Decoded) {
 	}
 	t.lastWire = d.Origin.ID
 	t.index.add(d.Origin.ID, pos)
-	if len(t.subPending) > 0 && !t.subRetrying {
-		t.subRetrying = true
-		go t.retryPendingSubscriptions()
-	}
+	t.repl.EntryArrived()
 }
+
+// replicated reports whether the topic's namespace spans several regions.
+// Read at load (pol is set before the topic is shared).
+func (t *Topic) replicated() bool { return len(t.pol.ReplicationClusters) > 1 }
 
 // policies returns the namespace's policies as last read.
 func (t *Topic) policies() meta.Policies {
@@ -384,10 +385,9 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 			pos, _ := st.find(seq)
 			t.mu.Unlock()
 			t.b.metrics.dedupDropped.Inc()
-			if ss := t.syncState(); ss != nil {
-				// Not known to be in the other regions yet: answer
-				// after everything tracked so far is.
-				ss.hold(0, func() { cb(pos, nil) })
+			// Not known to be in the other regions yet (sync): answer
+			// after everything tracked so far is.
+			if t.repl.Hold(0, func() { cb(pos, nil) }) {
 				return
 			}
 			cb(pos, nil)
@@ -450,12 +450,11 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 			t.b.metrics.msgsIn.Add(float64(max(numMsgs, 1)))
 			t.b.metrics.bytesIn.Add(float64(len(msg)))
 			t.notifySubs()
-			if ss := t.syncState(); ss != nil {
-				ss.hold(origin.Seq, func() {
-					for _, w := range waiters {
-						w(pos, nil)
-					}
-				})
+			if t.repl.Hold(origin.Seq, func() {
+				for _, w := range waiters {
+					w(pos, nil)
+				}
+			}) {
 				return
 			}
 		}
@@ -508,7 +507,7 @@ func (t *Topic) notifySubs() {
 	for _, s := range subs {
 		s.wake()
 	}
-	t.wakeSenders()
+	t.repl.Wake()
 }
 
 // subscribe adds a consumer to (creating if needed) a subscription.
@@ -667,11 +666,13 @@ func (t *Topic) beginUnload() (notify func(target string), finish func(context.C
 		}
 	}
 	finish = func(ctx context.Context) error {
+		if t.unloadHook != nil {
+			t.unloadHook()
+		}
 		for _, s := range subs {
 			s.stop(ctx)
 		}
-		t.stopReplication(ctx)
-		t.stopSync()
+		t.repl.Stop(ctx)
 		err := t.ml.Close(ctx)
 		t.mu.Lock()
 		snap := t.snapshotLocked(t.lastPos)

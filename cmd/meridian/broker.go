@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/autorecovery"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker"
+	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
 	"github.com/spf13/cobra"
@@ -148,8 +151,13 @@ func newBrokerCmd() *cobra.Command {
 				return err
 			}
 			defer lc.Close()
+			faults, err := replicationFaults()
+			if err != nil {
+				return err
+			}
 			bc := broker.Config{
-				Cluster: fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
+				ReplicationFaults: faults,
+				Cluster:           fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
 				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
 				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
 				ReplicationAddr: c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
@@ -235,4 +243,29 @@ func newBrokerCmd() *cobra.Command {
 	gossip.register(cmd)
 	sec.registerBroker(cmd)
 	return cmd
+}
+
+// replicationFaults reads the replication fault-injection knobs of
+// end-to-end tests and drills from the broker's environment, once, at
+// start: MERIDIAN_FAULT_DROP_REPL_BATCHES=N makes each sender drop its
+// first N batches (a lost batch: the target sees a gap);
+// MERIDIAN_FAULT_REPL_DELAY=300ms delays every send of batches (a slow
+// WAN link). Unset, nothing is injected.
+func replicationFaults() (replication.Faults, error) {
+	var f replication.Faults
+	if v := os.Getenv("MERIDIAN_FAULT_DROP_REPL_BATCHES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return f, fmt.Errorf("MERIDIAN_FAULT_DROP_REPL_BATCHES=%q: want a count >= 0", v)
+		}
+		f.DropBatches = n
+	}
+	if v := os.Getenv("MERIDIAN_FAULT_REPL_DELAY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return f, fmt.Errorf("MERIDIAN_FAULT_REPL_DELAY=%q: want a duration >= 0", v)
+		}
+		f.Delay = d
+	}
+	return f, nil
 }

@@ -1,4 +1,4 @@
-package broker
+package replication
 
 import (
 	"context"
@@ -11,9 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,30 +31,6 @@ import (
 	"github.com/meridian-mq/meridian/replicator"
 )
 
-// Geo-replication, the shell around replicator's pure machines
-// (replicator/doc.go is the design note):
-//
-//   - Every broker serves the Replication gRPC service on its replication
-//     address and registers it in the global store under
-//     /replication/endpoints/REGION/BROKER, bound to a lease of its own.
-//   - On the owner broker of a topic whose namespace lists several
-//     regions, one replSender per remote region reads the topic's log
-//     through a durable cursor named meridian.repl.REGION (its position
-//     and the sender's sequence numbers persisted together) and streams
-//     the entries that originated here to the remote region: it dials any
-//     registered broker of that region, which either takes the stream (it
-//     owns the topic, or acquires it) or redirects to the owner.
-//   - The target keeps one Applier per (topic, origin region); a batch is
-//     appended through the managed ledger with its origin region, origin
-//     id and sequence number in the entry header (entry.go), and acked
-//     only once every entry of it is persisted. Its record — the highest
-//     sequence number persisted per origin — is rebuilt on load from the
-//     dedup snapshot plus the entries after it, so it is exactly as
-//     durable as the entries.
-//
-// Mode stretched does not use replicators (the ledgers themselves span
-// regions); sync receipts and the stretched placement are not wired yet.
-
 const (
 	replCursorPrefix = "meridian.repl."
 	propSeq          = "seq"
@@ -69,27 +43,28 @@ const (
 
 func isReplCursor(name string) bool { return strings.HasPrefix(name, replCursorPrefix) }
 
-// replicated reports whether the topic's namespace spans several regions.
-// Read at load (pol is set before the topic is shared).
-func (t *Topic) replicated() bool { return len(t.pol.ReplicationClusters) > 1 }
+// IsCursor reports whether a cursor of a topic's log is a replicator's
+// (meridian.repl.REGION), not a subscription's.
+func IsCursor(name string) bool { return isReplCursor(name) }
 
-// replService is the broker's side of replication: the gRPC server for
-// incoming streams and the client connections for outgoing ones.
-type replService struct {
-	replpb.UnimplementedReplicationServer
-	b    *Broker
-	lis  net.Listener
-	srv  *grpc.Server
-	addr string // advertised host:port
-
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+// CursorSeq is the local sequence number a replicator's cursor records
+// as passed (0 for another cursor): it may be past what retention kept of
+// the log, so a topic loading takes it into account.
+func CursorSeq(props map[string]int64) uint64 {
+	if n := props[propSeq]; n > 0 {
+		return uint64(n)
+	}
+	return 0
 }
 
-func (b *Broker) startReplication() error {
-	addr := b.cfg.ReplicationAddr
+// Start listens for incoming streams on Config.ListenAddr (or, when "",
+// on a free port of pulsarAddr's host) and registers this broker's
+// endpoint and serviceURL in the global store.
+func (svc *Service) Start(pulsarAddr, serviceURL string) error {
+	svc.serviceURL = serviceURL
+	addr := svc.cfg.ListenAddr
 	if addr == "" {
-		host, _, err := net.SplitHostPort(b.lis.Addr().String())
+		host, _, err := net.SplitHostPort(pulsarAddr)
 		if err != nil {
 			return err
 		}
@@ -99,102 +74,99 @@ func (b *Broker) startReplication() error {
 	if err != nil {
 		return fmt.Errorf("broker: replication listen %s: %w", addr, err)
 	}
-	rs := &replService{b: b, lis: lis, addr: b.cfg.ReplicationAdvertisedAddr, conns: map[string]*grpc.ClientConn{}}
-	if rs.addr == "" {
-		rs.addr = lis.Addr().String()
+	svc.lis, svc.addr = lis, svc.cfg.AdvertisedAddr
+	if svc.addr == "" {
+		svc.addr = lis.Addr().String()
 	}
-	rs.srv = grpc.NewServer(append([]grpc.ServerOption{
+	svc.srv = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(64 << 20), grpcpool.ServerOption(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})},
-		append(grpcpool.TransportServerOptions(), b.guard.GRPCServerOptions()...)...)...)
-	replpb.RegisterReplicationServer(rs.srv, rs)
-	b.repl = rs
-	go func() { _ = rs.srv.Serve(lis) }()
-	b.wg.Add(1)
-	go rs.registerLoop()
+		append(grpcpool.TransportServerOptions(), svc.cfg.ServerOptions...)...)...)
+	replpb.RegisterReplicationServer(svc.srv, svc)
+	go func() { _ = svc.srv.Serve(lis) }()
+	svc.wg.Add(1)
+	go svc.registerLoop()
 	return nil
 }
 
-// ReplicationAddr returns the advertised replication address.
-func (b *Broker) ReplicationAddr() string { return b.repl.addr }
+// Addr returns the advertised replication address.
+func (svc *Service) Addr() string { return svc.addr }
 
 // registerLoop keeps this broker's replication endpoint in the global
 // store, re-registering after a lost lease.
-func (rs *replService) registerLoop() {
-	defer rs.b.wg.Done()
-	b := rs.b
-	key := replEndpointsKey + b.cfg.Cluster + "/" + b.cfg.BrokerID
-	for b.ctx.Err() == nil {
-		lease, err := b.cfg.GlobalStore.GrantLease(b.ctx, b.cfg.OwnershipTTL)
+func (svc *Service) registerLoop() {
+	defer svc.wg.Done()
+	key := replEndpointsKey + svc.cfg.Cluster + "/" + svc.cfg.BrokerID
+	for svc.ctx.Err() == nil {
+		lease, err := svc.cfg.GlobalStore.GrantLease(svc.ctx, svc.cfg.OwnershipTTL)
 		if err == nil {
-			ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-			_, err = b.cfg.GlobalStore.PutWithLease(ctx, key, []byte(rs.addr), lease.ID)
+			ctx, cancel := context.WithTimeout(svc.ctx, 10*time.Second)
+			_, err = svc.cfg.GlobalStore.PutWithLease(ctx, key, []byte(svc.addr), lease.ID)
 			if err == nil {
 				// The region's brokers, for lookups redirected from other
-				// regions (failover.go).
-				_, err = b.cfg.GlobalStore.PutWithLease(ctx, meta.RegionBrokersKey(b.cfg.Cluster)+b.cfg.BrokerID, []byte(b.serverURL), lease.ID)
+				// regions (broker/failoverctl).
+				_, err = svc.cfg.GlobalStore.PutWithLease(ctx, meta.RegionBrokersKey(svc.cfg.Cluster)+svc.cfg.BrokerID, []byte(svc.serviceURL), lease.ID)
 			}
 			cancel()
 			if err == nil {
 				select {
 				case <-lease.Lost():
-					b.log.Warn("replication endpoint lease lost; registering again")
+					svc.log.Warn("replication endpoint lease lost; registering again")
 					continue
-				case <-b.ctx.Done():
+				case <-svc.ctx.Done():
 					rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
 					_ = lease.Revoke(rctx)
 					rcancel()
 					return
 				}
 			}
-			rctx, rcancel := context.WithTimeout(b.ctx, 2*time.Second)
+			rctx, rcancel := context.WithTimeout(svc.ctx, 2*time.Second)
 			_ = lease.Revoke(rctx)
 			rcancel()
 		}
-		b.log.Warn("replication endpoint not registered in the global store; retrying", "err", err)
+		svc.log.Warn("replication endpoint not registered in the global store; retrying", "err", err)
 		select {
-		case <-b.ctx.Done():
+		case <-svc.ctx.Done():
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-func (rs *replService) close() {
-	rs.srv.Stop()
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for _, c := range rs.conns {
+func (svc *Service) close() {
+	svc.srv.Stop()
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	for _, c := range svc.conns {
 		c.Close()
 	}
-	rs.conns = map[string]*grpc.ClientConn{}
+	svc.conns = map[string]*grpc.ClientConn{}
 }
 
 // endpoints lists the registered replication addresses of region.
-func (rs *replService) endpoints(ctx context.Context, region string) ([]string, error) {
-	return rs.b.cfg.GlobalStore.ListValues(ctx, replEndpointsKey+region+"/")
+func (svc *Service) endpoints(ctx context.Context, region string) ([]string, error) {
+	return svc.cfg.GlobalStore.ListValues(ctx, replEndpointsKey+region+"/")
 }
 
-func (rs *replService) conn(addr string) (*grpc.ClientConn, error) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if c, ok := rs.conns[addr]; ok {
+func (svc *Service) conn(addr string) (*grpc.ClientConn, error) {
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if c, ok := svc.conns[addr]; ok {
 		return c, nil
 	}
 	c, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)), grpcpool.DialOption(),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 10 * time.Second})},
-		append(grpcpool.TransportDialOptions(), rs.b.guard.GRPCDialOptions()...)...)...)
+		append(grpcpool.TransportDialOptions(), svc.cfg.DialOptions...)...)...)
 	if err != nil {
 		return nil, err
 	}
-	rs.conns[addr] = c
+	svc.conns[addr] = c
 	return c, nil
 }
 
 // Replicate serves one incoming replication stream (see repl.proto).
-func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
-	b := rs.b
+func (svc *Service) Replicate(st replpb.Replication_ReplicateServer) error {
 	req, err := st.Recv()
 	if err != nil {
 		return err
@@ -204,21 +176,23 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 	case h == nil:
 		return status.Error(codes.InvalidArgument, "replication: the first message must be a Hello")
 	case h.Version != replpb.ProtocolVersion_PROTOCOL_VERSION_1:
-		return status.Errorf(codes.FailedPrecondition, "replication: region %s speaks replication protocol version 1, not %d: upgrade the older side", b.cfg.Cluster, h.Version)
-	case h.Target != b.cfg.Cluster:
-		return status.Errorf(codes.FailedPrecondition, "replication: this broker is in region %s, not %s", b.cfg.Cluster, h.Target)
-	case h.Source == b.cfg.Cluster:
+		return status.Errorf(codes.FailedPrecondition, "replication: region %s speaks replication protocol version 1, not %d: upgrade the older side", svc.cfg.Cluster, h.Version)
+	case h.Target != svc.cfg.Cluster:
+		return status.Errorf(codes.FailedPrecondition, "replication: this broker is in region %s, not %s", svc.cfg.Cluster, h.Target)
+	case h.Source == svc.cfg.Cluster:
 		return status.Errorf(codes.InvalidArgument, "replication: a stream from region %s to itself", h.Source)
 	}
-	if err := b.guard.ReplAuthorize(st.Context(), h.Source); err != nil {
-		return err
+	if svc.cfg.Authorize != nil {
+		if err := svc.cfg.Authorize(st.Context(), h.Source); err != nil {
+			return err
+		}
 	}
 	tn, err := meta.ParseTopic(h.Topic)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "replication: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(st.Context(), 30*time.Second)
-	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
+	pol, err := svc.cfg.Meta.GetPolicies(ctx, tn.NamespaceName())
 	cancel()
 	if err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
@@ -226,11 +200,11 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 		}
 		return status.Errorf(codes.Unavailable, "replication: namespace %s: %v", tn.NamespaceName(), err)
 	}
-	if !slices.Contains(pol.ReplicationClusters, h.Source) || !slices.Contains(pol.ReplicationClusters, b.cfg.Cluster) {
-		return status.Errorf(codes.PermissionDenied, "replication: namespace %s replicates between %v: region %s may not write into region %s", tn.NamespaceName(), pol.ReplicationClusters, h.Source, b.cfg.Cluster)
+	if !slices.Contains(pol.ReplicationClusters, h.Source) || !slices.Contains(pol.ReplicationClusters, svc.cfg.Cluster) {
+		return status.Errorf(codes.PermissionDenied, "replication: namespace %s replicates between %v: region %s may not write into region %s", tn.NamespaceName(), pol.ReplicationClusters, h.Source, svc.cfg.Cluster)
 	}
 	ctx, cancel = context.WithTimeout(st.Context(), 30*time.Second)
-	t, redirect, err := b.replTarget(ctx, tn, pol)
+	t, redirect, err := svc.host.Target(ctx, tn, pol)
 	cancel()
 	switch {
 	case redirect != "":
@@ -239,10 +213,10 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 		return status.Errorf(codes.Unavailable, "replication: %v", err)
 	}
 	if err := st.Send(&replpb.ReplicateResponse{Msg: &replpb.ReplicateResponse_Welcome{Welcome: &replpb.Welcome{
-		Version: replpb.ProtocolVersion_PROTOCOL_VERSION_1, Region: b.cfg.Cluster, Broker: b.cfg.BrokerID}}}); err != nil {
+		Version: replpb.ProtocolVersion_PROTOCOL_VERSION_1, Region: svc.cfg.Cluster, Broker: svc.cfg.BrokerID}}}); err != nil {
 		return err
 	}
-	b.log.Debug("replication stream accepted", "topic", tn.String(), "from", h.Source)
+	svc.log.Debug("replication stream accepted", "topic", tn.String(), "from", h.Source)
 	// Batches are applied pipelined: each one's entries go to the managed
 	// ledger as it arrives, without waiting for the previous batch to be
 	// persisted (the sender keeps up to MaxInflightBatches in flight), and
@@ -311,34 +285,6 @@ func (rs *replService) Replicate(st replpb.Replication_ReplicateServer) error {
 	}
 }
 
-// replTarget returns the loaded topic when this broker owns (or now
-// acquires) it, or the replication address of the broker that owns it.
-func (b *Broker) replTarget(ctx context.Context, tn meta.TopicName, pol meta.Policies) (*Topic, string, error) {
-	bd, err := b.bundleFor(ctx, pol, tn)
-	if err != nil {
-		return nil, "", err
-	}
-	redirect := func() (string, error) {
-		bi, ok, err := b.own.owner(ctx, bd)
-		if err != nil || !ok || bi.ID == b.cfg.BrokerID || bi.ReplicationAddr == "" {
-			return "", fmt.Errorf("bundle %s: no owner to redirect to (%v)", bd, err)
-		}
-		return bi.ReplicationAddr, nil
-	}
-	if bi, ok, err := b.own.owner(ctx, bd); err == nil && ok && bi.ID != b.cfg.BrokerID {
-		a, err := redirect()
-		return nil, a, err
-	}
-	t, err := b.getTopic(ctx, tn.String(), true)
-	if errors.Is(err, meta.ErrTopicFenced) {
-		a, rerr := redirect()
-		if rerr == nil {
-			return nil, a, nil
-		}
-	}
-	return t, "", err
-}
-
 // ---- target side -----------------------------------------------------
 
 type applierSlot struct {
@@ -375,10 +321,8 @@ func (t *Topic) applierFor(origin string) (*applierSlot, error) {
 	if s := r.appliers[origin]; s != nil {
 		return s, nil
 	}
-	t.mu.Lock()
-	through := t.applied[origin]
-	t.mu.Unlock()
-	a, err := replicator.NewApplier(t.b.cfg.Cluster, replicator.State{Origin: origin, Through: through})
+	through := t.log.Applied(origin)
+	a, err := replicator.NewApplier(t.svc.cfg.Cluster, replicator.State{Origin: origin, Through: through})
 	if err != nil {
 		return nil, err
 	}
@@ -441,10 +385,10 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 		out = append(out, *res.Reply)
 	}
 	if res.Duplicates > 0 {
-		t.b.metrics.replDuplicates.Add(float64(res.Duplicates))
+		t.svc.metrics.Duplicates.Add(float64(res.Duplicates))
 	}
 	if res.Regressed {
-		t.b.log.Error("replication: this region lost entries it had acknowledged", "topic", t.name.String(), "origin", b.Origin)
+		t.svc.log.Error("replication: this region lost entries it had acknowledged", "topic", t.name.String(), "origin", b.Origin)
 	}
 	w := res.Write
 	if w == nil {
@@ -460,7 +404,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 		r.done(out, err)
 	}
 	if !w.Skipped.Empty() {
-		t.b.log.Error("replication: a new stream skipped entries (declared loss)", "topic", t.name.String(), "origin", w.Origin, "from", w.Skipped.From, "through", w.Skipped.Through)
+		t.svc.log.Error("replication: a new stream skipped entries (declared loss)", "topic", t.name.String(), "origin", w.Origin, "from", w.Skipped.From, "through", w.Skipped.Through)
 	}
 	// The async tail of a failover (orphans.go): listed, and by policy
 	// kept aside instead of appended.
@@ -471,7 +415,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 	}
 	quarantine := ""
 	if len(orphans) > 0 && t.policies().Effective().Orphans == meta.OrphansQuarantine {
-		ctx, cancel := context.WithTimeout(t.b.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(t.svc.ctx, 30*time.Second)
 		quarantine, err = t.quarantine(ctx, w.Entries, orphans)
 		cancel()
 		if err != nil {
@@ -486,7 +430,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 	// every entry of w is persisted or failed (or at once when nothing is
 	// to be written, or the topic is closed): it takes slot.mu, never
 	// slot.order, which this goroutine holds.
-	t.appendReplicated(w.Entries, func(err error) {
+	t.log.AppendReplicated(w.Entries, func(err error) {
 		if err != nil {
 			failed(err)
 			return
@@ -506,85 +450,11 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 			r.done(out, err)
 			return
 		}
-		t.b.metrics.replApplied.Add(float64(len(w.Entries)))
+		t.svc.metrics.Applied.Add(float64(len(w.Entries)))
 		t.recordOrphans(rec, w.Entries, orphans, quarantine)
 		r.done(append(out, ack), nil)
 	})
 	return nil
-}
-
-// appendReplicated appends entries from another region, in order, and
-// calls done once every one is persisted or failed (with the first
-// failure), on the managed ledger's delivery goroutine, or at once when
-// nothing is to be written or the topic is closing. It does not wait. If
-// one fails the topic reloads (the entries before it may be stored; the
-// next load rebuilds each origin's record from the log, so nothing is
-// stored twice).
-func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
-	n := 0
-	for i := range entries {
-		if !entries[i].Skip {
-			n++
-		}
-	}
-	if n == 0 {
-		done(nil)
-		return
-	}
-	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	if closed {
-		done(fmt.Errorf("%w: %s is closing", meta.ErrTopicFenced, t.name))
-		return
-	}
-	var remaining atomic.Int32
-	remaining.Store(int32(n))
-	var firstErr error
-	var errMu sync.Mutex
-	for i := range entries {
-		e := &entries[i]
-		if e.Skip {
-			continue
-		}
-		o := entry.Origin{Region: e.Origin, Seq: e.OriginSeq, ID: mledger.Position{Ledger: e.OriginID.Ledger, Entry: e.OriginID.Entry}}
-		payload := entry.Encode(e.PublishMs, o, e.Data)
-		msg := e.Data
-		t.ml.AppendAsync(payload, func(pos mledger.Position, err error) {
-			if err == nil {
-				meta, merr := entry.ParseMeta(payload)
-				t.mu.Lock()
-				t.noteEntryLocked(pos, entry.Decoded{Origin: o, Msg: msg})
-				if merr == nil {
-					// The producer's sequence ids travel with its entries: a
-					// producer that fails over here and resends is deduplicated.
-					st := t.dedupFor(meta.ProducerName)
-					st.lastPushed = max(st.lastPushed, meta.HighestSeqID)
-					st.lastPersisted = max(st.lastPersisted, meta.HighestSeqID)
-					st.remember(meta.SequenceID, meta.HighestSeqID, pos)
-					t.lastBatch = meta.NumMessages
-				}
-				t.mu.Unlock()
-				t.notifySubs()
-			} else {
-				errMu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				errMu.Unlock()
-				if !t.seqBroken.Swap(true) {
-					t.b.log.Warn("replicated append failed; reloading the topic", "topic", t.name.String(), "err", err)
-					go t.close(context.Background())
-				}
-			}
-			if remaining.Add(-1) == 0 {
-				errMu.Lock()
-				err := firstErr
-				errMu.Unlock()
-				done(err)
-			}
-		})
-	}
 }
 
 // ---- source side -----------------------------------------------------
@@ -593,25 +463,22 @@ func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
 // namespace that has none and stops (and deletes the cursor of) those no
 // longer listed. Called after load and when policies change.
 func (t *Topic) syncReplication(ctx context.Context) {
-	t.mu.Lock()
-	pol := t.pol
-	closed := t.closed
-	t.mu.Unlock()
-	if closed {
+	pol := t.policies()
+	if t.log.Closed() {
 		return
 	}
 	t.refreshSync()
 	eff := pol.Effective()
 	want := map[string]bool{}
-	if len(pol.ReplicationClusters) > 1 && slices.Contains(pol.ReplicationClusters, t.b.cfg.Cluster) && eff.Mode != meta.ReplicationStretched {
+	if len(pol.ReplicationClusters) > 1 && slices.Contains(pol.ReplicationClusters, t.svc.cfg.Cluster) && eff.Mode != meta.ReplicationStretched {
 		for _, r := range pol.ReplicationClusters {
-			if r != t.b.cfg.Cluster {
+			if r != t.svc.cfg.Cluster {
 				want[r] = true
 			}
 		}
 	}
 	for remote := range want {
-		t.b.replLimiter(t.name.NamespaceName(), remote, eff.RateBytesPerSecond) // a changed rate applies at once
+		t.svc.replLimiter(t.name.NamespaceName(), remote, eff.RateBytesPerSecond) // a changed rate applies at once
 	}
 	r := t.replState()
 	r.mu.Lock()
@@ -632,18 +499,18 @@ func (t *Topic) syncReplication(ctx context.Context) {
 	for _, s := range stop {
 		s.stop()
 		if err := t.ml.DeleteCursor(ctx, replCursorPrefix+s.remote); err != nil {
-			t.b.log.Warn("replication cursor not deleted", "topic", t.name.String(), "remote", s.remote, "err", err)
+			t.svc.log.Warn("replication cursor not deleted", "topic", t.name.String(), "remote", s.remote, "err", err)
 		}
-		t.b.log.Info("replication stopped: region removed from the namespace", "topic", t.name.String(), "remote", s.remote)
+		t.svc.log.Info("replication stopped: region removed from the namespace", "topic", t.name.String(), "remote", s.remote)
 	}
 	for _, name := range start {
 		s, err := t.newReplSender(ctx, name, eff)
 		if err != nil {
-			t.b.log.Warn("replicator not started", "topic", t.name.String(), "remote", name, "err", err)
+			t.svc.log.Warn("replicator not started", "topic", t.name.String(), "remote", name, "err", err)
 			continue
 		}
 		r.mu.Lock()
-		if r.senders[name] != nil || t.isClosed() {
+		if r.senders[name] != nil || t.log.Closed() {
 			r.mu.Unlock()
 			s.stop()
 			continue
@@ -654,14 +521,8 @@ func (t *Topic) syncReplication(ctx context.Context) {
 			ss.acked(name, s.s.Status().Cursor.Seq)
 		}
 		go s.run()
-		t.b.log.Info("replicator started", "topic", t.name.String(), "remote", name, "cursor", s.s.Status().Cursor.String())
+		t.svc.log.Info("replicator started", "topic", t.name.String(), "remote", name, "cursor", s.s.Status().Cursor.String())
 	}
-}
-
-func (t *Topic) isClosed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.closed
 }
 
 // stopReplication stops every sender (on unload; their cursors stay).
@@ -703,10 +564,12 @@ func (t *Topic) wakeSenders() {
 }
 
 func (t *Topic) logEnd() replicator.LogEnd {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return replicator.LogEnd{Pos: toReplPos(t.lastPos), Seq: t.localSeq, Bytes: t.localBytes}
+	last, seq, bytes := t.log.End()
+	return replicator.LogEnd{Pos: toReplPos(last), Seq: seq, Bytes: bytes}
 }
+
+// policies returns the namespace's policies as the topic last read them.
+func (t *Topic) policies() meta.Policies { return t.log.Policies() }
 
 func toReplPos(p mledger.Position) replicator.Position {
 	if p.Ledger < 0 {
@@ -741,7 +604,7 @@ type replSender struct {
 	dropped  int       // batches dropped by fault injection
 	marked   bool      // the backlog marker is set
 	caughtUp time.Time // since when the remote region has acked everything
-	status   atomic.Pointer[replStatus]
+	status   atomic.Pointer[Status]
 	lastErr  atomic.Pointer[string]
 }
 
@@ -759,8 +622,8 @@ type senderEvent struct {
 	err error
 }
 
-// replStatus is what admin and metrics show of a sender.
-type replStatus struct {
+// Status is what admin and metrics show of a sender.
+type Status struct {
 	Topic          string  `json:"topic"`
 	Remote         string  `json:"remote"`
 	Connected      bool    `json:"connected"`
@@ -800,13 +663,13 @@ func (t *Topic) newReplSender(ctx context.Context, remote string, eff meta.Repli
 	if err != nil {
 		return nil, err
 	}
-	rs := &replSender{t: t, remote: remote, cur: cur, s: s, log: t.b.log,
+	rs := &replSender{t: t, remote: remote, cur: cur, s: s, log: t.svc.log,
 		wake: make(chan struct{}, 1), events: make(chan senderEvent, 256), done: make(chan struct{})}
-	rs.ctx, rs.cancel = context.WithCancel(t.b.ctx)
+	rs.ctx, rs.cancel = context.WithCancel(t.svc.ctx)
 	// The backlog marker is set before anything is sent and cleared only
 	// once the remote region caught up, so a crash at any moment leaves it
 	// for the next owner's loader (loadBacklogged).
-	if _, err := t.b.cfg.Store.Put(ctx, backlogMarker(t.name.String()), nil); err != nil {
+	if _, err := t.svc.cfg.Store.Put(ctx, backlogMarker(t.name.String()), nil); err != nil {
 		rs.cancel()
 		return nil, fmt.Errorf("set the replication backlog marker: %w", err)
 	}
@@ -818,8 +681,8 @@ func (t *Topic) newReplSender(ctx context.Context, remote string, eff meta.Repli
 // senderConfig is the sender configuration towards remote under the
 // namespace's replication policy: its rate limit and backlog quota.
 func (t *Topic) senderConfig(remote string, eff meta.ReplicationPolicy) replicator.SenderConfig {
-	cfg := replicator.DefaultSenderConfig(t.b.cfg.Cluster, remote)
-	cfg.Limiter = t.b.replLimiter(t.name.NamespaceName(), remote, eff.RateBytesPerSecond)
+	cfg := replicator.DefaultSenderConfig(t.svc.cfg.Cluster, remote)
+	cfg.Limiter = t.svc.replLimiter(t.name.NamespaceName(), remote, eff.RateBytesPerSecond)
 	if eff.BacklogQuotaBytes > 0 {
 		cfg.Quota.MaxBytes = eff.BacklogQuotaBytes
 	}
@@ -834,9 +697,7 @@ func cursorProps(c replicator.Cursor) map[string]int64 {
 // (start-at latest) or before the first retained entry (earliest, the
 // default: a new region gets the whole retained history).
 func (t *Topic) initialReplCursor(ctx context.Context, eff meta.ReplicationPolicy) (replicator.Cursor, error) {
-	t.mu.Lock()
-	last, seq, bytes := t.lastPos, t.localSeq, t.localBytes
-	t.mu.Unlock()
+	last, seq, bytes := t.log.End()
 	if eff.StartAt == "latest" {
 		return replicator.InitialCursor(toReplPos(last), seq, bytes), nil
 	}
@@ -882,7 +743,9 @@ func (rs *replSender) stop() {
 // for; its cursor's progress not yet flushed is sent again, never lost.
 func (rs *replSender) stopWithin(ctx context.Context) {
 	rs.cancel()
-	if !waitCtx(ctx, func() { <-rs.done }) {
+	select {
+	case <-rs.done:
+	case <-ctx.Done():
 		rs.log.Warn("replication sender still stopping", "err", ctx.Err())
 	}
 }
@@ -996,7 +859,7 @@ func (rs *replSender) drive() {
 		}
 		resync := false
 		for _, a := range r.Alerts {
-			rs.t.b.metrics.replAlerts.WithLabelValues(a.Kind.String()).Inc()
+			rs.t.svc.metrics.Alerts.WithLabelValues(a.Kind.String()).Inc()
 			rs.log.Warn("replication alert", "topic", rs.t.name.String(), "remote", rs.remote, "alert", a.String())
 			if a.Kind == replicator.AlertNeedsResync && a.Reason == replicator.ResyncTrimmed {
 				resync = true
@@ -1033,7 +896,7 @@ func (rs *replSender) read(req replicator.ReadRequest) ([]replicator.Entry, erro
 	}
 	es, err := ml.ReadEntries(ctx, ml.Next(after), req.MaxEntries, req.MaxBytes)
 	out := make([]replicator.Entry, 0, len(es))
-	local := rs.t.b.cfg.Cluster
+	local := rs.t.svc.cfg.Cluster
 	for i, e := range es {
 		d, derr := entry.Decode(e.Data)
 		if i == 0 && after == mledger.Earliest && derr == nil && d.Origin.Region == "" && d.Origin.Seq > rs.s.Status().Cursor.Seq+1 {
@@ -1069,11 +932,12 @@ func (rs *replSender) send(batches []replicator.Batch) {
 			return
 		}
 	}
-	if faultReplDelay > 0 {
-		time.Sleep(faultReplDelay)
+	faults := rs.t.svc.cfg.Faults
+	if faults.Delay > 0 {
+		time.Sleep(faults.Delay)
 	}
 	for i, b := range batches {
-		if rs.dropped < faultDropReplBatches {
+		if rs.dropped < faults.DropBatches {
 			// Fault injection: the batch is lost on the way; later ones
 			// go through, so the target sees a gap.
 			rs.dropped++
@@ -1090,25 +954,15 @@ func (rs *replSender) send(batches []replicator.Batch) {
 			return
 		}
 		rs.st.sent = append(rs.st.sent, b.ID)
-		rs.t.b.metrics.replSent.Add(float64(len(b.Entries)))
+		rs.t.svc.metrics.Sent.Add(float64(len(b.Entries)))
 	}
 }
-
-// faultDropReplBatches is a fault-injection knob for end-to-end tests and
-// drills: each sender silently drops its first N batches
-// (MERIDIAN_FAULT_DROP_REPL_BATCHES=N in the broker's environment).
-var faultDropReplBatches, _ = strconv.Atoi(os.Getenv("MERIDIAN_FAULT_DROP_REPL_BATCHES"))
-
-// faultReplDelay (MERIDIAN_FAULT_REPL_DELAY=500ms) delays every send of
-// batches: a slow WAN link, so tests can tell a receipt that waited for
-// the remote region from one that did not.
-var faultReplDelay, _ = time.ParseDuration(os.Getenv("MERIDIAN_FAULT_REPL_DELAY"))
 
 // connect opens a stream to the topic's owner in the remote region: any
 // registered broker of that region, following at most a few redirects.
 func (rs *replSender) connect() error {
 	ctx, cancel := context.WithTimeout(rs.ctx, 10*time.Second)
-	addrs, err := rs.t.b.repl.endpoints(ctx, rs.remote)
+	addrs, err := rs.t.svc.endpoints(ctx, rs.remote)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("list the endpoints of region %s: %w", rs.remote, err)
@@ -1118,7 +972,7 @@ func (rs *replSender) connect() error {
 	}
 	addr := addrs[rand.IntN(len(addrs))]
 	for hop := 0; hop < 4; hop++ {
-		conn, err := rs.t.b.repl.conn(addr)
+		conn, err := rs.t.svc.conn(addr)
 		if err != nil {
 			return err
 		}
@@ -1126,7 +980,7 @@ func (rs *replSender) connect() error {
 		cs, err := replpb.NewReplicationClient(conn).Replicate(sctx)
 		if err == nil {
 			err = cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Hello{Hello: &replpb.Hello{
-				Version: replpb.ProtocolVersion_PROTOCOL_VERSION_1, Source: rs.t.b.cfg.Cluster, Target: rs.remote, Topic: rs.t.name.String()}}})
+				Version: replpb.ProtocolVersion_PROTOCOL_VERSION_1, Source: rs.t.svc.cfg.Cluster, Target: rs.remote, Topic: rs.t.name.String()}}})
 		}
 		var resp *replpb.ReplicateResponse
 		if err == nil {
@@ -1182,7 +1036,7 @@ func (rs *replSender) recvLoop(st *outStream) {
 
 func (rs *replSender) publishStatus() {
 	s := rs.s.Status()
-	st := &replStatus{
+	st := &Status{
 		Topic: rs.t.name.String(), Remote: rs.remote, Connected: rs.st != nil,
 		BacklogEntries: s.Backlog.Entries, BacklogBytes: s.Backlog.Bytes, SecondsBehind: s.Backlog.Age.Seconds(),
 		AckedSeq: s.Acked, Inflight: s.InflightBatches, OverQuota: s.OverQuota,
@@ -1218,9 +1072,9 @@ func (rs *replSender) publishStatus() {
 		ctx, cancel := context.WithTimeout(rs.ctx, 5*time.Second)
 		var err error
 		if behind {
-			_, err = rs.t.b.cfg.Store.Put(ctx, backlogMarker(rs.t.name.String()), nil)
+			_, err = rs.t.svc.cfg.Store.Put(ctx, backlogMarker(rs.t.name.String()), nil)
 		} else {
-			err = rs.t.b.cfg.Store.Delete(ctx, backlogMarker(rs.t.name.String()))
+			err = rs.t.svc.cfg.Store.Delete(ctx, backlogMarker(rs.t.name.String()))
 		}
 		cancel()
 		if err == nil {
@@ -1241,8 +1095,8 @@ func backlogMarker(topic string) string { return backlogMarkersKey + url.PathEsc
 // owner now), the topics whose replicators still have a backlog but that
 // no client or stream has loaded: after a restart, replication resumes by
 // itself. Called from the policy loop.
-func (b *Broker) loadBacklogged(ctx context.Context) {
-	kvs, _, err := b.cfg.Store.List(ctx, backlogMarkersKey)
+func (svc *Service) loadBacklogged(ctx context.Context) {
+	kvs, _, err := svc.cfg.Store.List(ctx, backlogMarkersKey)
 	if err != nil {
 		return
 	}
@@ -1251,35 +1105,32 @@ func (b *Broker) loadBacklogged(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		b.mu.Lock()
-		_, loaded := b.topics[name]
-		b.mu.Unlock()
-		if loaded {
+		if svc.host.Loaded(name) {
 			continue
 		}
-		u, _, err := b.lookup(ctx, name, false)
+		serves, err := svc.host.Serves(ctx, name)
 		if err != nil {
-			b.log.Warn("replication backlog: lookup failed", "topic", name, "err", err)
+			svc.log.Warn("replication backlog: lookup failed", "topic", name, "err", err)
 			continue
 		}
-		if u != b.serverURL {
+		if !serves {
 			continue
 		}
-		if _, err := b.getTopic(ctx, name, false); errors.Is(err, meta.ErrTopicNotFound) {
-			_ = b.cfg.Store.Delete(ctx, kv.Key)
+		if err := svc.host.Topic(ctx, name); errors.Is(err, meta.ErrTopicNotFound) {
+			_ = svc.cfg.Store.Delete(ctx, kv.Key)
 		} else if err != nil {
-			b.log.Warn("replication backlog: topic not loaded", "topic", name, "err", err)
+			svc.log.Warn("replication backlog: topic not loaded", "topic", name, "err", err)
 		} else {
-			b.log.Warn("loaded a topic to resume its replication", "topic", name)
+			svc.log.Warn("loaded a topic to resume its replication", "topic", name)
 		}
 	}
 }
 
 // replicationStatus lists the senders of the loaded topics, optionally of
 // one namespace or topic.
-func (b *Broker) replicationStatus(filter string) []replStatus {
-	var out []replStatus
-	for _, t := range b.loadedTopics() {
+func (svc *Service) replicationStatus(filter string) []Status {
+	var out []Status
+	for _, t := range svc.host.Topics() {
 		name := t.name.String()
 		if filter != "" && name != filter && t.name.NamespaceName() != filter && !strings.HasPrefix(name, filter+"-partition-") {
 			continue
@@ -1298,7 +1149,7 @@ func (b *Broker) replicationStatus(filter string) []replStatus {
 		}
 		r.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b replStatus) int {
+	slices.SortFunc(out, func(a, b Status) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
 		}
@@ -1337,34 +1188,19 @@ func ackFromProto(p *replpb.Ack) replicator.Ack {
 	return replicator.Ack{Origin: p.Origin, BatchID: p.BatchId, Stream: p.Stream, Through: p.Through, ResendFrom: p.ResendFrom, Regressed: p.Regressed}
 }
 
-// adminReplicationStatus answers GET /admin/v2/meridian/replication
-// [?filter=NAMESPACE|TOPIC][&local=true]: every replicator of the region
-// (this broker asks the others), or with local=true this broker's only.
-func (b *Broker) adminReplicationStatus(r *http.Request) (any, error) {
-	filter := r.URL.Query().Get("filter")
-	if r.URL.Query().Get("local") == "true" {
-		out := b.replicationStatus(filter)
-		if out == nil {
-			out = []replStatus{}
-		}
-		return out, nil
-	}
-	return b.regionReplicationStatus(r.Context(), filter)
-}
-
 // regionReplicationStatus is replicationStatus over every broker of the
 // region (asked through their admin APIs).
-func (b *Broker) regionReplicationStatus(ctx context.Context, filter string) ([]replStatus, error) {
-	out := b.replicationStatus(filter)
+func (svc *Service) regionReplicationStatus(ctx context.Context, filter string) ([]Status, error) {
+	out := svc.replicationStatus(filter)
 	if out == nil {
-		out = []replStatus{}
+		out = []Status{}
 	}
-	peers, err := b.own.brokers(ctx)
+	peers, err := svc.host.Peers(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range peers {
-		if p.ID == b.cfg.BrokerID || p.AdminURL == "" {
+		if p.ID == svc.cfg.BrokerID || p.AdminURL == "" {
 			continue
 		}
 		u := p.AdminURL + "/admin/v2/meridian/replication?local=true&filter=" + url.QueryEscape(filter)
@@ -1374,21 +1210,21 @@ func (b *Broker) regionReplicationStatus(ctx context.Context, filter string) ([]
 		}
 		// A broker that just died stays registered until its lease
 		// expires: skip what does not answer soon.
-		resp, err := b.guard.PeerHTTP(3 * time.Second).Do(req)
+		resp, err := svc.cfg.PeerHTTP(3 * time.Second).Do(req)
 		if err != nil {
-			b.log.Debug("replication status: broker did not answer", "broker", p.ID, "err", err)
+			svc.log.Debug("replication status: broker did not answer", "broker", p.ID, "err", err)
 			continue
 		}
-		var more []replStatus
+		var more []Status
 		err = json.NewDecoder(resp.Body).Decode(&more)
 		resp.Body.Close()
 		if err != nil {
-			b.log.Debug("replication status: bad answer", "broker", p.ID, "err", err)
+			svc.log.Debug("replication status: bad answer", "broker", p.ID, "err", err)
 			continue
 		}
 		out = append(out, more...)
 	}
-	slices.SortFunc(out, func(a, b replStatus) int {
+	slices.SortFunc(out, func(a, b Status) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
 		}
@@ -1416,8 +1252,8 @@ func (l *nsLimiter) Take(now time.Time, entries, bytes int) (bool, time.Time) {
 
 // replLimiter returns the limiter of (namespace, remote), set to rate
 // bytes per second (0: none).
-func (b *Broker) replLimiter(ns, remote string, rate int64) *nsLimiter {
-	v, _ := b.limiters.LoadOrStore(ns+"\x00"+remote, &nsLimiter{})
+func (svc *Service) replLimiter(ns, remote string, rate int64) *nsLimiter {
+	v, _ := svc.limiters.LoadOrStore(ns+"\x00"+remote, &nsLimiter{})
 	l := v.(*nsLimiter)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1440,9 +1276,7 @@ func (rs *replSender) resync() {
 	ctx, cancel := context.WithTimeout(rs.ctx, 30*time.Second)
 	defer cancel()
 	st := rs.s.Status()
-	rs.t.mu.Lock()
-	eff := rs.t.pol.Effective()
-	rs.t.mu.Unlock()
+	eff := rs.t.policies().Effective()
 	eff.StartAt = meta.StartAtEarliest
 	start, err := rs.t.initialReplCursor(ctx, eff)
 	if err != nil {
@@ -1489,7 +1323,7 @@ const maxSubAcked = 10000
 // wireOfPos is the message id, valid in every region, of the entry at
 // local position p.
 func (t *Topic) wireOfPos(p mledger.Position) mledger.Position {
-	if o, ok := t.index.origin(p); ok {
+	if o, ok := t.log.OriginOf(p); ok {
 		return o
 	}
 	return p
@@ -1516,7 +1350,7 @@ func (t *Topic) lastEntryBefore(ledger int64) (mledger.Position, bool) {
 // not have been replicated yet when it first arrived.
 func (t *Topic) subscriptionUpdates(last map[string]subSent) []*replpb.SubscriptionUpdate {
 	pol := t.policies()
-	if !meta.ActiveStandby(pol) || t.b.fo.ActiveRegion(t.name.NamespaceName(), pol) != t.b.cfg.Cluster {
+	if !meta.ActiveStandby(pol) || t.svc.active.ActiveRegion(t.name.NamespaceName(), pol) != t.svc.cfg.Cluster {
 		return nil
 	}
 	var out []*replpb.SubscriptionUpdate
@@ -1572,12 +1406,12 @@ type pendingSubUpdate struct {
 // delivered again in the new active region (the outage drills' duplicates).
 func (t *Topic) retryPendingSubscriptions() {
 	time.Sleep(20 * time.Millisecond) // gather the entries of a few batches
-	t.mu.Lock()
+	t.subMu.Lock()
 	pending := t.subPending
 	t.subPending, t.subRetrying = nil, false
-	t.mu.Unlock()
+	t.subMu.Unlock()
 	for _, p := range pending {
-		ctx, cancel := context.WithTimeout(t.b.ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(t.svc.ctx, 5*time.Second)
 		t.applySubscriptionUpdate(ctx, p)
 		cancel()
 	}
@@ -1587,8 +1421,8 @@ func (t *Topic) retryPendingSubscriptions() {
 // latest update of p's subscription that named entries not here yet,
 // unless a newer update of it is pending already.
 func (t *Topic) setPendingSubscription(p pendingSubUpdate, incomplete bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.subMu.Lock()
+	defer t.subMu.Unlock()
 	if cur, ok := t.subPending[p.u.Name]; ok && cur.n > p.n {
 		return
 	}
@@ -1611,23 +1445,23 @@ func (t *Topic) applySubscription(ctx context.Context, from string, u *replpb.Su
 	if u.Name == "" {
 		return
 	}
-	t.mu.Lock()
+	t.subMu.Lock()
 	t.subRecv++
 	n := t.subRecv
-	t.mu.Unlock()
+	t.subMu.Unlock()
 	t.applySubscriptionUpdate(ctx, pendingSubUpdate{from: from, u: u, n: n})
 }
 
 func (t *Topic) applySubscriptionUpdate(ctx context.Context, p pendingSubUpdate) {
 	from, u := p.from, p.u
 	pol := t.policies()
-	if !meta.ActiveStandby(pol) || t.b.fo.ActiveRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) {
+	if !meta.ActiveStandby(pol) || t.svc.active.ActiveRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) {
 		t.setPendingSubscription(p, false)
 		return
 	}
 	translate := func(id *replpb.MessageId) (mledger.Position, bool) {
 		p := mledger.Position{Ledger: id.GetLedger(), Entry: id.GetEntry()}
-		if l, ok := t.index.lookup(p); ok {
+		if l, ok := t.log.LocalOf(p); ok {
 			return l, true
 		}
 		// An entry that originated here keeps its local id.
@@ -1645,14 +1479,9 @@ func (t *Topic) applySubscriptionUpdate(ctx context.Context, p pendingSubUpdate)
 			acked = append(acked, p)
 		}
 	}
-	if s := t.subscription(u.Name); s != nil {
-		s.mu.Lock()
-		busy := len(s.consumers) > 0
-		s.mu.Unlock()
-		if busy {
-			t.setPendingSubscription(p, false)
-			return // consumers here own this position now
-		}
+	if t.log.HasConsumers(u.Name) {
+		t.setPendingSubscription(p, false)
+		return // consumers here own this position now
 	}
 	t.setPendingSubscription(p, !mdOK || len(acked) < len(u.Acked))
 	if !mdOK && len(acked) == 0 {

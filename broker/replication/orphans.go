@@ -1,18 +1,15 @@
-package broker
+package replication
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"time"
 
-	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/meta"
-	"github.com/meridian-mq/meridian/broker/mledger"
 
 	"github.com/meridian-mq/meridian/replicator"
 )
@@ -69,11 +66,11 @@ type OrphanBatch struct {
 // for the old region's tail before serving: nothing arrives late).
 func (t *Topic) orphanRecord() (meta.FailoverRecord, bool) {
 	pol := t.policies()
-	if t.b.fo == nil || !meta.ActiveStandby(pol) {
+	if !meta.ActiveStandby(pol) {
 		return meta.FailoverRecord{}, false
 	}
-	rec := t.b.fo.Record(t.name.NamespaceName(), pol)
-	ok := rec.Active == t.b.cfg.Cluster && rec.Previous != "" && rec.Previous != rec.Active && !rec.CatchUp
+	rec := t.svc.active.Record(t.name.NamespaceName(), pol)
+	ok := rec.Active == t.svc.cfg.Cluster && rec.Previous != "" && rec.Previous != rec.Active && !rec.CatchUp
 	return rec, ok
 }
 
@@ -102,22 +99,22 @@ func (t *Topic) recordOrphans(rec meta.FailoverRecord, entries []replicator.Entr
 		e := entries[i]
 		ob.Orphans = append(ob.Orphans, Orphan{OriginID: fmt.Sprintf("%d:%d", e.OriginID.Ledger, e.OriginID.Entry), OriginSeq: e.OriginSeq, PublishMs: e.PublishMs})
 	}
-	t.b.metrics.orphans.Add(float64(len(ob.Orphans)))
+	t.svc.metrics.Orphans.Add(float64(len(ob.Orphans)))
 	how := "replicated late"
 	if quarantine != "" {
 		how = "kept aside in " + quarantine
 	}
-	t.b.log.Warn("failover: orphans of the async tail "+how, "topic", ob.Topic, "origin", ob.Origin, "epoch", ob.Epoch, "count", len(ob.Orphans))
+	t.svc.log.Warn("failover: orphans of the async tail "+how, "topic", ob.Topic, "origin", ob.Origin, "epoch", ob.Epoch, "count", len(ob.Orphans))
 	v, _ := json.Marshal(ob)
 	key := fmt.Sprintf("%s%s/%d/%s/%020d", orphansKey, ns, ob.Epoch, url.PathEscape(ob.Topic), ob.Orphans[0].OriginSeq)
 	for attempt := 0; attempt < 5; attempt++ {
-		ctx, cancel := context.WithTimeout(t.b.ctx, 5*time.Second)
-		_, err := t.b.cfg.GlobalStore.Put(ctx, key, v)
+		ctx, cancel := context.WithTimeout(t.svc.ctx, 5*time.Second)
+		_, err := t.svc.cfg.GlobalStore.Put(ctx, key, v)
 		cancel()
-		if err == nil || t.b.ctx.Err() != nil {
+		if err == nil || t.svc.ctx.Err() != nil {
 			return
 		}
-		t.b.log.Warn("failover: orphans not recorded yet; retrying", "topic", ob.Topic, "err", err)
+		t.svc.log.Warn("failover: orphans not recorded yet; retrying", "topic", ob.Topic, "err", err)
 		time.Sleep(time.Second)
 	}
 }
@@ -132,34 +129,13 @@ func (t *Topic) quarantine(ctx context.Context, entries []replicator.Entry, idx 
 	if err != nil {
 		return "", err
 	}
-	qt, err := t.b.getTopic(ctx, name, true)
-	if err != nil {
-		return "", fmt.Errorf("quarantine topic %s: %w", name, err)
-	}
-	errs := make(chan error, len(idx))
-	for _, i := range idx {
-		e := entries[i]
-		meta, err := entry.ParseMeta(entry.Encode(e.PublishMs, entry.Origin{}, e.Data))
-		if err != nil {
-			return "", fmt.Errorf("orphan %d: %w", e.OriginSeq, err)
-		}
-		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, entry.Unframed(e.Data), func(_ mledger.Position, err error) {
-			if errors.Is(err, errDropSilently) {
-				err = fmt.Errorf("quarantine topic %s closed", name)
-			}
-			errs <- err
-		})
-	}
-	for range idx {
-		if err := <-errs; err != nil {
-			return "", err
-		}
+	if err := t.svc.host.Quarantine(ctx, name, entries, idx); err != nil {
+		return "", err
 	}
 	return name, nil
 }
 
 func (t *Topic) quarantineName(ctx context.Context) (string, error) {
-	pol := t.policies()
 	for n := 0; n < 256; n++ {
 		q := t.name
 		q.Local = t.name.Local + "-orphans"
@@ -167,21 +143,21 @@ func (t *Topic) quarantineName(ctx context.Context) (string, error) {
 			q.Local += fmt.Sprintf("-%d", n)
 		}
 		q.Partition = -1
-		bd, err := t.b.bundleFor(ctx, pol, q)
+		in, err := t.log.InBundle(ctx, q)
 		if err != nil {
 			return "", err
 		}
-		if bd == t.bundle {
+		if in {
 			return q.String(), nil
 		}
 	}
-	return "", fmt.Errorf("no quarantine topic name for %s falls in its bundle %v", t.name, t.bundle)
+	return "", fmt.Errorf("no quarantine topic name for %s falls in its bundle", t.name)
 }
 
 // orphans lists a namespace's recorded orphan batches, oldest epoch and
 // lowest sequence first.
-func (b *Broker) orphans(ctx context.Context, ns string) ([]OrphanBatch, error) {
-	kvs, _, err := b.cfg.GlobalStore.List(ctx, orphansKey+ns+"/")
+func (svc *Service) orphans(ctx context.Context, ns string) ([]OrphanBatch, error) {
+	kvs, _, err := svc.cfg.GlobalStore.List(ctx, orphansKey+ns+"/")
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package broker
+package replication
 
 import (
 	"slices"
@@ -32,7 +32,7 @@ type syncState struct {
 	tr      *replicator.SyncTracker
 	regions []string
 	held    []heldReceipt // ascending seq
-	b       *Broker
+	svc     *Service
 	topic   string
 	stop    chan struct{}
 	// removed: regions the failover decision declared failed, out of the
@@ -50,15 +50,13 @@ type heldReceipt struct {
 // policies. Dropping it (the namespace left sync mode) releases every
 // held receipt.
 func (t *Topic) refreshSync() {
-	t.mu.Lock()
-	pol := t.pol
-	localSeq := t.localSeq
-	t.mu.Unlock()
+	pol := t.policies()
+	_, localSeq, _ := t.log.End()
 	eff := pol.Effective()
 	var remotes []string
-	if eff.Mode == meta.ReplicationSync && slices.Contains(pol.ReplicationClusters, t.b.cfg.Cluster) {
+	if eff.Mode == meta.ReplicationSync && slices.Contains(pol.ReplicationClusters, t.svc.cfg.Cluster) {
 		for _, r := range pol.ReplicationClusters {
-			if r != t.b.cfg.Cluster {
+			if r != t.svc.cfg.Cluster {
 				remotes = append(remotes, r)
 			}
 		}
@@ -74,14 +72,14 @@ func (t *Topic) refreshSync() {
 		if eff.SyncOnUnreachable == meta.SyncDegrade {
 			cfg.Policy = replicator.SyncDegrade
 		}
-		ss := &syncState{tr: replicator.NewSyncTracker(cfg, remotes, 0, time.Now()), regions: remotes, b: t.b, topic: t.name.String(),
+		ss := &syncState{tr: replicator.NewSyncTracker(cfg, remotes, 0, time.Now()), regions: remotes, svc: t.svc, topic: t.name.String(),
 			stop: make(chan struct{}), removed: map[string]uint64{}}
 		if localSeq > 0 {
 			ss.tr.Track(localSeq, time.Now())
 			ss.tracked = localSeq
 			ss.tr.Ready()
 		}
-		if rec := t.b.fo.FailedOver(t.name.NamespaceName(), pol); rec.Previous != "" {
+		if rec := t.svc.active.FailedOver(t.name.NamespaceName(), pol); rec.Previous != "" {
 			ss.mu.Lock()
 			ss.removeLocked(rec.Previous, rec.Epoch)
 			ss.mu.Unlock()
@@ -166,8 +164,8 @@ func (ss *syncState) acked(region string, seq uint64) {
 		// Caught up: back in the sync set for what comes next.
 		if ss.tr.AddRegion(region, ep) == nil {
 			delete(ss.removed, region)
-			ss.b.metrics.replAlerts.WithLabelValues("sync-region-rejoined").Inc()
-			ss.b.log.Warn("sync replication: region caught up and rejoined the sync set", "topic", ss.topic, "region", region, "seq", seq)
+			ss.svc.metrics.Alerts.WithLabelValues("sync-region-rejoined").Inc()
+			ss.svc.log.Warn("sync replication: region caught up and rejoined the sync set", "topic", ss.topic, "region", region, "seq", seq)
 		}
 	}
 	out := ss.stepLocked()
@@ -188,8 +186,8 @@ func (ss *syncState) tick(now time.Time) {
 func (ss *syncState) stepLocked() []func() {
 	rd := ss.tr.Ready()
 	for _, ev := range rd.Events {
-		ss.b.metrics.replAlerts.WithLabelValues("sync-" + ev.Kind.String()).Inc()
-		ss.b.log.Warn("sync replication: "+ev.Kind.String(), "topic", ss.topic, "region", ev.Region, "seq", ev.Seq, "waited", ev.Waited)
+		ss.svc.metrics.Alerts.WithLabelValues("sync-" + ev.Kind.String()).Inc()
+		ss.svc.log.Warn("sync replication: "+ev.Kind.String(), "topic", ss.topic, "region", ev.Region, "seq", ev.Seq, "waited", ev.Waited)
 	}
 	if rd.ReceiptThrough == 0 {
 		return nil
@@ -250,6 +248,6 @@ func (ss *syncState) removeLocked(region string, epoch uint64) {
 		return
 	}
 	ss.removed[region] = epoch
-	ss.b.metrics.replAlerts.WithLabelValues("sync-region-removed").Inc()
-	ss.b.log.Warn("sync replication: region declared failed leaves the sync set", "topic", ss.topic, "region", region, "epoch", epoch)
+	ss.svc.metrics.Alerts.WithLabelValues("sync-region-removed").Inc()
+	ss.svc.log.Warn("sync replication: region declared failed leaves the sync set", "topic", ss.topic, "region", region, "epoch", epoch)
 }

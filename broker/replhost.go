@@ -1,0 +1,291 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meridian-mq/meridian/broker/entry"
+	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/replication"
+	"github.com/meridian-mq/meridian/replicator"
+)
+
+// The broker's side of geo-replication (broker/replication): the
+// service's wiring, the broker as its Host, and a topic as its Log.
+
+// newReplication returns the replication service over this broker.
+func (b *Broker) newReplication() *replication.Service {
+	cfg := replication.Config{
+		Cluster: b.cfg.Cluster, BrokerID: b.cfg.BrokerID,
+		Store: b.cfg.Store, GlobalStore: b.cfg.GlobalStore, Meta: b.meta,
+		ListenAddr: b.cfg.ReplicationAddr, AdvertisedAddr: b.cfg.ReplicationAdvertisedAddr,
+		OwnershipTTL: b.cfg.OwnershipTTL,
+		Faults:       b.cfg.ReplicationFaults,
+		Metrics: replication.Metrics{Sent: b.metrics.replSent, Applied: b.metrics.replApplied, Duplicates: b.metrics.replDuplicates,
+			Alerts: b.metrics.replAlerts, Orphans: b.metrics.orphans},
+		PeerHTTP: func(timeout time.Duration) *http.Client { return &http.Client{Timeout: timeout} },
+		Logger:   b.log,
+	}
+	if b.guard != nil {
+		cfg.ServerOptions, cfg.DialOptions = b.guard.GRPCServerOptions(), b.guard.GRPCDialOptions()
+		cfg.Authorize, cfg.PeerHTTP = b.guard.ReplAuthorize, b.guard.PeerHTTP
+	}
+	return replication.NewService(cfg, replHost{b}, activeRegions{b})
+}
+
+// replHost is the broker as the replication service sees it.
+type replHost struct{ b *Broker }
+
+func (h replHost) Target(ctx context.Context, tn meta.TopicName, pol meta.Policies) (*replication.Topic, string, error) {
+	t, redirect, err := h.b.replTarget(ctx, tn, pol)
+	if t == nil {
+		return nil, redirect, err
+	}
+	return t.repl, redirect, err
+}
+
+func (h replHost) Topic(ctx context.Context, name string) error {
+	_, err := h.b.getTopic(ctx, name, false)
+	return err
+}
+
+func (h replHost) Loaded(name string) bool {
+	h.b.mu.Lock()
+	_, loaded := h.b.topics[name]
+	h.b.mu.Unlock()
+	return loaded
+}
+
+func (h replHost) Topics() []*replication.Topic {
+	ts := h.b.loadedTopics()
+	out := make([]*replication.Topic, len(ts))
+	for i, t := range ts {
+		out[i] = t.repl
+	}
+	return out
+}
+
+func (h replHost) Serves(ctx context.Context, name string) (bool, error) {
+	u, _, err := h.b.lookup(ctx, name, false)
+	if err != nil {
+		return false, err
+	}
+	return u == h.b.serverURL, nil
+}
+
+func (h replHost) Peers(ctx context.Context) ([]replication.Peer, error) {
+	bs, err := h.b.own.brokers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]replication.Peer, len(bs))
+	for i, p := range bs {
+		out[i] = replication.Peer{ID: p.ID, AdminURL: p.AdminURL}
+	}
+	return out, nil
+}
+
+// Quarantine appends the orphans (entries[idx]) to the quarantine topic
+// name, as the messages they are (their producer's name and sequence ids
+// kept), and waits until every one is persisted.
+func (h replHost) Quarantine(ctx context.Context, name string, entries []replicator.Entry, idx []int) error {
+	qt, err := h.b.getTopic(ctx, name, true)
+	if err != nil {
+		return fmt.Errorf("quarantine topic %s: %w", name, err)
+	}
+	errs := make(chan error, len(idx))
+	for _, i := range idx {
+		e := entries[i]
+		meta, err := entry.ParseMeta(entry.Encode(e.PublishMs, entry.Origin{}, e.Data))
+		if err != nil {
+			return fmt.Errorf("orphan %d: %w", e.OriginSeq, err)
+		}
+		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, entry.Unframed(e.Data), func(_ mledger.Position, err error) {
+			if errors.Is(err, errDropSilently) {
+				err = fmt.Errorf("quarantine topic %s closed", name)
+			}
+			errs <- err
+		})
+	}
+	for range idx {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// activeRegions is the failover shell as replication sees it: read when
+// asked, since the shell starts after the replication service.
+type activeRegions struct{ b *Broker }
+
+func (a activeRegions) ActiveRegion(ns string, pol meta.Policies) string {
+	return a.b.fo.ActiveRegion(ns, pol)
+}
+
+func (a activeRegions) Record(ns string, pol meta.Policies) meta.FailoverRecord {
+	return a.b.fo.Record(ns, pol)
+}
+
+func (a activeRegions) FailedOver(ns string, pol meta.Policies) meta.FailoverRecord {
+	return a.b.fo.FailedOver(ns, pol)
+}
+
+// replLog is a topic as replication sees it (replication.Log).
+type replLog struct{ t *Topic }
+
+func (l replLog) Policies() meta.Policies { return l.t.policies() }
+
+func (l replLog) End() (mledger.Position, uint64, int64) {
+	t := l.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastPos, t.localSeq, t.localBytes
+}
+
+func (l replLog) Applied(origin string) uint64 {
+	t := l.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.applied[origin]
+}
+
+func (l replLog) AppendReplicated(entries []replicator.Entry, done func(error)) {
+	l.t.appendReplicated(entries, done)
+}
+
+func (l replLog) Closed() bool {
+	t := l.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+func (l replLog) OriginOf(p mledger.Position) (mledger.Position, bool) { return l.t.index.origin(p) }
+func (l replLog) LocalOf(id mledger.Position) (mledger.Position, bool) { return l.t.index.lookup(id) }
+
+func (l replLog) HasConsumers(sub string) bool {
+	s := l.t.subscription(sub)
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.consumers) > 0
+}
+
+func (l replLog) InBundle(ctx context.Context, tn meta.TopicName) (bool, error) {
+	bd, err := l.t.b.bundleFor(ctx, l.t.policies(), tn)
+	if err != nil {
+		return false, err
+	}
+	return bd == l.t.bundle, nil
+}
+
+// replTarget returns the loaded topic when this broker owns (or now
+// acquires) it, or the replication address of the broker that owns it.
+func (b *Broker) replTarget(ctx context.Context, tn meta.TopicName, pol meta.Policies) (*Topic, string, error) {
+	bd, err := b.bundleFor(ctx, pol, tn)
+	if err != nil {
+		return nil, "", err
+	}
+	redirect := func() (string, error) {
+		bi, ok, err := b.own.owner(ctx, bd)
+		if err != nil || !ok || bi.ID == b.cfg.BrokerID || bi.ReplicationAddr == "" {
+			return "", fmt.Errorf("bundle %s: no owner to redirect to (%v)", bd, err)
+		}
+		return bi.ReplicationAddr, nil
+	}
+	if bi, ok, err := b.own.owner(ctx, bd); err == nil && ok && bi.ID != b.cfg.BrokerID {
+		a, err := redirect()
+		return nil, a, err
+	}
+	t, err := b.getTopic(ctx, tn.String(), true)
+	if errors.Is(err, meta.ErrTopicFenced) {
+		a, rerr := redirect()
+		if rerr == nil {
+			return nil, a, nil
+		}
+	}
+	return t, "", err
+}
+
+// appendReplicated appends entries from another region, in order, and
+// calls done once every one is persisted or failed (with the first
+// failure), on the managed ledger's delivery goroutine, or at once when
+// nothing is to be written or the topic is closing. It does not wait. If
+// one fails the topic reloads (the entries before it may be stored; the
+// next load rebuilds each origin's record from the log, so nothing is
+// stored twice).
+func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
+	n := 0
+	for i := range entries {
+		if !entries[i].Skip {
+			n++
+		}
+	}
+	if n == 0 {
+		done(nil)
+		return
+	}
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		done(fmt.Errorf("%w: %s is closing", meta.ErrTopicFenced, t.name))
+		return
+	}
+	var remaining atomic.Int32
+	remaining.Store(int32(n))
+	var firstErr error
+	var errMu sync.Mutex
+	for i := range entries {
+		e := &entries[i]
+		if e.Skip {
+			continue
+		}
+		o := entry.Origin{Region: e.Origin, Seq: e.OriginSeq, ID: mledger.Position{Ledger: e.OriginID.Ledger, Entry: e.OriginID.Entry}}
+		payload := entry.Encode(e.PublishMs, o, e.Data)
+		msg := e.Data
+		t.ml.AppendAsync(payload, func(pos mledger.Position, err error) {
+			if err == nil {
+				meta, merr := entry.ParseMeta(payload)
+				t.mu.Lock()
+				t.noteEntryLocked(pos, entry.Decoded{Origin: o, Msg: msg})
+				if merr == nil {
+					// The producer's sequence ids travel with its entries: a
+					// producer that fails over here and resends is deduplicated.
+					st := t.dedupFor(meta.ProducerName)
+					st.lastPushed = max(st.lastPushed, meta.HighestSeqID)
+					st.lastPersisted = max(st.lastPersisted, meta.HighestSeqID)
+					st.remember(meta.SequenceID, meta.HighestSeqID, pos)
+					t.lastBatch = meta.NumMessages
+				}
+				t.mu.Unlock()
+				t.notifySubs()
+			} else {
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				errMu.Unlock()
+				if !t.seqBroken.Swap(true) {
+					t.b.log.Warn("replicated append failed; reloading the topic", "topic", t.name.String(), "err", err)
+					go t.close(context.Background())
+				}
+			}
+			if remaining.Add(-1) == 0 {
+				errMu.Lock()
+				err := firstErr
+				errMu.Unlock()
+				done(err)
+			}
+		})
+	}
+}
