@@ -185,14 +185,16 @@
 // next read fails with ErrTrimmed and R needs a resync), hold everything,
 // or resync now.
 //
-// # The shell to come (gRPC stream + broker)
+// # The shell (broker/replication)
 //
 // One bidirectional gRPC stream per (topic, remote region) carries
 // Batches one way and Acks the other; the transport only moves bytes, and
 // a broken stream turns into SendFailed for the batches in flight. One
 // goroutine per Sender loops: wait for an input (log notification, reply,
-// read result, timer at WakeAt), feed it, act on Ready. The target's
-// stream handler feeds its Appliers and appends through the managed
-// ledger. Ownership changes move both ends; nothing is lost because both
-// restart from durable state and resend/deduplicate by sequence number.
+// read result), feed it, act on Ready; it also ticks every 100 ms rather
+// than sleeping until Ready's WakeAt (moving it onto WakeAt is the next
+// step of the broker's layout). The target's stream handler feeds its
+// Appliers and appends through the topic. Ownership changes move both
+// ends; nothing is lost because both restart from durable state and
+// resend/deduplicate by sequence number.
 package replicator

@@ -1,0 +1,117 @@
+package broker_test
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The broker's house (DESIGN.md, "Inside broker/"): the root only wires
+// the rooms; each room depends on interfaces it declares, never on the
+// root or a sibling; the shared floor below them (meta, entry, codec,
+// mledger) imports no room. Product code only: tests may import what
+// they exercise.
+const module = "github.com/meridian-mq/meridian"
+
+var (
+	rooms = []string{"broker/admin", "broker/security", "broker/failoverctl", "broker/replication"}
+	floor = []string{"broker/meta", "broker/entry", "broker/codec", "broker/mledger"}
+	// The composition root is imported only by the binary that wires it
+	// and the tools that run it in process.
+	rootImporters = []string{"cmd/meridian", "internal/bench"}
+)
+
+// productImports returns, by package directory (relative to the module
+// root), the module's packages its non-test files import.
+func productImports(t *testing.T) map[string][]string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "bin" || n == "data") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		dir, _ := filepath.Rel(root, filepath.Dir(path))
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			if rel, ok := strings.CutPrefix(p, module+"/"); ok && !slices.Contains(out[dir], rel) {
+				out[dir] = append(out[dir], rel)
+			}
+		}
+		if _, ok := out[dir]; !ok {
+			out[dir] = nil
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestBrokerRoomsImportNoSiblingAndNotTheRoot(t *testing.T) {
+	imports := productImports(t)
+	for _, room := range rooms {
+		if _, ok := imports[room]; !ok {
+			t.Fatalf("room %s not found", room)
+		}
+		for _, p := range imports[room] {
+			if p == "broker" || (slices.Contains(rooms, p) && p != room) {
+				t.Errorf("room %s imports %s: a room depends on interfaces it declares, not on the root or a sibling", room, p)
+			}
+		}
+	}
+}
+
+func TestBrokerFloorImportsNoRoom(t *testing.T) {
+	imports := productImports(t)
+	for _, pkg := range floor {
+		for _, p := range imports[pkg] {
+			if p == "broker" || slices.Contains(rooms, p) {
+				t.Errorf("%s imports %s: the floor every room stands on imports no room", pkg, p)
+			}
+		}
+	}
+}
+
+func TestOnlyTheBinaryAndToolsImportTheCompositionRoot(t *testing.T) {
+	imports := productImports(t)
+	for dir, ps := range imports {
+		if slices.Contains(ps, "broker") && !slices.Contains(rootImporters, dir) {
+			t.Errorf("%s imports the broker's composition root", dir)
+		}
+	}
+}
+
+// The sanity of the check itself: it sees the imports it must see.
+func TestLayoutCheckSeesImports(t *testing.T) {
+	imports := productImports(t)
+	if !slices.Contains(imports["cmd/meridian"], "broker") || !slices.Contains(imports["broker"], "broker/replication") {
+		t.Fatalf("the import walk missed known imports: cmd/meridian %v, broker %v", imports["cmd/meridian"], imports["broker"])
+	}
+	if _, err := os.Stat(filepath.Join("..", "go.mod")); err != nil {
+		t.Fatal(err)
+	}
+}
