@@ -13,7 +13,7 @@ PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pul
 RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./proto/... ./broker/codec/ ./broker/meta/ ./broker/entry/ ./broker/security/ ./broker/admin/ ./broker/failoverctl/ ./broker/replication/ ./replicator/ ./failover/ ./drill/... ./internal/wanproxy/ ./internal/ports/ ./internal/procstop/ ./internal/grpcpool/ ./internal/bench/ ./internal/authtoken/ ./internal/tlsutil/ ./internal/ratelog/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/up/ ./cmd/... ./internal/georep/
 
-.PHONY: build run test test-race test-integration bench bench-scale bench-failover proto proto-tools lint drill drill-all fuzz clean
+.PHONY: build run test test-race test-integration bench bench-scale bench-failover proto proto-tools lint drill drill-all fuzz soak clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meridian
@@ -106,6 +106,15 @@ drill: build
 drill-all: build
 	@failed=; for d in $(DRILLS_ALL); do ./$(BIN) drill $$d --out drill-out/$$d || failed="$$failed $$d"; done; \
 	  if [ -n "$$failed" ]; then echo "drills failed:$$failed"; exit 1; fi
+
+# The disaster paths in a loop (not CI): the owner-broker loss, failback,
+# stretched, rack-loss and gossip-key tests and the region-outage,
+# failback, owner-broker-crash and region-partition drills, each with a
+# fresh deployment, within SOAK_TIME (default 2h); every run is appended
+# to docs/soak.md (commit it: the count grows across sessions) and a
+# failed run's logs are kept under soak-out/.
+soak:
+	$(GO) run ./tools/soak -time $${SOAK_TIME:-2h}
 
 clean:
 	rm -rf bin
