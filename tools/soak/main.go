@@ -214,11 +214,14 @@ func readRuns(doc string) ([]run, error) {
 			in = true
 		case in && line == runsRule:
 		case in && strings.HasPrefix(line, "| "):
-			c := strings.Split(strings.Trim(line, "| "), " | ")
-			if len(c) != 6 {
-				return nil, fmt.Errorf("%s: a run row with %d cells: %q", doc, len(c), line)
+			c := strings.Split(line, "|")
+			if len(c) != 8 {
+				return nil, fmt.Errorf("%s: a run row with %d cells: %q", doc, len(c)-2, line)
 			}
-			runs = append(runs, run{When: c[0], Commit: c[1], Name: c[2], Result: c[3], Seconds: c[4], Logs: strings.Trim(c[5], "`")})
+			for i := range c {
+				c[i] = strings.TrimSpace(c[i])
+			}
+			runs = append(runs, run{When: c[1], Commit: c[2], Name: c[3], Result: c[4], Seconds: c[5], Logs: strings.Trim(c[6], "`")})
 		case in:
 			in = false
 		}
