@@ -163,8 +163,10 @@ func (a *Auditor) lead(ctx context.Context) error {
 	wg.Go(func() { a.publishLoop(ctx, ep, kick) })
 
 	det := NewLossDetector(a.cfg.LostBookieDelay)
-	known := map[string]bool{}
-	var lost, draining, prevDraining []string
+	// known: the bookies the detector watches (see keep). used: the ones
+	// the last successful scan found in some ledger's ensemble.
+	known, used := map[string]bool{}, map[string]bool{}
+	var lost, draining, prevDraining, removed []string
 	results := make(chan scanResult, 1)
 	running, runningScrub := false, false
 	cancelScan := context.CancelFunc(func() {})
@@ -199,8 +201,22 @@ func (a *Auditor) lead(ctx context.Context) error {
 	tick := time.NewTicker(a.cfg.CheckInterval)
 	defer tick.Stop()
 	for first := true; ; first = false {
+		d, rm, err := a.decommissions(ctx)
+		switch {
+		case err == nil:
+			draining, removed = d, rm
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			draining = prevDraining // etcd hiccup: keep the last view
+		}
 		for _, b := range a.cfg.Bookies.Bookies(false) {
 			known[b.Reg.Id] = true
+		}
+		for _, id := range removed {
+			if !used[id] {
+				delete(known, id) // decommissioned and gone on purpose: never lost
+			}
 		}
 		ids := make([]string, 0, len(known))
 		for id := range known {
@@ -209,15 +225,6 @@ func (a *Auditor) lead(ctx context.Context) error {
 		now := time.Now()
 		var newly []string
 		lost, newly = det.Observe(now, ids, a.present)
-		d, err := a.draining(ctx)
-		switch {
-		case err == nil:
-			draining = d
-		case ctx.Err() != nil:
-			return ctx.Err()
-		default:
-			draining = prevDraining // etcd hiccup: keep the last view
-		}
 		newDrain := false
 		for _, id := range draining {
 			if !first && !slices.Contains(prevDraining, id) {
@@ -261,7 +268,8 @@ func (a *Auditor) lead(ctx context.Context) error {
 				a.mu.Unlock()
 				switch {
 				case r.err == nil:
-					known = r.known
+					used = r.known
+					known = a.keep(known, used, det, time.Now())
 					if r.scrub {
 						nextScrub = r.start.Add(a.cfg.ScrubInterval)
 					}
@@ -373,20 +381,42 @@ func toSet(a, b []string) map[string]bool {
 	return out
 }
 
-// draining returns the bookies being decommissioned, sorted.
-func (a *Auditor) draining(ctx context.Context) ([]string, error) {
+// decommissions returns the bookies being decommissioned (draining) and
+// the ones whose decommission is done (removed), each sorted.
+func (a *Auditor) decommissions(ctx context.Context) (draining, removed []string, err error) {
 	ds, err := cluster.ListDecommissions(ctx, a.cfg.Store)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for _, d := range ds {
-		if d.State == cluster.DecommissionDraining {
-			out = append(out, d.BookieID)
+		switch d.State {
+		case cluster.DecommissionDraining:
+			draining = append(draining, d.BookieID)
+		case cluster.DecommissionRemoved:
+			removed = append(removed, d.BookieID)
 		}
 	}
-	slices.Sort(out)
-	return out, nil
+	slices.Sort(draining)
+	slices.Sort(removed)
+	return draining, removed, nil
+}
+
+// keep returns the bookies the detector watches after a scan found used
+// in some ledger's ensemble: those, and every bookie it watched that is not
+// gone for ScrubInterval already (present ones, and absent ones, used or
+// not). So a lost bookie that holds no fragment — a rack's second bookie
+// that no ledger happened to choose — stays lost, and in the status beside
+// its rack mate, instead of being forgotten by the very scan its loss
+// started; and a bookie gone for long whose fragments all moved stops
+// being reported.
+func (a *Auditor) keep(known, used map[string]bool, det *LossDetector, now time.Time) map[string]bool {
+	out := maps.Clone(used)
+	for id := range known {
+		if since, gone := det.goneSince[id]; !gone || now.Sub(since) < a.cfg.ScrubInterval {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // publish writes the status record and sets the gauges: the markers from
