@@ -38,7 +38,10 @@
 //     own: a scan (minutes on a large region; a scrub also waits a read
 //     timeout on each bookie that does not answer, once per scan) holds
 //     back neither the next loss's detection nor the status, and a loss
-//     pre-empts a running scrub.
+//     pre-empts a running scrub. A lost bookie stays lost (and in the
+//     status) until it registers again or has been gone for ScrubInterval,
+//     even when no ledger uses it (a rack's second bookie that no ledger
+//     chose); a bookie whose decommission is done (removed) is never lost.
 //   - Worker (shell): claims a marker with a lock key bound to its etcd lease
 //     (/underreplicated/locks/<ledger id>; a dead worker's claim expires with
 //     its lease), copies, CASes the ledger's metadata, deletes the marker.
