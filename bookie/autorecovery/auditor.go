@@ -12,6 +12,7 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/meridian-mq/meridian/rack"
@@ -25,10 +26,14 @@ type Auditor struct {
 	cfg Config
 	id  string
 
+	rlog *ratelog.Logger // retry warnings, one a key per 10 s
+
 	mu        sync.Mutex
 	leader    bool
 	lost      []string
 	draining_ []string
+	absent    map[string]int64 // unregistered, not yet lost: since (Unix ms)
+	scanning  time.Time        // when the running scan started; zero: none
 	stats     AuditStats
 	lastScan  time.Time
 	status    AuditorStatus
@@ -46,7 +51,8 @@ func NewAuditor(cfg Config, id string) (*Auditor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Auditor{cfg: cfg.withDefaults(), id: id}, nil
+	cfg = cfg.withDefaults()
+	return &Auditor{cfg: cfg, id: id, rlog: ratelog.New(cfg.Logger, 0)}, nil
 }
 
 // Leader reports whether this auditor is the elected one now.
@@ -76,7 +82,7 @@ func (a *Auditor) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		a.cfg.Logger.Warn("auditor term ended", "err", err)
+		a.rlog.Warn("auditor term ended", "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -119,94 +125,201 @@ func (a *Auditor) term(ctx context.Context) error {
 
 func (a *Auditor) setLeader(v bool) { a.mu.Lock(); a.leader = v; a.mu.Unlock() }
 
-// lead is the elected auditor's loop: every CheckInterval feed the registry
-// (and gossip) to the detector and read the decommissions; scan when a
-// bookie becomes lost or draining, or the scrub is due; publish the status.
+// lead is the elected auditor's work, in three parts that never wait for
+// one another, so a loss is detected and published within CheckInterval
+// even while a scan runs:
+//
+//   - detection (this goroutine): every CheckInterval it feeds the
+//     registry (and gossip) to the detector and reads the decommissions;
+//     it asks for a scan when a bookie becomes lost or draining, after a
+//     scan failed, and when the scrub is due;
+//   - the scanner: one scan at a time, in a goroutine of its own. A scan
+//     reads every ledger's metadata (minutes on a large region or a
+//     loaded etcd), and a scrub reads data from bookies too (a bookie that
+//     does not answer costs a read timeout). A loss pre-empts a running
+//     scrub: its markers are written by a metadata-only scan first, and
+//     the scrub runs again after it;
+//   - the publisher (publishLoop): the status every StatusInterval, and at
+//     once when detection saw a change or a scan ended.
 func (a *Auditor) lead(ctx context.Context) error {
-	det := NewLossDetector(a.cfg.LostBookieDelay)
-	known := map[string]bool{}
 	m := a.cfg.Metrics
 	m.leader.Set(1)
 	defer m.leader.Set(0)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	a.mu.Lock()
+	a.lost, a.draining_, a.absent, a.scanning = nil, nil, nil, time.Time{}
+	a.mu.Unlock()
 	ep := &episode{}
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	wg.Go(func() { a.publishLoop(ctx, ep, kick) })
+
+	det := NewLossDetector(a.cfg.LostBookieDelay)
+	// known: the bookies the detector watches (see keep). used: the ones
+	// the last successful scan found in some ledger's ensemble.
+	known, used := map[string]bool{}, map[string]bool{}
+	var lost, draining, prevDraining, removed []string
+	results := make(chan scanResult, 1)
+	running, runningScrub := false, false
+	cancelScan := context.CancelFunc(func() {})
+	defer func() { cancelScan() }()
 	// The first scan learns which bookies the ledgers use; it also queues
-	// what a previous auditor left (fragments on draining bookies, misplaced
-	// ones).
-	draining, err := a.draining(ctx)
-	if err != nil {
-		return err
-	}
-	if err := a.scan(ctx, toSet(nil, draining), known, ep, false); err != nil {
-		return err
-	}
+	// what a previous auditor left (fragments on draining bookies,
+	// misplaced ones).
+	pending := true
 	nextScrub := time.Now().Add(a.cfg.ScrubInterval)
-	var nextStatus time.Time
-	prevDraining := draining
+	startScan := func(now time.Time) {
+		scrubDue := !now.Before(nextScrub)
+		if running || !pending && !scrubDue {
+			return
+		}
+		// A scan asked for by a loss goes first, metadata only; the scrub
+		// (data reads) after it.
+		scrub := scrubDue && !pending
+		pending = false
+		running, runningScrub = true, scrub
+		sctx, scancel := context.WithCancel(ctx)
+		cancelScan = scancel
+		moveOut, k := toSet(lost, draining), maps.Clone(known)
+		a.mu.Lock()
+		a.scanning = now
+		a.mu.Unlock()
+		wg.Go(func() {
+			defer scancel()
+			err := a.scan(sctx, moveOut, k, ep, scrub)
+			results <- scanResult{err: err, known: k, scrub: scrub, start: now, preempted: err != nil && sctx.Err() != nil && ctx.Err() == nil}
+		})
+	}
 	tick := time.NewTicker(a.cfg.CheckInterval)
 	defer tick.Stop()
-	for {
+	for first := true; ; first = false {
+		d, rm, err := a.decommissions(ctx)
+		switch {
+		case err == nil:
+			draining, removed = d, rm
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			draining = prevDraining // etcd hiccup: keep the last view
+		}
 		for _, b := range a.cfg.Bookies.Bookies(false) {
 			known[b.Reg.Id] = true
+		}
+		for _, id := range removed {
+			if !used[id] {
+				delete(known, id) // decommissioned and gone on purpose: never lost
+			}
 		}
 		ids := make([]string, 0, len(known))
 		for id := range known {
 			ids = append(ids, id)
 		}
 		now := time.Now()
-		lost, newly := det.Observe(now, ids, a.present)
-		draining, err := a.draining(ctx)
-		if err != nil {
-			draining = prevDraining // etcd hiccup: keep the last view
-		}
+		var newly []string
+		lost, newly = det.Observe(now, ids, a.present)
 		newDrain := false
 		for _, id := range draining {
-			if !slices.Contains(prevDraining, id) {
+			if !first && !slices.Contains(prevDraining, id) {
 				newDrain = true
 			}
 		}
 		prevDraining = draining
+		absent := map[string]int64{}
+		for id, since := range det.goneSince {
+			if !det.lost[id] {
+				absent[id] = since.UnixMilli()
+			}
+		}
 		a.mu.Lock()
-		a.lost = lost
-		a.draining_ = draining
+		a.lost, a.draining_, a.absent = lost, draining, absent
 		a.mu.Unlock()
-		changed := len(newly) > 0 || newDrain
-		if changed {
+		if len(newly) > 0 || newDrain {
 			if len(newly) > 0 {
 				a.cfg.Logger.Warn("bookies lost", "newly", newly, "lost", lost, "delay", a.cfg.LostBookieDelay)
 			}
-			// Say who is lost before the scan, which reads every ledger's
-			// metadata and can take long on a loaded etcd.
-			if err := a.publish(ctx, now, det, lost, draining, ep); err != nil && ctx.Err() == nil {
-				a.cfg.Logger.Warn("publish recovery status", "err", err)
+			ep.begin(now)
+			pending = true
+			if running && runningScrub {
+				cancelScan() // the loss's markers do not wait for the scrub's data reads
 			}
 		}
-		if changed || !now.Before(nextScrub) {
-			if changed {
-				ep.begin(now)
-			}
-			scrub := !now.Before(nextScrub)
-			if err := a.scan(ctx, toSet(lost, draining), known, ep, scrub); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
+		if first || len(newly) > 0 || newDrain {
+			poke()
+		}
+		startScan(now)
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+				waiting = false
+			case r := <-results:
+				running = false
+				a.mu.Lock()
+				a.scanning = time.Time{}
+				a.mu.Unlock()
+				switch {
+				case r.err == nil:
+					used = r.known
+					known = a.keep(known, used, det, time.Now())
+					if r.scrub {
+						nextScrub = r.start.Add(a.cfg.ScrubInterval)
+					}
+				case r.preempted:
+					// A loss cancelled the scrub; it runs again once the
+					// loss's scan is done (nextScrub has not moved).
+				default:
+					pending = true // retried at the next tick, not at once
+					a.rlog.Warn("audit scan failed; retrying", "err", r.err)
 				}
-				// Keep the lost bookies "newly" lost: retry at the next tick.
-				a.cfg.Logger.Warn("audit scan failed; retrying", "err", err)
-				det = retryDetector(det, newly)
-				prevDraining = nil
-			} else {
-				nextScrub = now.Add(a.cfg.ScrubInterval)
+				poke()
+				if r.err == nil || r.preempted {
+					startScan(time.Now()) // what a loss asked for meanwhile
+				}
 			}
 		}
-		if changed || !now.Before(nextStatus) {
-			if err := a.publish(ctx, now, det, lost, draining, ep); err != nil && ctx.Err() == nil {
-				a.cfg.Logger.Warn("publish recovery status", "err", err)
-			}
-			nextStatus = now.Add(a.cfg.StatusInterval)
+	}
+}
+
+// scanResult is what the scanner goroutine hands back to detection.
+type scanResult struct {
+	err error
+	// known: the bookies the ledgers use (valid when err is nil).
+	known     map[string]bool
+	scrub     bool
+	start     time.Time
+	preempted bool // cancelled by a loss, not failed
+}
+
+// publishLoop publishes the status at the first kick (detection's first
+// look), then every StatusInterval and at every kick, until ctx ends. It
+// reads only etcd and what detection and the scanner left under a.mu, so
+// neither a long scan nor a slow detection step holds it back.
+func (a *Auditor) publishLoop(ctx context.Context, ep *episode, kick <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-kick:
+	}
+	t := time.NewTicker(a.cfg.StatusInterval)
+	defer t.Stop()
+	for {
+		if err := a.publish(ctx, time.Now(), ep); err != nil && ctx.Err() == nil {
+			a.rlog.Warn("publish recovery status", "err", err)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
+			return
+		case <-t.C:
+		case <-kick:
 		}
 	}
 }
@@ -214,7 +327,10 @@ func (a *Auditor) lead(ctx context.Context) error {
 // episode tracks one stretch of under-replication, for "time to full
 // replication": from the first bookie declared lost or draining (or the
 // first marker found) until no marker is left.
+// Safe for concurrent use (detection, the scanner and the publisher share
+// one).
 type episode struct {
+	mu                   sync.Mutex
 	start                time.Time
 	lastDuration         time.Duration
 	lastEnd              time.Time
@@ -222,6 +338,12 @@ type episode struct {
 }
 
 func (e *episode) begin(now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.beginLocked(now)
+}
+
+func (e *episode) beginLocked(now time.Time) {
 	if e.start.IsZero() {
 		e.start = now
 		e.markersSeenSinceOpen = false
@@ -229,19 +351,23 @@ func (e *episode) begin(now time.Time) {
 }
 
 // observe takes the marker count at now; it ends the episode when markers
-// were seen and none is left (or none ever came: nothing was affected).
-func (e *episode) observe(now time.Time, markers int) {
-	if markers > 0 {
-		e.begin(now)
+// were seen and none is left (or none ever came: nothing was affected). It
+// returns the episode's start (zero: none now) and the last completed
+// one's duration and end.
+func (e *episode) observe(now time.Time, markers int) (start time.Time, lastDuration time.Duration, lastEnd time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case markers > 0:
+		e.beginLocked(now)
 		e.markersSeenSinceOpen = true
-		return
-	}
-	if !e.start.IsZero() {
+	case !e.start.IsZero():
 		if e.markersSeenSinceOpen {
 			e.lastDuration, e.lastEnd = now.Sub(e.start), now
 		}
 		e.start = time.Time{}
 	}
+	return e.start, e.lastDuration, e.lastEnd
 }
 
 func toSet(a, b []string) map[string]bool {
@@ -255,67 +381,86 @@ func toSet(a, b []string) map[string]bool {
 	return out
 }
 
-// draining returns the bookies being decommissioned, sorted.
-func (a *Auditor) draining(ctx context.Context) ([]string, error) {
+// decommissions returns the bookies being decommissioned (draining) and
+// the ones whose decommission is done (removed), each sorted.
+func (a *Auditor) decommissions(ctx context.Context) (draining, removed []string, err error) {
 	ds, err := cluster.ListDecommissions(ctx, a.cfg.Store)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for _, d := range ds {
-		if d.State == cluster.DecommissionDraining {
-			out = append(out, d.BookieID)
+		switch d.State {
+		case cluster.DecommissionDraining:
+			draining = append(draining, d.BookieID)
+		case cluster.DecommissionRemoved:
+			removed = append(removed, d.BookieID)
 		}
 	}
-	slices.Sort(out)
-	return out, nil
+	slices.Sort(draining)
+	slices.Sort(removed)
+	return draining, removed, nil
 }
 
-// publish writes the status record and sets the gauges from the markers.
-func (a *Auditor) publish(ctx context.Context, now time.Time, det *LossDetector, lost, draining []string, ep *episode) error {
+// keep returns the bookies the detector watches after a scan found used
+// in some ledger's ensemble: those, and every bookie it watched that is not
+// gone for ScrubInterval already (present ones, and absent ones, used or
+// not). So a lost bookie that holds no fragment — a rack's second bookie
+// that no ledger happened to choose — stays lost, and in the status beside
+// its rack mate, instead of being forgotten by the very scan its loss
+// started; and a bookie gone for long whose fragments all moved stops
+// being reported.
+func (a *Auditor) keep(known, used map[string]bool, det *LossDetector, now time.Time) map[string]bool {
+	out := maps.Clone(used)
+	for id := range known {
+		if since, gone := det.goneSince[id]; !gone || now.Sub(since) < a.cfg.ScrubInterval {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// publish writes the status record and sets the gauges: the markers from
+// etcd, the rest from what detection and the scanner left under a.mu.
+func (a *Auditor) publish(ctx context.Context, now time.Time, ep *episode) error {
 	ms, err := ListMarkers(ctx, a.cfg.Store)
 	if err != nil {
 		return err
 	}
-	ep.observe(now, len(ms))
-	st := AuditorStatus{Auditor: a.id, UpdatedMs: now.UnixMilli(), Lost: lost, Draining: draining,
-		LostBookieDelayMs: a.cfg.LostBookieDelay.Milliseconds(), UnderReplicatedLedgers: len(ms)}
-	for id, since := range det.goneSince {
-		if !det.lost[id] {
-			if st.Absent == nil {
-				st.Absent = map[string]int64{}
-			}
-			st.Absent[id] = since.UnixMilli()
-		}
+	start, lastDuration, lastEnd := ep.observe(now, len(ms))
+	a.mu.Lock()
+	st := AuditorStatus{Auditor: a.id, UpdatedMs: now.UnixMilli(), Lost: slices.Clone(a.lost), Draining: slices.Clone(a.draining_),
+		LostBookieDelayMs: a.cfg.LostBookieDelay.Milliseconds(), UnderReplicatedLedgers: len(ms),
+		Misplaced: a.stats.Misplaced, Scans: a.stats.Scans, LastScanMs: a.lastScan.UnixMilli()}
+	if len(a.absent) > 0 {
+		st.Absent = maps.Clone(a.absent)
 	}
+	if !a.scanning.IsZero() {
+		st.ScanStartedMs = a.scanning.UnixMilli()
+	}
+	a.mu.Unlock()
 	for _, mk := range ms {
 		st.UnderReplicatedFragments += len(mk.Fragments) + len(mk.Misplaced)
 		st.UnderReplicatedEntries += mk.Entries
 	}
-	a.mu.Lock()
-	st.Misplaced = a.stats.Misplaced
-	st.Scans = a.stats.Scans
-	st.LastScanMs = a.lastScan.UnixMilli()
-	a.mu.Unlock()
-	if !ep.start.IsZero() {
-		st.EpisodeStartMs = ep.start.UnixMilli()
+	if !start.IsZero() {
+		st.EpisodeStartMs = start.UnixMilli()
 	}
-	if !ep.lastEnd.IsZero() {
-		st.LastFullReplicationSeconds = ep.lastDuration.Seconds()
-		st.LastFullReplicationAtMs = ep.lastEnd.UnixMilli()
+	if !lastEnd.IsZero() {
+		st.LastFullReplicationSeconds = lastDuration.Seconds()
+		st.LastFullReplicationAtMs = lastEnd.UnixMilli()
 	}
 	m := a.cfg.Metrics
-	m.lost.Set(float64(len(lost)))
-	m.draining.Set(float64(len(draining)))
+	m.lost.Set(float64(len(st.Lost)))
+	m.draining.Set(float64(len(st.Draining)))
 	m.urLedgers.Set(float64(st.UnderReplicatedLedgers))
 	m.urFragments.Set(float64(st.UnderReplicatedFragments))
 	m.urEntries.Set(float64(st.UnderReplicatedEntries))
 	m.misplaced.Set(float64(st.Misplaced))
-	m.timeToFull.Set(ep.lastDuration.Seconds())
-	if ep.start.IsZero() {
+	m.timeToFull.Set(lastDuration.Seconds())
+	if start.IsZero() {
 		m.episodeSeconds.Set(0)
 	} else {
-		m.episodeSeconds.Set(now.Sub(ep.start).Seconds())
+		m.episodeSeconds.Set(now.Sub(start).Seconds())
 	}
 	a.mu.Lock()
 	a.status = st
@@ -323,15 +468,6 @@ func (a *Auditor) publish(ctx context.Context, now time.Time, det *LossDetector,
 	b, _ := json.Marshal(st)
 	_, err = a.cfg.Store.Put(ctx, statusKey, b)
 	return err
-}
-
-// retryDetector forgets that ids were declared lost, so the next Observe
-// reports them as newly lost again (and the scan is retried).
-func retryDetector(d *LossDetector, ids []string) *LossDetector {
-	for _, id := range ids {
-		delete(d.lost, id)
-	}
-	return d
 }
 
 // present: registered, or alive in gossip. A bookie is absent only when
@@ -362,6 +498,9 @@ func (a *Auditor) scan(ctx context.Context, moveOut map[string]bool, known map[s
 		return err
 	}
 	written, misplaced := 0, 0
+	// A bookie that does not answer the scrub is not asked again in this
+	// scan: one read timeout per bookie, not one per fragment it holds.
+	unreachable := map[string]bool{}
 	// Bookies no ledger uses any more stop being of interest, but only once
 	// the scan has read every ledger: a scan that fails half-way must not
 	// make the detector forget the lost bookies it is retrying for.
@@ -383,8 +522,8 @@ func (a *Auditor) scan(ctx context.Context, moveOut map[string]bool, known map[s
 		misplaced += len(mis)
 		frags, found := Affected(m.Meta, moveOut)
 		var missing []Replica
-		if scrub && a.cfg.ScrubReader != nil {
-			missing = a.verify(ctx, m.Meta, moveOut)
+		if scrub && (a.cfg.ScrubReader != nil || a.cfg.testHookScrubRead != nil) {
+			missing = a.verify(ctx, m.Meta, moveOut, unreachable)
 		}
 		if len(frags) == 0 && len(mis) == 0 && len(missing) == 0 {
 			continue
@@ -418,21 +557,28 @@ func (a *Auditor) scan(ctx context.Context, moveOut map[string]bool, known map[s
 
 // verify reads SampleEntries from every registered member (not lost or
 // draining) of every completed fragment and returns the members that do
-// not have them. A member that cannot be reached is skipped: whether it is
-// gone is the detector's call.
-func (a *Auditor) verify(ctx context.Context, m *metapb.LedgerMetadata, moveOut map[string]bool) []Replica {
+// not have them. A member that cannot be reached is skipped, and added to
+// unreachable, which the caller keeps for the whole scan: whether it is
+// gone is the detector's call, and asking it again for each fragment would
+// cost a read timeout each.
+func (a *Auditor) verify(ctx context.Context, m *metapb.LedgerMetadata, moveOut, unreachable map[string]bool) []Replica {
 	var out []Replica
 	for fi, f := range m.Fragments {
 		for p, b := range f.Ensemble {
-			if moveOut[b.Id] {
+			if moveOut[b.Id] || unreachable[b.Id] {
 				continue
 			}
 			if _, ok := a.cfg.Bookies.Lookup(b.Id); !ok {
 				continue
 			}
 			for _, e := range SampleEntries(m, fi, p) {
-				resp, err := a.cfg.ScrubReader.ReadEntryFrom(ctx, b, m.LedgerId, e)
+				resp, err := a.scrubRead(ctx, b, m.LedgerId, e)
+				if ctx.Err() != nil {
+					return out // the scan ends (cancelled: a loss pre-empts a scrub)
+				}
 				if err != nil {
+					unreachable[b.Id] = true
+					a.cfg.Logger.Warn("scrub: a bookie does not answer; not asked again in this scan", "bookie", b.Id, "ledger", m.LedgerId, "err", err)
 					break
 				}
 				switch resp.Status {
@@ -447,6 +593,17 @@ func (a *Auditor) verify(ctx context.Context, m *metapb.LedgerMetadata, moveOut 
 		}
 	}
 	return out
+}
+
+// scrubRead reads one entry from b for the scrub, within
+// scrubReadTimeout whatever the reader's own timeout.
+func (a *Auditor) scrubRead(ctx context.Context, b *metapb.BookieRef, ledgerID, entryID int64) (*bookiepb.ReadEntryResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.scrubReadTimeout)
+	defer cancel()
+	if h := a.cfg.testHookScrubRead; h != nil {
+		return h(ctx, b, ledgerID, entryID)
+	}
+	return a.cfg.ScrubReader.ReadEntryFrom(ctx, b, ledgerID, entryID)
 }
 
 // mark creates the ledger's marker or merges mk into the existing one.

@@ -396,12 +396,18 @@ func TestRackLossAuditsAtOnceAndSparesIdleOpenLedgers(t *testing.T) {
 	slices.Sort(victims)
 	before := topicLedgers(t, r.Store, busy)
 	hit := 0
+	per := map[string]int{} // a victim may hold no ledger: it is lost all the same
 	for _, m := range before {
 		if holds(m, victims[0]) || holds(m, victims[1]) {
 			hit++
 		}
+		for _, id := range victims {
+			if holds(m, id) {
+				per[id]++
+			}
+		}
 	}
-	t.Logf("killing rack %s (%v): in %d of %d closed ledgers and in idle ledger %d %v", lostRack, victims, hit, len(before), openID, om.Fragments[0].Ensemble)
+	t.Logf("killing rack %s (%v): in %d of %d closed ledgers (per bookie %v) and in idle ledger %d %v", lostRack, victims, hit, len(before), per, openID, om.Fragments[0].Ensemble)
 
 	// Watch the idle ledger's state all along: it must never be fenced.
 	stopWatch := make(chan struct{})

@@ -1,6 +1,7 @@
 package autorecovery
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/proto/bookiepb"
+	"github.com/meridian-mq/meridian/proto/metapb"
 )
 
 // Config configures an Auditor and Workers. Immutable once they run.
@@ -90,7 +93,17 @@ type Config struct {
 	// testHookCopied runs after each entry is copied (tests: kill a worker
 	// mid-copy, detect concurrent copies of one ledger).
 	testHookCopied func(w *Worker, ledgerID, entryID int64)
+	// testHookScrubRead, when set, replaces the scrub's reads from
+	// ScrubReader (tests: a bookie that never answers).
+	testHookScrubRead func(ctx context.Context, b *metapb.BookieRef, ledgerID, entryID int64) (*bookiepb.ReadEntryResponse, error)
+	// scrubReadTimeout bounds each scrub read, whatever ScrubReader's own
+	// ReadTimeout. Default defaultScrubReadTimeout.
+	scrubReadTimeout time.Duration
 }
+
+// defaultScrubReadTimeout bounds one scrub read from one bookie (the
+// ledger client's default read timeout).
+const defaultScrubReadTimeout = 5 * time.Second
 
 // DefaultConfig returns the defaults; set Store and Bookies.
 func DefaultConfig() Config {
@@ -143,6 +156,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.scrubReadTimeout == 0 {
+		c.scrubReadTimeout = defaultScrubReadTimeout
 	}
 	if c.Throttle == nil {
 		c.Throttle = NewThrottle(c.ThrottleBytesPerSec)

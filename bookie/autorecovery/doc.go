@@ -30,10 +30,18 @@
 //     /underreplicated/ledgers/<ledger id>: for fragments naming a lost or
 //     draining bookie, and (the scrub) for fragments breaking their
 //     placement rule under the bookies' current rack labels. Every
-//     StatusInterval it publishes the region's status
-//     (/underreplicated/status: lost, draining and absent bookies,
-//     under-replicated ledgers, fragments and entries, time to full
-//     replication) and sets the Metrics gauges.
+//     StatusInterval, and at once when a bookie is lost or draining, it
+//     publishes the region's status (/underreplicated/status: lost,
+//     draining and absent bookies, under-replicated ledgers, fragments and
+//     entries, time to full replication, a scan running) and sets the
+//     Metrics gauges. Detection, the scan and the status each run on their
+//     own: a scan (minutes on a large region; a scrub also waits a read
+//     timeout on each bookie that does not answer, once per scan) holds
+//     back neither the next loss's detection nor the status, and a loss
+//     pre-empts a running scrub. A lost bookie stays lost (and in the
+//     status) until it registers again or has been gone for ScrubInterval,
+//     even when no ledger uses it (a rack's second bookie that no ledger
+//     chose); a bookie whose decommission is done (removed) is never lost.
 //   - Worker (shell): claims a marker with a lock key bound to its etcd lease
 //     (/underreplicated/locks/<ledger id>; a dead worker's claim expires with
 //     its lease), copies, CASes the ledger's metadata, deletes the marker.

@@ -43,6 +43,10 @@ type AuditorStatus struct {
 	LastFullReplicationAtMs    int64   `json:"last_full_replication_at_ms,omitempty"`
 	LastScanMs                 int64   `json:"last_scan_ms"`
 	Scans                      int     `json:"scans"`
+	// ScanStartedMs: when the scan running now started (Unix ms); 0 when
+	// none runs. Lost bookies are detected and published during a scan;
+	// their markers are written by it.
+	ScanStartedMs int64 `json:"scan_started_ms,omitempty"`
 }
 
 // WorkerStatus is one worker's progress (JSON at

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/meridian-mq/meridian/rack"
@@ -31,6 +32,10 @@ type Worker struct {
 	id     string
 	client *ledger.Client
 	rng    *rand.Rand
+	// rlog: the retry warnings, one a key per 10 s with the count held
+	// back (a region's worth of ledgers failing every RetryBackoff would
+	// flood the log and hide what explains it).
+	rlog *ratelog.Logger
 
 	mu      sync.Mutex
 	stats   WorkerStats
@@ -59,8 +64,10 @@ func NewWorker(cfg Config, id string, client *ledger.Client) (*Worker, error) {
 	if client == nil {
 		return nil, errors.New("autorecovery: NewWorker needs a ledger client")
 	}
-	return &Worker{cfg: cfg.withDefaults(), id: id, client: client,
+	cfg = cfg.withDefaults()
+	return &Worker{cfg: cfg, id: id, client: client,
 		rng:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6175746f)),
+		rlog:    ratelog.New(cfg.Logger, 0),
 		backoff: map[int64]time.Time{}}, nil
 }
 
@@ -78,7 +85,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		w.cfg.Logger.Warn("worker session ended", "worker", w.id, "err", err)
+		w.rlog.Warn("worker session ended", "worker", w.id, "err", err)
 		sleep(ctx, time.Second)
 	}
 	return nil
@@ -112,7 +119,7 @@ func (w *Worker) session(ctx context.Context) error {
 	for sctx.Err() == nil {
 		did, err := w.pass(sctx, lease)
 		if err != nil && sctx.Err() == nil {
-			w.cfg.Logger.Warn("worker pass failed", "worker", w.id, "err", err)
+			w.rlog.Warn("worker pass failed", "worker", w.id, "err", err)
 		}
 		if !did {
 			sleep(sctx, w.cfg.PollInterval)
@@ -190,7 +197,7 @@ func (w *Worker) pass(ctx context.Context, lease *cluster.Lease) (did bool, err 
 		}
 		switch {
 		case err != nil:
-			w.cfg.Logger.Warn("re-replication failed; will retry", "worker", w.id, "ledger", mk.LedgerID, "err", err)
+			w.rlog.Warn("re-replication failed; will retry", "worker", w.id, "ledger", mk.LedgerID, "err", err)
 			w.mu.Lock()
 			w.stats.Failures++
 			w.stats.LastCopyError = err.Error()

@@ -233,6 +233,9 @@ func printRecoveryStatus(ctx context.Context, s *cluster.Store, st autorecovery.
 	if a := st.Auditor; a != nil {
 		fmt.Printf("auditor: %s (status %s old), lost-bookie delay %s, %d scan(s), last %s ago, misplaced fragments %d\n",
 			a.Auditor, ago(a.UpdatedMs), time.Duration(a.LostBookieDelayMs)*time.Millisecond, a.Scans, ago(a.LastScanMs), a.Misplaced)
+		if a.ScanStartedMs > 0 {
+			fmt.Printf("a scan is running, for %s\n", ago(a.ScanStartedMs))
+		}
 		fmt.Printf("lost bookies: %s; draining: %s\n", listOrDash(a.Lost), listOrDash(a.Draining))
 		for id, since := range a.Absent {
 			fmt.Printf("absent (the delay is running): %s for %s\n", id, ago(since))

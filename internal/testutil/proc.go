@@ -1,10 +1,8 @@
 package testutil
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -61,19 +59,30 @@ type Proc struct {
 	done chan struct{}
 	mu   sync.Mutex
 	err  error
+	set  *procSet
+	logs []string // the log of every start, oldest first
+	// dumpLog, dumpAt: the log a goroutine dump (SIGQUIT) went to, and
+	// its size before it.
+	dumpLog string
+	dumpAt  int64
 }
 
 // StartProc starts bin with args; stdout and stderr go to a log file in the
-// test's temp dir (printed when the test fails).
+// system's temp dir, one per start. When the test fails, every process of
+// the test still running prints its goroutines into its log (SIGQUIT)
+// before the first is killed, and the tails of the logs are printed; a
+// watchdog does the same shortly before the test binary's deadline; with
+// MERIDIAN_TEST_KEEP_LOGS=DIR the logs are copied to DIR/<TestName>/
+// (keeplogs.go).
 func StartProc(t testing.TB, name, bin string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{Name: name, Bin: bin, Args: args, t: t}
+	set := setFor(t)
+	p := &Proc{Name: name, Bin: bin, Args: args, t: t, set: set}
 	p.start()
+	set.add(p)
 	t.Cleanup(func() {
+		set.beforeKill()
 		p.Kill()
-		if t.Failed() {
-			p.dumpLog()
-		}
 	})
 	return p
 }
@@ -94,6 +103,7 @@ func (p *Proc) start() {
 	}
 	p.mu.Lock()
 	p.cmd, p.log, p.done = cmd, f, make(chan struct{})
+	p.logs = append(p.logs, logPath)
 	done := p.done
 	p.mu.Unlock()
 	go func() {
@@ -162,26 +172,6 @@ func (p *Proc) Pid() int {
 
 // LogPath returns the path of the process's output.
 func (p *Proc) LogPath() string { return p.log.Name() }
-
-func (p *Proc) dumpLog() {
-	f, err := os.Open(p.log.Name())
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if len(lines) > 60 {
-		lines = lines[len(lines)-60:]
-	}
-	p.t.Logf("---- last lines of %s (%s) ----", p.Name, p.log.Name())
-	for _, l := range lines {
-		p.t.Log(l)
-	}
-}
 
 // WaitListening waits until addr accepts TCP connections.
 func WaitListening(t testing.TB, addr string, timeout time.Duration) {
