@@ -18,6 +18,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
+// castagnoli is the CRC32C table of the entry log's frame checksums;
+// crc32 uses the SSE4.2/ARMv8 instruction when the CPU has it.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // The entry log is the bookie's journal and the home of its entries, as
 // BookKeeper's journal and entry logs are in one: every mutation of the
 // store (an entry, a ledger record) is appended to it, one frame per group

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mq/meridian/bookie/digest"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
@@ -36,7 +38,7 @@ func testLogger() *slog.Logger {
 
 // entry builds a valid add.
 func entry(ledger, id, lac int64, payload []byte) Entry {
-	return Entry{LedgerID: ledger, EntryID: id, LAC: lac, Payload: payload, Digest: Digest(ledger, id, lac, payload)}
+	return Entry{LedgerID: ledger, EntryID: id, LAC: lac, Payload: payload, Digest: digest.Entry(ledger, id, lac, payload)}
 }
 
 func recoveryEntry(ledger, id, lac int64, payload []byte) Entry {

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mq/meridian/bookie/digest"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
@@ -66,7 +68,7 @@ func startServer(t *testing.T, cfg Config, reg Registry) (*Server, bookiepb.Book
 }
 
 func addReq(reqID uint64, ledger, id, lac int64, payload []byte) *bookiepb.AddRequest {
-	return &bookiepb.AddRequest{RequestId: reqID, LedgerId: ledger, EntryId: id, Lac: lac, Payload: payload, Digest: Digest(ledger, id, lac, payload)}
+	return &bookiepb.AddRequest{RequestId: reqID, LedgerId: ledger, EntryId: id, Lac: lac, Payload: payload, Digest: digest.Entry(ledger, id, lac, payload)}
 }
 
 // addOne sends one add on its own stream and returns the response.
@@ -224,7 +226,7 @@ func TestServerPipelinedAddsAndFencing(t *testing.T) {
 		for _, i := range []int64{0, 50, perLedger - 1} {
 			r := readEntry(t, c, l, i, false)
 			if r.GetStatus() != bookiepb.Status_OK || !bytes.Equal(r.GetPayload(), payloadFor(l, i)) || r.GetLac() != i-1 ||
-				r.GetDigest() != Digest(l, i, i-1, r.GetPayload()) {
+				r.GetDigest() != digest.Entry(l, i, i-1, r.GetPayload()) {
 				t.Fatalf("read %d/%d: %v", l, i, r)
 			}
 		}
@@ -762,7 +764,7 @@ func TestServerReadEntries(t *testing.T) {
 	ids := func(r *bookiepb.ReadEntriesResponse) []int64 {
 		var out []int64
 		for _, e := range r.GetEntries() {
-			if !bytes.Equal(e.GetPayload(), payloadFor(5, e.GetEntryId())) || Digest(5, e.GetEntryId(), e.GetLac(), e.GetPayload()) != e.GetDigest() {
+			if !bytes.Equal(e.GetPayload(), payloadFor(5, e.GetEntryId())) || digest.Entry(5, e.GetEntryId(), e.GetLac(), e.GetPayload()) != e.GetDigest() {
 				t.Fatalf("entry %d came back different", e.GetEntryId())
 			}
 			out = append(out, e.GetEntryId())

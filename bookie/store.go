@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-mq/meridian/bookie/digest"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/protobuf/proto"
@@ -475,7 +477,7 @@ func validateEntry(e *Entry) error {
 	if e.LAC < -1 || e.LAC >= e.EntryID {
 		return fmt.Errorf("%w: lac %d of entry %d must be in [-1, %d)", ErrInvalid, e.LAC, e.EntryID, e.EntryID)
 	}
-	if d := Digest(e.LedgerID, e.EntryID, e.LAC, e.Payload); d != e.Digest {
+	if d := digest.Entry(e.LedgerID, e.EntryID, e.LAC, e.Payload); d != e.Digest {
 		return fmt.Errorf("%w: add of ledger %d entry %d: digest %08x does not match payload (computed %08x)", ErrCorrupt, e.LedgerID, e.EntryID, e.Digest, d)
 	}
 	return nil
@@ -1003,7 +1005,7 @@ func (s *Store) Read(ledgerID, entryID int64) (lac int64, payload []byte, digest
 // readStored looks an entry up in the index and reads it from the log,
 // verifying its digest. found is false when the index has no such entry.
 // The payload is owned by the caller.
-func (s *Store) readStored(ledgerID, entryID int64) (lac int64, payload []byte, digest uint32, found bool, err error) {
+func (s *Store) readStored(ledgerID, entryID int64) (lac int64, payload []byte, sum uint32, found bool, err error) {
 	k := makeEntryKey(ledgerID, entryID)
 	v, closer, err := s.db.Get(k[:])
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -1021,7 +1023,7 @@ func (s *Store) readStored(ledgerID, entryID int64) (lac int64, payload []byte, 
 	if err := s.elog.readAt(iv.at.file, iv.at.off, p); err != nil {
 		return 0, nil, 0, true, fmt.Errorf("ledger %d entry %d: %w", ledgerID, entryID, err)
 	}
-	if d := Digest(ledgerID, entryID, iv.lac, p); d != iv.digest {
+	if d := digest.Entry(ledgerID, entryID, iv.lac, p); d != iv.digest {
 		return 0, nil, 0, true, fmt.Errorf("%w: ledger %d entry %d: stored digest %08x, computed %08x", ErrCorrupt, ledgerID, entryID, iv.digest, d)
 	}
 	return iv.lac, p, iv.digest, true, nil

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,20 +15,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
-
-func TestDigestIsCRC32COverHeaderAndPayload(t *testing.T) {
-	want := crc32.Checksum(append([]byte{
-		0, 0, 0, 0, 0, 0, 0, 7, // ledger
-		0, 0, 0, 0, 0, 0, 0, 3, // entry
-		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // lac -1
-	}, "hello"...), crc32.MakeTable(crc32.Castagnoli))
-	if got := Digest(7, 3, -1, []byte("hello")); got != want {
-		t.Fatalf("Digest = %08x, want %08x", got, want)
-	}
-	if Digest(7, 3, 1, []byte("hello")) == want {
-		t.Fatal("the LAC must be covered by the digest")
-	}
-}
 
 type key struct{ ledger, entry int64 }
 

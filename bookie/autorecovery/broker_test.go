@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mq/meridian/bookie/digest"
+
 	"github.com/apache/pulsar-client-go/pulsar"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
-	"github.com/meridian-mq/meridian/bookie"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/testutil"
@@ -214,7 +215,7 @@ func checkReplicas(t *testing.T, s *cluster.Store, v *cluster.BookieView, id int
 				if resp.Status != bookiepb.Status_OK {
 					t.Fatalf("ledger %d entry %d on %s: %s %s", id, en, b.Id, resp.Status, resp.Message)
 				}
-				if bookie.Digest(id, en, resp.Lac, resp.Payload) != resp.Digest {
+				if digest.Entry(id, en, resp.Lac, resp.Payload) != resp.Digest {
 					t.Fatalf("ledger %d entry %d on %s: digest mismatch", id, en, b.Id)
 				}
 				if ref == nil {

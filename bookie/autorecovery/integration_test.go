@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-mq/meridian/bookie"
+	"github.com/meridian-mq/meridian/bookie/digest"
+
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/testutil"
@@ -197,7 +198,7 @@ func checkFullyReplicated(t *testing.T, r *testutil.Region, v *cluster.BookieVie
 				if resp.Status != bookiepb.Status_OK {
 					t.Fatalf("ledger %d entry %d on %s: %s %s", id, en, b.Id, resp.Status, resp.Message)
 				}
-				if bookie.Digest(id, en, resp.Lac, resp.Payload) != resp.Digest || !bytes.Equal(resp.Payload, want) {
+				if digest.Entry(id, en, resp.Lac, resp.Payload) != resp.Digest || !bytes.Equal(resp.Payload, want) {
 					t.Fatalf("ledger %d entry %d on %s: wrong content", id, en, b.Id)
 				}
 			}

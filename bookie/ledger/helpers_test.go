@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-mq/meridian/bookie"
+	"github.com/meridian-mq/meridian/bookie/digest"
+
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/testutil"
@@ -57,7 +58,7 @@ func readDirect(t testing.TB, addr string, ledgerID, entryID int64) *bookiepb.Re
 	if err != nil {
 		t.Fatalf("direct read %d/%d from %s: %v", ledgerID, entryID, addr, err)
 	}
-	if resp.Status == bookiepb.Status_OK && bookie.Digest(ledgerID, entryID, resp.Lac, resp.Payload) != resp.Digest {
+	if resp.Status == bookiepb.Status_OK && digest.Entry(ledgerID, entryID, resp.Lac, resp.Payload) != resp.Digest {
 		t.Fatalf("direct read %d/%d from %s: digest mismatch", ledgerID, entryID, addr)
 	}
 	return resp

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/meridian-mq/meridian/bookie"
+	"github.com/meridian-mq/meridian/bookie/digest"
+
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/meridian-mq/meridian/rack"
@@ -190,7 +191,7 @@ func (c *Client) readRange(ctx context.Context, b *metapb.BookieRef, ledgerID, f
 	out := make([]Entry, 0, len(resp.Entries))
 	for i, e := range resp.Entries {
 		id := first + int64(i)
-		if e.EntryId != id || e.LedgerId != ledgerID || id > last || bookie.Digest(ledgerID, id, e.Lac, e.Payload) != e.Digest {
+		if e.EntryId != id || e.LedgerId != ledgerID || id > last || digest.Entry(ledgerID, id, e.Lac, e.Payload) != e.Digest {
 			break // damaged or unexpected from here on: the caller reads it singly
 		}
 		out = append(out, Entry{LedgerID: ledgerID, EntryID: id, Payload: e.Payload, Bookie: b.Id})
@@ -223,7 +224,7 @@ func (c *Client) readOne(ctx context.Context, b *metapb.BookieRef, ledgerID, ent
 	if err != nil {
 		return nil, fmt.Errorf("bookie %s: %w", b.Id, err)
 	}
-	if resp.Status == bookiepb.Status_OK && bookie.Digest(ledgerID, entryID, resp.Lac, resp.Payload) != resp.Digest {
+	if resp.Status == bookiepb.Status_OK && digest.Entry(ledgerID, entryID, resp.Lac, resp.Payload) != resp.Digest {
 		// The bookie checks on read too; this catches damage in between.
 		resp.Status = bookiepb.Status_CORRUPT
 		resp.Message = "digest mismatch at the client"

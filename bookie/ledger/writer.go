@@ -8,7 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meridian-mq/meridian/bookie"
+	"github.com/meridian-mq/meridian/bookie/digest"
+
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/meridian-mq/meridian/rack"
@@ -289,7 +290,7 @@ func (w *Writer) AppendAsync(payload []byte, cb func(entryID int64, err error)) 
 		sentAt:  make([]time.Time, w.qw),
 		cb:      cb,
 	}
-	pa.digest = bookie.Digest(w.id, pa.entry, pa.lac, payload)
+	pa.digest = digest.Entry(w.id, pa.entry, pa.lac, payload)
 	w.pending = append(w.pending, pa)
 	w.startScanLocked()
 	sends := w.prepareSendsLocked(pa, nil)

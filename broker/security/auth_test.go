@@ -22,23 +22,23 @@ func TestRefreshStep(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	for _, tc := range []struct {
 		name  string
-		auth  ConnAuth
+		auth  func() *ConnAuth
 		steps []time.Duration // offsets from t0
 		want  []RefreshAction
 	}{
-		{"never expires", ConnAuth{method: "token", refresh: true},
+		{"never expires", func() *ConnAuth { return &ConnAuth{method: "token", refresh: true} },
 			[]time.Duration{0, time.Hour}, []RefreshAction{RefreshNothing, RefreshNothing}},
-		{"refreshing client", ConnAuth{method: "token", refresh: true, expires: t0.Add(time.Minute)},
+		{"refreshing client", func() *ConnAuth { return &ConnAuth{method: "token", refresh: true, expires: t0.Add(time.Minute)} },
 			[]time.Duration{30 * time.Second, time.Minute, 90 * time.Second, 2 * time.Minute},
 			[]RefreshAction{RefreshNothing, RefreshChallenge, RefreshNothing, RefreshClose}},
-		{"client without refresh", ConnAuth{method: "token", expires: t0.Add(time.Minute)},
+		{"client without refresh", func() *ConnAuth { return &ConnAuth{method: "token", expires: t0.Add(time.Minute)} },
 			[]time.Duration{time.Minute}, []RefreshAction{RefreshClose}},
-		{"tls connection", ConnAuth{method: "tls", refresh: true, expires: t0.Add(time.Minute)},
+		{"tls connection", func() *ConnAuth { return &ConnAuth{method: "tls", refresh: true, expires: t0.Add(time.Minute)} },
 			[]time.Duration{time.Minute}, []RefreshAction{RefreshClose}},
 	} {
-		a := tc.auth
+		a := tc.auth()
 		for i, d := range tc.steps {
-			if got := g.RefreshStep(&a, t0.Add(d)); got != tc.want[i] {
+			if got := g.RefreshStep(a, t0.Add(d)); got != tc.want[i] {
 				t.Errorf("%s: at +%v got %v, want %v", tc.name, d, got, tc.want[i])
 			}
 		}
