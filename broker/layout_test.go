@@ -5,6 +5,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -101,6 +102,31 @@ func TestOnlyTheBinaryAndToolsImportTheCompositionRoot(t *testing.T) {
 	for dir, ps := range imports {
 		if slices.Contains(ps, "broker") && !slices.Contains(rootImporters, dir) {
 			t.Errorf("%s imports the broker's composition root", dir)
+		}
+	}
+}
+
+// The pure cores (DESIGN.md: "no etcd, no sockets, no clocks inside")
+// link no infrastructure: neither the metadata store, gossip, storage
+// nor gRPC.
+func TestPureCoresLinkNoInfrastructure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	banned := []string{"go.etcd.io/", "github.com/hashicorp/serf", "github.com/hashicorp/memberlist", "github.com/cockroachdb/pebble", "google.golang.org/grpc"}
+	for _, pkg := range []string{"rack", "replicator", "failover", "cluster/health", "bookie/digest"} {
+		cmd := exec.Command("go", "list", "-deps", "./"+pkg)
+		cmd.Dir = ".."
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps ./%s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, b := range banned {
+				if strings.HasPrefix(dep, b) {
+					t.Errorf("the pure core %s links %s", pkg, dep)
+				}
+			}
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/serf"
+	"github.com/meridian-mq/meridian/cluster/health"
 	"github.com/meridian-mq/meridian/internal/ratelog"
 )
 
@@ -512,7 +513,7 @@ func (m *Membership) refresh() {
 	m.mu.Lock()
 	prev := m.cur
 	next := BuildHealthView(prev, recs, now, m.cfg.Health)
-	if m.closed || sameMembers(prev, next) {
+	if m.closed || health.SameMembers(prev, next) {
 		m.mu.Unlock()
 		return
 	}
@@ -530,7 +531,7 @@ func (m *Membership) refresh() {
 
 // logChanges logs each member that appeared, changed state or was reaped.
 func (m *Membership) logChanges(prev, next HealthView) {
-	for _, n := range next.members {
+	for _, n := range next.Members() {
 		p, ok := prev.Member(n.Name)
 		if ok && p.State == n.State {
 			continue
@@ -541,7 +542,7 @@ func (m *Membership) logChanges(prev, next HealthView) {
 		}
 		m.log.Info("gossip: member "+n.State.String(), "node", n.Name, "region", n.Region, "role", n.Role, "from", from)
 	}
-	for _, p := range prev.members {
+	for _, p := range prev.Members() {
 		if _, ok := next.Member(p.Name); !ok {
 			m.log.Info("gossip: member reaped", "node", p.Name, "region", p.Region, "role", p.Role, "was", p.State.String())
 		}

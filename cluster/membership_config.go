@@ -404,7 +404,7 @@ func (c MembershipConfig) Validate() error {
 		return bad("NodeName %q: use 1-128 letters, digits, '-' and '.'", c.NodeName)
 	case c.Region == "":
 		return bad("Region is required")
-	case !c.Role.valid():
+	case !c.Role.Valid():
 		return bad("Role %q: want one of broker, bookie, witness, etcd", c.Role)
 	}
 	for k := range c.Tags {
@@ -486,7 +486,7 @@ func (c MembershipConfig) Validate() error {
 	if len(c.SecondaryKeys) > 0 && len(c.SecretKey) == 0 {
 		return bad("SecondaryKeys without a SecretKey to send with")
 	}
-	if err := c.Health.validate(); err != nil {
+	if err := c.Health.Validate(); err != nil {
 		return bad("Health: %v", err)
 	}
 	return nil

@@ -10,7 +10,7 @@
 // A Core decides for one namespace as seen from one region, like raft's
 // RawNode: Step(Input) Output, no clock, socket, goroutine or log inside.
 // Input: the local monotonic time, every region's RegionStatus (derived
-// from cluster.HealthView by StatusOf), what the global store holds
+// from health.View by StatusOf), what the global store holds
 // (Committed: the Record and the lease key), the lease this region holds
 // (LocalLease), and a manual Command. Output: the Instruction for the local
 // brokers, a Proposal to commit, lease actions, and a Wake time.

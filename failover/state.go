@@ -82,11 +82,11 @@ type LocalLease struct {
 func (l LocalLease) Held() bool { return l.Epoch != 0 }
 
 // RegionStatus is one region's health in the local region's view, derived
-// by the shell from cluster.HealthView (StatusOf does it) and from
+// by the shell from health.View (StatusOf does it) and from
 // replication lag.
 type RegionStatus struct {
 	Name string
-	// Healthy: cluster.RegionHealth.Healthy(): enough alive brokers and
+	// Healthy: health.Region.Healthy(): enough alive brokers and
 	// bookies and no recent failed write probe.
 	Healthy bool
 	// Suspected: not healthy, but would be if gossip's suspect members

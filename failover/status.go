@@ -3,7 +3,7 @@ package failover
 import (
 	"strings"
 
-	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/cluster/health"
 )
 
 // StatusOf derives the core's RegionStatus for region from a health view
@@ -17,7 +17,7 @@ import (
 //   - ProbeOK: the newest write probe succeeded and was taken within the
 //     rules' ProbeFailWindow before the view's AsOf (always false when the
 //     window is 0: probes ignored).
-func StatusOf(v cluster.HealthView, region string, caughtUp bool) RegionStatus {
+func StatusOf(v health.View, region string, caughtUp bool) RegionStatus {
 	rh := v.Region(region)
 	rules := v.Rules()
 	probe := rh.Probe()
@@ -31,8 +31,8 @@ func StatusOf(v cluster.HealthView, region string, caughtUp bool) RegionStatus {
 	recent := rules.ProbeFailWindow > 0 && probe.Known() && v.AsOf().Sub(probe.At) <= rules.ProbeFailWindow
 	st.ProbeOK = recent && probe.OK
 	if !st.Healthy && len(rh.Suspect("")) > 0 {
-		brokers := rh.Count(cluster.RoleBroker, cluster.MemberAlive) + rh.Count(cluster.RoleBroker, cluster.MemberSuspect)
-		bookies := rh.Count(cluster.RoleBookie, cluster.MemberAlive) + rh.Count(cluster.RoleBookie, cluster.MemberSuspect)
+		brokers := rh.Count(health.RoleBroker, health.MemberAlive) + rh.Count(health.RoleBroker, health.MemberSuspect)
+		bookies := rh.Count(health.RoleBookie, health.MemberAlive) + rh.Count(health.RoleBookie, health.MemberSuspect)
 		probeFailed := recent && !probe.OK
 		st.Suspected = brokers >= rules.MinAliveBrokers && bookies >= rules.MinAliveBookies && !probeFailed
 	}
@@ -41,7 +41,7 @@ func StatusOf(v cluster.HealthView, region string, caughtUp bool) RegionStatus {
 
 // StatusesOf returns StatusOf for every region of the policy; caughtUp
 // reports each region's replication (nil: none caught up).
-func StatusesOf(v cluster.HealthView, p Policy, caughtUp func(region string) bool) []RegionStatus {
+func StatusesOf(v health.View, p Policy, caughtUp func(region string) bool) []RegionStatus {
 	out := make([]RegionStatus, 0, len(p.Regions))
 	for _, r := range p.Regions {
 		out = append(out, StatusOf(v, r, caughtUp != nil && caughtUp(r)))

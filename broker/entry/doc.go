@@ -5,10 +5,11 @@
 // the parsing of the message metadata that dispatch and deduplication
 // need (entry.go has the layout).
 //
-// It is pure: no I/O, no clock, no goroutines; it imports only the
-// protocol codec and types. The broker's root writes and reads entries
-// with it, and the replication room reads them to ship them to other
-// regions.
+// It is pure in behaviour: no I/O, no clock, no goroutines; it imports
+// the protocol codec and mledger (for Position, the origin id's type —
+// which links what mledger links). The broker's root writes and reads
+// entries with it, and the replication room reads them to ship them to
+// other regions.
 //
 // Contract: Decode and ParseMeta accept any bytes, return ErrBadEntry (or
 // a wrapped parse error) for what is not an entry, and never panic

@@ -1,9 +1,6 @@
-package cluster
+package health
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -11,8 +8,6 @@ import (
 
 	"github.com/meridian-mq/meridian/proto/metapb"
 )
-
-// Tests of the pure core: no sockets, no clocks, no sleeps.
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
@@ -64,9 +59,9 @@ func TestBuildHealthViewTracksTransitions(t *testing.T) {
 		{5 * time.Second, []MemberRecord{rec("b", "east", RoleBookie, MemberAlive), rec("a", "east", RoleBroker, MemberAlive)},
 			map[string]want{"a": {MemberAlive, 0}, "b": {MemberAlive, 4 * time.Second}}},
 	}
-	var v HealthView
+	var v View
 	for i, s := range steps {
-		v = BuildHealthView(v, s.recs, at(s.now), DefaultHealthRules())
+		v = Build(v, s.recs, at(s.now), DefaultRules())
 		if !v.AsOf().Equal(at(s.now)) {
 			t.Fatalf("step %d: AsOf %v", i, v.AsOf())
 		}
@@ -89,11 +84,11 @@ func TestBuildHealthViewTracksTransitions(t *testing.T) {
 
 func TestBuildHealthViewParsesTags(t *testing.T) {
 	probeAt := at(-time.Second)
-	v := BuildHealthView(HealthView{}, []MemberRecord{
+	v := Build(View{}, []MemberRecord{
 		rec("east-bookie-1", "east", RoleBookie, MemberAlive, append(probeTags(true, probeAt), TagAdmin, "h:8080")...),
 		{Name: ""}, // ignored
 		rec("east-bookie-1", "west", RoleBroker, MemberFailed), // duplicate name: first wins
-	}, t0, DefaultHealthRules())
+	}, t0, DefaultRules())
 	m, ok := v.Member("east-bookie-1")
 	if !ok || len(v.Members()) != 1 {
 		t.Fatalf("members %v", v.Members())
@@ -118,7 +113,7 @@ func TestBuildHealthViewParsesTags(t *testing.T) {
 // it was built from.
 func TestHealthViewIsImmutable(t *testing.T) {
 	r := rec("a", "east", RoleBroker, MemberAlive)
-	v := BuildHealthView(HealthView{}, []MemberRecord{r}, t0, DefaultHealthRules())
+	v := Build(View{}, []MemberRecord{r}, t0, DefaultRules())
 	r.Tags[TagRegion] = "mutated"
 	ms := v.Members()
 	ms[0].Name = "mutated"
@@ -135,7 +130,7 @@ func TestHealthViewIsImmutable(t *testing.T) {
 }
 
 func TestRegionHealthQueries(t *testing.T) {
-	v := BuildHealthView(HealthView{}, []MemberRecord{
+	v := Build(View{}, []MemberRecord{
 		rec("e-br-1", "east", RoleBroker, MemberAlive),
 		rec("e-br-2", "east", RoleBroker, MemberFailed),
 		rec("e-bk-1", "east", RoleBookie, MemberAlive),
@@ -143,7 +138,7 @@ func TestRegionHealthQueries(t *testing.T) {
 		rec("e-bk-3", "east", RoleBookie, MemberLeft),
 		rec("w-br-1", "west", RoleBroker, MemberAlive),
 		rec("witness", "third", RoleWitness, MemberAlive),
-	}, t0, DefaultHealthRules())
+	}, t0, DefaultRules())
 	names := func(ms []Member) string {
 		var s []string
 		for _, m := range ms {
@@ -177,9 +172,9 @@ func TestRegionHealthQueries(t *testing.T) {
 	}
 }
 
-// The rule of RegionHealth.Healthy, case by case.
+// The rule of Region.Healthy, case by case.
 func TestRegionHealthy(t *testing.T) {
-	rules := HealthRules{MinAliveBrokers: 1, MinAliveBookies: 2, ProbeFailWindow: 10 * time.Second}
+	rules := Rules{MinAliveBrokers: 1, MinAliveBookies: 2, ProbeFailWindow: 10 * time.Second}
 	base := []MemberRecord{
 		rec("br-1", "r", RoleBroker, MemberAlive),
 		rec("bk-1", "r", RoleBookie, MemberAlive),
@@ -189,7 +184,7 @@ func TestRegionHealthy(t *testing.T) {
 	cases := []struct {
 		name  string
 		recs  []MemberRecord
-		rules HealthRules
+		rules Rules
 		want  []string // problems
 	}{
 		{"all alive", base, rules, nil},
@@ -202,7 +197,7 @@ func TestRegionHealthy(t *testing.T) {
 		{"a bookie left", []MemberRecord{
 			base[0], base[1], rec("bk-2", "r", RoleBookie, MemberLeft)}, rules, []string{"1 alive bookies, need 2"}},
 		{"witness region under zero rules", []MemberRecord{rec("w", "r", RoleWitness, MemberAlive)},
-			HealthRules{}, nil},
+			Rules{}, nil},
 		{"fresh failed probe", with(rec("br-2", "r", RoleBroker, MemberAlive, probeTags(false, at(-3*time.Second))...)),
 			rules, []string{"write probe by br-2 failed 3s ago"}},
 		{"failed probe at the window's edge", with(rec("br-2", "r", RoleBroker, MemberAlive, probeTags(false, at(-10*time.Second))...)),
@@ -220,11 +215,11 @@ func TestRegionHealthy(t *testing.T) {
 		{"failed member's stale probe ignored", with(rec("br-2", "r", RoleBroker, MemberFailed, probeTags(false, at(-time.Second))...)),
 			rules, nil},
 		{"window 0 ignores probes", with(rec("br-2", "r", RoleBroker, MemberAlive, probeTags(false, t0)...)),
-			HealthRules{MinAliveBrokers: 1, MinAliveBookies: 2}, nil},
+			Rules{MinAliveBrokers: 1, MinAliveBookies: 2}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rh := BuildHealthView(HealthView{}, c.recs, t0, c.rules).Region("r")
+			rh := Build(View{}, c.recs, t0, c.rules).Region("r")
 			if got := rh.Problems(); !slices.Equal(got, c.want) {
 				t.Fatalf("problems %q, want %q", got, c.want)
 			}
@@ -234,7 +229,7 @@ func TestRegionHealthy(t *testing.T) {
 		})
 	}
 	// The same view judged later: the failure ages out of the window.
-	v := BuildHealthView(HealthView{}, with(rec("br-2", "r", RoleBroker, MemberAlive, probeTags(false, t0)...)), t0, rules)
+	v := Build(View{}, with(rec("br-2", "r", RoleBroker, MemberAlive, probeTags(false, t0)...)), t0, rules)
 	if v.Region("r").Healthy() || !v.At(at(11*time.Second)).Region("r").Healthy() {
 		t.Fatal("a failed probe should count at t0 and not 11s later")
 	}
@@ -243,13 +238,13 @@ func TestRegionHealthy(t *testing.T) {
 // A bookie that gossip has failed (or that left) is not offered for new
 // ensembles; one it does not know, or only suspects, is.
 func TestExcludeFailedBookies(t *testing.T) {
-	v := BuildHealthView(HealthView{}, []MemberRecord{
+	v := Build(View{}, []MemberRecord{
 		rec("bk-alive", "r", RoleBookie, MemberAlive),
 		rec("bk-suspect", "r", RoleBookie, MemberSuspect),
 		rec("bk-failed", "r", RoleBookie, MemberFailed),
 		rec("bk-left", "r", RoleBookie, MemberLeft),
 		rec("not-a-bookie", "r", RoleBroker, MemberFailed),
-	}, t0, DefaultHealthRules())
+	}, t0, DefaultRules())
 	var regs []*metapb.BookieRegistration
 	for _, id := range []string{"bk-alive", "bk-failed", "bk-suspect", "bk-unknown", "bk-left", "not-a-bookie"} {
 		regs = append(regs, &metapb.BookieRegistration{Id: id})
@@ -265,16 +260,16 @@ func TestExcludeFailedBookies(t *testing.T) {
 	if !slices.Equal(regs, orig) {
 		t.Fatal("input slice modified")
 	}
-	if got := (HealthView{}).ExcludeFailedBookies(regs); len(got) != len(regs) {
+	if got := (View{}).ExcludeFailedBookies(regs); len(got) != len(regs) {
 		t.Fatal("an empty view must exclude nothing")
 	}
 }
 
 func TestSameMembers(t *testing.T) {
 	recs := []MemberRecord{rec("a", "r", RoleBroker, MemberAlive)}
-	v1 := BuildHealthView(HealthView{}, recs, t0, DefaultHealthRules())
-	v2 := BuildHealthView(v1, recs, at(time.Second), DefaultHealthRules())
-	if !sameMembers(v1, v2) {
+	v1 := Build(View{}, recs, t0, DefaultRules())
+	v2 := Build(v1, recs, at(time.Second), DefaultRules())
+	if !SameMembers(v1, v2) {
 		t.Error("a rebuild with nothing changed must be the same")
 	}
 	for _, r := range []MemberRecord{
@@ -282,60 +277,16 @@ func TestSameMembers(t *testing.T) {
 		rec("a", "r", RoleBroker, MemberAlive, "x", "y"),
 		rec("b", "r", RoleBroker, MemberAlive),
 	} {
-		if sameMembers(v1, BuildHealthView(v1, []MemberRecord{r}, at(time.Second), DefaultHealthRules())) {
+		if SameMembers(v1, Build(v1, []MemberRecord{r}, at(time.Second), DefaultRules())) {
 			t.Errorf("%+v: change not noticed", r)
 		}
-	}
-}
-
-// capture is a slog handler that keeps records.
-type capture struct{ recs *[]string }
-
-func (c capture) Enabled(context.Context, slog.Level) bool { return true }
-func (c capture) Handle(_ context.Context, r slog.Record) error {
-	s := r.Level.String() + " " + r.Message
-	r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
-	*c.recs = append(*c.recs, s)
-	return nil
-}
-func (c capture) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c capture) WithGroup(string) slog.Handler      { return c }
-
-func TestGossipLogLevelsAndRateLimit(t *testing.T) {
-	var got []string
-	g := newGossipLog(slog.New(capture{&got}))
-	g.line("[INFO] serf: EventMemberJoin: a 127.0.0.1", t0)
-	g.line("[DEBUG] memberlist: Stream connection from=127.0.0.1:1", t0)
-	g.line("[WARN] memberlist: Refuting a suspect message (from: b)", t0)
-	for i := range 5 {
-		g.line(fmt.Sprintf("[ERR] memberlist: Decrypt packet failed: no key from=127.0.0.1:%d", i), at(time.Duration(i)*time.Second))
-	}
-	g.line("[ERR] memberlist: Decrypt packet failed: no key from=127.0.0.1:9", at(11*time.Second))
-	g.line("no prefix at all", t0)
-	want := []string{
-		"DEBUG EventMemberJoin: a 127.0.0.1 component=serf",
-		"DEBUG Stream connection from=127.0.0.1:1 component=memberlist",
-		"WARN Refuting a suspect message (from: b) component=memberlist",
-		"ERROR Decrypt packet failed: no key from=127.0.0.1:0 component=memberlist",
-		"ERROR Decrypt packet failed: no key from=127.0.0.1:9 component=memberlist suppressed=4",
-		"DEBUG no prefix at all component=gossip",
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	// At Info, serf's INFO chatter is dropped before any work.
-	got = nil
-	g = newGossipLog(slog.New(slog.NewTextHandler(&strings.Builder{}, &slog.HandlerOptions{Level: slog.LevelInfo})))
-	g.line("[INFO] serf: EventMemberJoin: a", t0)
-	if g.lim.Keys() != 0 {
-		t.Fatal("INFO line was considered at Info level")
 	}
 }
 
 // A region is unreachable from here when it has members and none is alive;
 // one alive member of any role keeps it reachable.
 func TestUnreachableRegions(t *testing.T) {
-	v := BuildHealthView(HealthView{}, []MemberRecord{
+	v := Build(View{}, []MemberRecord{
 		rec("e-broker", "east", RoleBroker, MemberSuspect),
 		rec("e-bookie", "east", RoleBookie, MemberFailed),
 		rec("w-broker", "west", RoleBroker, MemberAlive),
@@ -343,39 +294,11 @@ func TestUnreachableRegions(t *testing.T) {
 		rec("n-broker", "north", RoleBroker, MemberLeft),
 		rec("s-bookie", "south", RoleBookie, MemberAlive),
 		rec("s-broker", "south", RoleBroker, MemberSuspect),
-	}, t0, DefaultHealthRules())
+	}, t0, DefaultRules())
 	if got, want := v.Unreachable(), []string{"east", "north"}; !slices.Equal(got, want) {
 		t.Fatalf("unreachable %v, want %v", got, want)
 	}
-	if got := (HealthView{}).Unreachable(); len(got) != 0 {
+	if got := (View{}).Unreachable(); len(got) != 0 {
 		t.Fatalf("an empty view lists %v", got)
-	}
-}
-
-// The global store's endpoints name their regions; the store avoids the
-// members of unreachable regions, never all of them, and uses them again
-// when their region is back.
-func TestStoreEndpointsAvoidRegions(t *testing.T) {
-	eps := parseEndpoints([]string{"east=http://e:2379", "west=http://w:2379", "http://witness:2379"})
-	if got := urls(eps); !slices.Equal(got, []string{"http://e:2379", "http://w:2379", "http://witness:2379"}) {
-		t.Fatalf("urls %v", got)
-	}
-	for _, tc := range []struct {
-		avoid []string
-		want  []string
-	}{
-		{nil, []string{"http://e:2379", "http://w:2379", "http://witness:2379"}},
-		{[]string{"east"}, []string{"http://w:2379", "http://witness:2379"}},
-		{[]string{"east", "west"}, []string{"http://witness:2379"}},
-		{[]string{"north"}, []string{"http://e:2379", "http://w:2379", "http://witness:2379"}},
-	} {
-		if got := usable(eps, tc.avoid); !slices.Equal(got, tc.want) {
-			t.Errorf("avoid %v: %v, want %v", tc.avoid, got, tc.want)
-		}
-	}
-	// Every member named and every region avoided: all of them, not none.
-	named := parseEndpoints([]string{"east=http://e:2379", "west=http://w:2379"})
-	if got := usable(named, []string{"east", "west"}); len(got) != 2 {
-		t.Errorf("every region avoided: %v, want both", got)
 	}
 }

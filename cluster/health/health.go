@@ -1,4 +1,4 @@
-package cluster
+package health
 
 import (
 	"errors"
@@ -12,8 +12,8 @@ import (
 	"github.com/meridian-mq/meridian/proto/metapb"
 )
 
-// This file is the pure core of gossip membership: a HealthView is built by
-// BuildHealthView from member records and a time, with no sockets or clocks,
+// This file is the pure core of gossip membership: a View is built by
+// Build from member records and a time, with no sockets or clocks,
 // so every rule here is tested with tables (health_test.go). membership.go is
 // the shell that feeds it serf's members.
 
@@ -31,7 +31,8 @@ const (
 	RoleAutorecovery Role = "autorecovery"
 )
 
-func (r Role) valid() bool {
+// Valid reports whether r is a role of a Meridian process.
+func (r Role) Valid() bool {
 	switch r {
 	case RoleBroker, RoleBookie, RoleWitness, RoleEtcd, RoleAutorecovery:
 		return true
@@ -100,7 +101,7 @@ func (s MemberState) String() string {
 }
 
 // MemberRecord is one member as the membership shell reports it: the input
-// of BuildHealthView.
+// of Build.
 type MemberRecord struct {
 	Name       string
 	GossipAddr string
@@ -133,7 +134,7 @@ func parseProbe(by string, tags map[string]string) ProbeResult {
 	return ProbeResult{}
 }
 
-// Member is one member in a HealthView. It is a value; its tags are
+// Member is one member in a View. It is a value; its tags are
 // reachable only through Tag and Tags, so a view cannot be changed through
 // it.
 type Member struct {
@@ -169,8 +170,8 @@ func (m Member) same(o Member) bool {
 		m.Since.Equal(o.Since) && maps.Equal(m.tags, o.tags)
 }
 
-// HealthRules are what RegionHealth.Healthy requires of a region.
-type HealthRules struct {
+// Rules are what Region.Healthy requires of a region.
+type Rules struct {
 	// MinAliveBrokers: alive (not suspect) brokers a healthy region has.
 	// Default 1: one broker can serve every topic.
 	MinAliveBrokers int
@@ -186,40 +187,41 @@ type HealthRules struct {
 	ProbeFailWindow time.Duration
 }
 
-// DefaultHealthRules returns the rules described on HealthRules' fields.
-func DefaultHealthRules() HealthRules {
-	return HealthRules{MinAliveBrokers: 1, MinAliveBookies: 3, ProbeFailWindow: 30 * time.Second}
+// DefaultRules returns the rules described on Rules' fields.
+func DefaultRules() Rules {
+	return Rules{MinAliveBrokers: 1, MinAliveBookies: 3, ProbeFailWindow: 30 * time.Second}
 }
 
-func (r HealthRules) validate() error {
+// Validate checks the rules.
+func (r Rules) Validate() error {
 	if r.MinAliveBrokers < 0 || r.MinAliveBookies < 0 || r.ProbeFailWindow < 0 {
 		return errors.New("MinAliveBrokers, MinAliveBookies and ProbeFailWindow must be >= 0")
 	}
 	return nil
 }
 
-func (r HealthRules) String() string {
+func (r Rules) String() string {
 	return fmt.Sprintf("min-alive-brokers=%d min-alive-bookies=%d probe-fail-window=%s", r.MinAliveBrokers, r.MinAliveBookies, r.ProbeFailWindow)
 }
 
-// HealthView is an immutable snapshot of every member of every region, as
+// View is an immutable snapshot of every member of every region, as
 // one process sees it at one time. The zero value is an empty view. Safe to
 // share between goroutines; nothing reachable from it changes.
-type HealthView struct {
+type View struct {
 	asOf    time.Time
-	rules   HealthRules
+	rules   Rules
 	members []Member         // sorted by name
 	byName  map[string]int   // index into members
 	regions map[string][]int // indexes into members, in name order
 }
 
-// BuildHealthView returns the view of recs at now under rules. prev is the
-// view built before (or the zero HealthView): a member whose state is the
+// Build returns the view of recs at now under rules. prev is the
+// view built before (or the zero View): a member whose state is the
 // same in prev keeps prev's Since; one that is new or changed state gets
 // Since = now. Members missing from recs (reaped) are dropped. Records with
 // an empty name are ignored; of two records with one name, the first wins.
-func BuildHealthView(prev HealthView, recs []MemberRecord, now time.Time, rules HealthRules) HealthView {
-	v := HealthView{asOf: now, rules: rules, byName: make(map[string]int, len(recs)), regions: map[string][]int{}}
+func Build(prev View, recs []MemberRecord, now time.Time, rules Rules) View {
+	v := View{asOf: now, rules: rules, byName: make(map[string]int, len(recs)), regions: map[string][]int{}}
 	v.members = make([]Member, 0, len(recs))
 	for _, r := range recs {
 		if r.Name == "" {
@@ -253,23 +255,23 @@ func BuildHealthView(prev HealthView, recs []MemberRecord, now time.Time, rules 
 
 // AsOf is the time the view describes: the time it was built, or the time
 // given to At.
-func (v HealthView) AsOf() time.Time { return v.asOf }
+func (v View) AsOf() time.Time { return v.asOf }
 
 // At returns the same members evaluated at now: Healthy's probe window is
 // measured from AsOf.
-func (v HealthView) At(now time.Time) HealthView {
+func (v View) At(now time.Time) View {
 	v.asOf = now
 	return v
 }
 
 // Rules returns the rules Healthy applies.
-func (v HealthView) Rules() HealthRules { return v.rules }
+func (v View) Rules() Rules { return v.rules }
 
 // Members returns every member, sorted by name. The slice is the caller's.
-func (v HealthView) Members() []Member { return slices.Clone(v.members) }
+func (v View) Members() []Member { return slices.Clone(v.members) }
 
 // Member returns a member by name.
-func (v HealthView) Member(name string) (Member, bool) {
+func (v View) Member(name string) (Member, bool) {
 	i, ok := v.byName[name]
 	if !ok || i < 0 {
 		return Member{}, false
@@ -279,13 +281,13 @@ func (v HealthView) Member(name string) (Member, bool) {
 
 // IsFailed reports whether gossip has the member failed. Unknown members
 // are not failed: gossip can only veto what it knows.
-func (v HealthView) IsFailed(name string) bool {
+func (v View) IsFailed(name string) bool {
 	m, ok := v.Member(name)
 	return ok && m.State == MemberFailed
 }
 
 // Regions returns the region names of all members, sorted.
-func (v HealthView) Regions() []string {
+func (v View) Regions() []string {
 	out := slices.Collect(maps.Keys(v.regions))
 	slices.Sort(out)
 	return out
@@ -295,7 +297,7 @@ func (v HealthView) Regions() []string {
 // and none of them alive (all suspect, failed or left): from here, that
 // region's hosts look paused, dead or cut off. A region with one alive
 // member of any role is not listed.
-func (v HealthView) Unreachable() []string {
+func (v View) Unreachable() []string {
 	var out []string
 	for _, r := range v.Regions() {
 		if len(v.Region(r).Alive("")) == 0 {
@@ -306,9 +308,9 @@ func (v HealthView) Unreachable() []string {
 }
 
 // Region returns one region's health. A region with no members has an
-// empty RegionHealth, which is not healthy.
-func (v HealthView) Region(name string) RegionHealth {
-	rh := RegionHealth{name: name, asOf: v.asOf, rules: v.rules}
+// empty Region, which is not healthy.
+func (v View) Region(name string) Region {
+	rh := Region{name: name, asOf: v.asOf, rules: v.rules}
 	for _, i := range v.regions[name] {
 		rh.members = append(rh.members, v.members[i])
 	}
@@ -323,7 +325,7 @@ func (v HealthView) Region(name string) RegionHealth {
 // gossip), alive ones, and suspect ones (suspicion is often refuted, and
 // dropping them could leave too few bookies to place a ledger). regs is not
 // modified; the returned slice is new and shares the registrations.
-func (v HealthView) ExcludeFailedBookies(regs []*metapb.BookieRegistration) []*metapb.BookieRegistration {
+func (v View) ExcludeFailedBookies(regs []*metapb.BookieRegistration) []*metapb.BookieRegistration {
 	out := make([]*metapb.BookieRegistration, 0, len(regs))
 	for _, r := range regs {
 		if !v.bookieGone(r.GetId()) {
@@ -333,48 +335,48 @@ func (v HealthView) ExcludeFailedBookies(regs []*metapb.BookieRegistration) []*m
 	return out
 }
 
-func (v HealthView) bookieGone(id string) bool {
+func (v View) bookieGone(id string) bool {
 	m, ok := v.Member(id)
 	return ok && m.Role == RoleBookie && (m.State == MemberFailed || m.State == MemberLeft)
 }
 
-// sameMembers reports whether two views hold the same members in the same
+// SameMembers reports whether two views hold the same members in the same
 // states since the same times with the same tags (AsOf aside).
-func sameMembers(a, b HealthView) bool {
+func SameMembers(a, b View) bool {
 	return a.rules == b.rules && slices.EqualFunc(a.members, b.members, Member.same)
 }
 
-// RegionHealth is one region's members in a HealthView. Immutable.
-type RegionHealth struct {
+// Region is one region's members in a View. Immutable.
+type Region struct {
 	name    string
 	asOf    time.Time
-	rules   HealthRules
+	rules   Rules
 	members []Member // sorted by name
 }
 
 // Name returns the region's name.
-func (r RegionHealth) Name() string { return r.name }
+func (r Region) Name() string { return r.name }
 
 // Members returns the region's members of role in any state, sorted by
 // name; role "" means every role.
-func (r RegionHealth) Members(role Role) []Member { return r.in(role, 0) }
+func (r Region) Members(role Role) []Member { return r.in(role, 0) }
 
 // Alive returns the region's alive members of role ("" = every role).
-func (r RegionHealth) Alive(role Role) []Member { return r.in(role, MemberAlive) }
+func (r Region) Alive(role Role) []Member { return r.in(role, MemberAlive) }
 
 // Suspect returns the region's suspect members of role.
-func (r RegionHealth) Suspect(role Role) []Member { return r.in(role, MemberSuspect) }
+func (r Region) Suspect(role Role) []Member { return r.in(role, MemberSuspect) }
 
 // Failed returns the region's failed members of role.
-func (r RegionHealth) Failed(role Role) []Member { return r.in(role, MemberFailed) }
+func (r Region) Failed(role Role) []Member { return r.in(role, MemberFailed) }
 
 // Left returns the region's members of role that left.
-func (r RegionHealth) Left(role Role) []Member { return r.in(role, MemberLeft) }
+func (r Region) Left(role Role) []Member { return r.in(role, MemberLeft) }
 
 // Count returns how many of the region's members of role are in state.
-func (r RegionHealth) Count(role Role, state MemberState) int { return len(r.in(role, state)) }
+func (r Region) Count(role Role, state MemberState) int { return len(r.in(role, state)) }
 
-func (r RegionHealth) in(role Role, state MemberState) []Member {
+func (r Region) in(role Role, state MemberState) []Member {
 	var out []Member
 	for _, m := range r.members {
 		if (role == "" || m.Role == role) && (state == 0 || m.State == state) {
@@ -387,7 +389,7 @@ func (r RegionHealth) in(role Role, state MemberState) []Member {
 // Probe returns the region's newest write-probe result published by a
 // member that is alive or suspect (a failed member's tags are stale), or
 // the zero ProbeResult if none publishes one.
-func (r RegionHealth) Probe() ProbeResult {
+func (r Region) Probe() ProbeResult {
 	var best ProbeResult
 	for _, m := range r.members {
 		if (m.State == MemberAlive || m.State == MemberSuspect) && m.Probe.At.After(best.At) {
@@ -410,7 +412,7 @@ func (r RegionHealth) Probe() ProbeResult {
 //     shifts the window by as much.
 //
 // A region without members fails 1 (and 2 when bookies are required).
-func (r RegionHealth) Problems() []string {
+func (r Region) Problems() []string {
 	var out []string
 	if n := r.Count(RoleBroker, MemberAlive); n < r.rules.MinAliveBrokers {
 		out = append(out, fmt.Sprintf("%d alive brokers, need %d", n, r.rules.MinAliveBrokers))
@@ -427,4 +429,4 @@ func (r RegionHealth) Problems() []string {
 }
 
 // Healthy reports whether the region has no Problems.
-func (r RegionHealth) Healthy() bool { return len(r.Problems()) == 0 }
+func (r Region) Healthy() bool { return len(r.Problems()) == 0 }
