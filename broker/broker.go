@@ -18,6 +18,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/broker/security"
+	"github.com/meridian-mq/meridian/broker/stretched"
 	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
@@ -36,7 +37,7 @@ type Broker struct {
 	own       *ownership
 	gown      *ownership     // stretched namespaces' bundles, in the global store
 	bundles   *cluster.Cache // the region's bundle boundaries, watched (boundariesHint)
-	stretched *stretched
+	stretched *stretched.Placement
 	fo        *failoverctl.Shell
 	repl      *replication.Service
 	lis       net.Listener
@@ -139,7 +140,7 @@ func (b *Broker) Start() error {
 	}
 	b.fo = b.newFailoverShell()
 	b.fo.StartWatch()
-	if err := b.startStretched(); err != nil {
+	if b.stretched, err = b.startStretched(); err != nil {
 		lis.Close()
 		b.repl.Close()
 		return err
@@ -276,7 +277,7 @@ func (b *Broker) Close(ctx context.Context) error {
 	}
 	b.wg.Wait()
 	if b.stretched != nil {
-		b.stretched.close()
+		b.stretched.Close()
 	}
 	return errors.Join(errs...)
 }

@@ -14,15 +14,16 @@
 //	                   dispatch (subscription.go), ownership of bundles and
 //	                   lookups (ownership.go, balance.go), namespace
 //	                   policies enforced on loaded topics (policies.go),
-//	                   stretched placement (stretched.go), and the glue
-//	                   each room talks to (adminops.go, failover.go,
-//	                   replhost.go)
+//	                   and the glue each room talks to (adminhost.go,
+//	                   failoverhost.go, replhost.go, stretchedhost.go)
 //	broker/admin       the admin HTTP API (Pulsar's /admin/v2)
 //	broker/security    TLS, authentication, authorization
 //	broker/failoverctl the failover shell over the failover core: the
 //	                   active region's record, steering, the controller,
 //	                   the write probe
 //	broker/replication the geo-replication shell over the replicator core
+//	broker/stretched   stretched placement: ledgers over bookies of several
+//	                   regions, degraded placement after a region loss
 //	broker/meta        the floor every room stands on: names, tenants,
 //	                   namespaces and their policies, schemas, the failover
 //	                   record, shared errors

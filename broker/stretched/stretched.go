@@ -1,8 +1,8 @@
-package broker
+package stretched
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -17,6 +17,7 @@ import (
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/meridian-mq/meridian/rack"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 )
 
 // Stretched namespaces (mode stretched): instead of replicators, each
@@ -44,7 +45,7 @@ import (
 //
 // With two regions, no ledger can keep the two-region rule once one of
 // them is gone. A broker declares region R gone for stretched placement
-// (stretched.refreshGone, every second) when all of these hold:
+// (Placement.refreshGone, every second) when all of these hold:
 //
 //  1. R's mirrored bookie registrations are gone from the global store:
 //     no broker of R has renewed them for its ownership lease, so R
@@ -86,7 +87,7 @@ import (
 //     of the degraded ledgers after R returns — nothing copies them to R
 //     yet — until retention trims them. It is the trade sync replication
 //     makes when the failover decision removes a failed region from the
-//     sync set (replsync.go): keep serving, say so, alert.
+//     sync set (broker/replication): keep serving, say so, alert.
 //
 // A writer whose ensemble holds R's bookies (the owner survived R) cannot
 // replace them under the two-region rule: its ensemble change gives up
@@ -114,9 +115,15 @@ const stretchedEnsembleChangeTimeout = 10 * time.Second
 // degraded: the regions it left out, comma-separated.
 const stretchedDegradedKey = "stretched-degraded"
 
-// stretched is the broker's stretched-ledger machinery.
-type stretched struct {
-	b      *Broker
+// Placement is the broker's stretched-ledger machinery. Safe for
+// concurrent use.
+type Placement struct {
+	cfg    Config
+	host   Host
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 	client *ledger.Client
 	src    *multiRegionBookies
 
@@ -133,33 +140,47 @@ type stretched struct {
 	degraded map[string]map[string]bool
 }
 
-func (b *Broker) startStretched() error {
-	if b.cfg.Bookies == nil || b.cfg.GlobalStore == b.cfg.Store {
-		return nil
+// Start starts the stretched placement of a broker: the mirror of its
+// region's bookies into the global store, the view of every other
+// region's, and the region-loss rule. It returns nil, nil when the broker
+// is not multi-region (no bookie source, or one store for everything):
+// stretched namespaces are refused there.
+func Start(cfg Config, host Host) (*Placement, error) {
+	if cfg.Bookies == nil || cfg.GlobalStore == cfg.Store {
+		return nil, nil
 	}
-	src := &multiRegionBookies{local: b.cfg.Bookies, localRegion: b.cfg.Cluster, global: b.cfg.GlobalStore, views: map[string]*cluster.BookieView{}}
-	lc, err := ledger.New(ledger.Config{Store: b.cfg.GlobalStore, IDs: cluster.NewIDAllocator(b.cfg.GlobalStore), Bookies: src,
-		Region: b.cfg.Cluster, DegradedRecovery: true, EnsembleChangeTimeout: stretchedEnsembleChangeTimeout,
-		Logger: b.cfg.Logger.With("component", "stretched-ledger"), DialOptions: b.guard.GRPCDialOptions()})
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	src := &multiRegionBookies{local: cfg.Bookies, localRegion: cfg.Cluster, global: cfg.GlobalStore, views: map[string]*cluster.BookieView{}}
+	lc, err := ledger.New(ledger.Config{Store: cfg.GlobalStore, IDs: cluster.NewIDAllocator(cfg.GlobalStore), Bookies: src,
+		Region: cfg.Cluster, DegradedRecovery: true, EnsembleChangeTimeout: stretchedEnsembleChangeTimeout,
+		Logger: cfg.Logger.With("component", "stretched-ledger"), DialOptions: cfg.DialOptions})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	l := prometheus.Labels{"cluster": b.cfg.Cluster}
-	s := &stretched{b: b, client: lc, src: src, seen: map[string]bool{}, gone: map[string]time.Time{}, degraded: map[string]map[string]bool{},
+	l := prometheus.Labels{"cluster": cfg.Cluster}
+	s := &Placement{cfg: cfg, host: host, log: cfg.Logger, client: lc, src: src, seen: map[string]bool{}, gone: map[string]time.Time{}, degraded: map[string]map[string]bool{},
 		goneGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "meridian", Subsystem: "broker", Name: "stretched_region_gone",
 			Help: "1 while this broker has the region declared gone for stretched placement (its bookies' registrations gone from the global store, gossip has it down).", ConstLabels: l}, []string{"region"}),
 		degradedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "meridian", Subsystem: "broker", Name: "stretched_degraded",
 			Help: "1 while a stretched namespace's new ledgers on this broker are placed degraded (inside the surviving region: an entry acknowledged now survives no further region loss).", ConstLabels: l}, []string{"namespace"}),
 	}
-	b.metrics.reg.MustRegister(s.goneGauge, s.degradedGauge)
-	b.stretched = s
-	b.wg.Add(2)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.goneGauge, s.degradedGauge)
+	}
+	s.wg.Add(2)
 	go s.mirrorLoop()
 	go s.watchRegions()
-	return nil
+	return s, nil
 }
 
-func (s *stretched) close() {
+// Close stops the loops, then closes the stretched ledger client and the
+// other regions' bookie views.
+func (s *Placement) Close() {
+	s.cancel()
+	s.wg.Wait()
 	s.client.Close()
 	s.src.close()
 }
@@ -168,17 +189,16 @@ func (s *stretched) close() {
 // store every second, under a lease of this broker (brokers of a region
 // write the same values; a key outlives a dead broker until the next copy
 // by another, or its lease).
-func (s *stretched) mirrorLoop() {
-	defer s.b.wg.Done()
-	b := s.b
-	mirror := b.cfg.GlobalStore.Sub(stretchedPrefix + b.cfg.Cluster)
+func (s *Placement) mirrorLoop() {
+	defer s.wg.Done()
+	mirror := s.cfg.GlobalStore.Sub(stretchedPrefix + s.cfg.Cluster)
 	var lease *cluster.Lease
 	written := map[string]string{}
 	tk := time.NewTicker(time.Second)
 	defer tk.Stop()
 	for {
 		func() {
-			ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 			defer cancel()
 			if lease != nil {
 				select {
@@ -188,13 +208,13 @@ func (s *stretched) mirrorLoop() {
 				}
 			}
 			if lease == nil {
-				l, err := b.cfg.GlobalStore.GrantLease(b.ctx, b.cfg.OwnershipTTL)
+				l, err := s.cfg.GlobalStore.GrantLease(s.ctx, s.cfg.OwnershipTTL)
 				if err != nil {
 					return
 				}
 				lease = l
 			}
-			kvs, _, err := b.cfg.Store.List(ctx, "/bookies/")
+			kvs, _, err := s.cfg.Store.List(ctx, "/bookies/")
 			if err != nil {
 				return
 			}
@@ -217,7 +237,7 @@ func (s *stretched) mirrorLoop() {
 			}
 		}()
 		select {
-		case <-b.ctx.Done():
+		case <-s.ctx.Done():
 			return
 		case <-tk.C:
 		}
@@ -226,29 +246,28 @@ func (s *stretched) mirrorLoop() {
 
 // watchRegions keeps a bookie view of every other registered region and,
 // every second, which of them are gone (refreshGone).
-func (s *stretched) watchRegions() {
-	defer s.b.wg.Done()
-	b := s.b
+func (s *Placement) watchRegions() {
+	defer s.wg.Done()
 	tk := time.NewTicker(time.Second)
 	defer tk.Stop()
 	var regions []string
 	for i := 0; ; i++ {
 		if i%2 == 0 {
-			ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-			rs, err := b.meta.ListRegions(ctx)
+			ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+			rs, err := s.cfg.Meta.ListRegions(ctx)
 			cancel()
 			if err == nil {
 				regions = rs
 				for _, r := range regions {
-					if r != b.cfg.Cluster {
-						s.src.watch(b.ctx, r)
+					if r != s.cfg.Cluster {
+						s.src.watch(s.ctx, r)
 					}
 				}
 			}
 		}
 		s.refreshGone(regions)
 		select {
-		case <-b.ctx.Done():
+		case <-s.ctx.Done():
 			return
 		case <-tk.C:
 		}
@@ -266,18 +285,17 @@ func regionGone(mirrored int, gossipDown, known bool) bool {
 
 // refreshGone re-evaluates every other region; a region that returns
 // ends the degraded placement of the namespaces that used it.
-func (s *stretched) refreshGone(regions []string) {
-	b := s.b
+func (s *Placement) refreshGone(regions []string) {
 	var view *cluster.HealthView
-	if b.cfg.HealthView != nil {
-		v := b.cfg.HealthView()
+	if s.cfg.HealthView != nil {
+		v := s.cfg.HealthView()
 		view = &v
 	}
-	declared := b.fo.DeclaredFailed()
+	declared := s.host.DeclaredFailed()
 	var returned []string
 	now := time.Now()
 	for _, r := range regions {
-		if r == b.cfg.Cluster {
+		if r == s.cfg.Cluster {
 			continue
 		}
 		n := s.src.count(r)
@@ -292,12 +310,12 @@ func (s *stretched) refreshGone(regions []string) {
 		case gone && !was:
 			s.gone[r] = now
 			s.goneGauge.WithLabelValues(r).Set(1)
-			b.log.Warn("stretched: region declared gone: new stretched ledgers are placed without it", "region", r)
+			s.log.Warn("stretched: region declared gone: new stretched ledgers are placed without it", "region", r)
 		case !gone && was:
 			delete(s.gone, r)
 			s.goneGauge.WithLabelValues(r).Set(0)
 			returned = append(returned, r)
-			b.log.Info("stretched: region back: new stretched ledgers use it again", "region", r)
+			s.log.Info("stretched: region back: new stretched ledgers use it again", "region", r)
 		}
 		s.mu.Unlock()
 	}
@@ -309,14 +327,13 @@ func (s *stretched) refreshGone(regions []string) {
 // restore ends degraded placement for the namespaces none of whose regions
 // is gone any more: each of their loaded topics that wrote a degraded
 // ledger rolls over at its next append, onto a region-aware ledger.
-func (s *stretched) restore() {
-	b := s.b
+func (s *Placement) restore() {
 	s.mu.Lock()
 	nss := slices.Collect(maps.Keys(s.degraded))
 	s.mu.Unlock()
 	regions := map[string][]string{} // read outside the lock: adjust must not wait on the store
 	for _, ns := range nss {
-		if pol, err := b.meta.GetPolicies(b.ctx, ns); err == nil {
+		if pol, err := s.cfg.Meta.GetPolicies(s.ctx, ns); err == nil {
 			regions[ns] = pol.ReplicationClusters
 		}
 	}
@@ -332,20 +349,16 @@ func (s *stretched) restore() {
 		}
 		delete(s.degraded, ns)
 		s.degradedGauge.WithLabelValues(ns).Set(0)
-		b.metrics.replAlerts.WithLabelValues("stretched-restored").Inc()
-		b.log.Warn("stretched: namespace placed region-aware again; its degraded ledgers roll over", "namespace", ns, "topics", len(mls))
+		s.alert("stretched-restored")
+		s.log.Warn("stretched: namespace placed region-aware again; its degraded ledgers roll over", "namespace", ns, "topics", len(mls))
 	}
 	s.mu.Unlock()
-	for _, t := range b.loadedTopics() {
-		if roll[t.ml.Name()] {
-			t.ml.RollNext()
-		}
-	}
+	s.host.RollNext(roll)
 }
 
 // adjust is a stretched topic's mledger.Config.Adjust: the placement of
 // its next ledger given the regions gone now.
-func (s *stretched) adjust(o ledger.CreateOptions) ledger.CreateOptions {
+func (s *Placement) adjust(o ledger.CreateOptions) ledger.CreateOptions {
 	ml := o.Custom["managed-ledger"] // TENANT/NS/DOMAIN/TOPIC
 	parts := strings.SplitN(ml, "/", 3)
 	if len(parts) < 3 {
@@ -370,8 +383,8 @@ func (s *stretched) adjust(o ledger.CreateOptions) ledger.CreateOptions {
 		mls = map[string]bool{}
 		s.degraded[ns] = mls
 		s.degradedGauge.WithLabelValues(ns).Set(1)
-		s.b.metrics.replAlerts.WithLabelValues("stretched-degraded").Inc()
-		s.b.log.Warn("stretched: namespace places new ledgers degraded (an entry acknowledged now survives no further region loss)",
+		s.alert("stretched-degraded")
+		s.log.Warn("stretched: namespace places new ledgers degraded (an entry acknowledged now survives no further region loss)",
 			"namespace", ns, "gone", strings.Join(left, ","), "e", out.EnsembleSize, "qw", out.WriteQuorum, "qa", out.AckQuorum)
 	}
 	mls[ml] = true
@@ -380,8 +393,8 @@ func (s *stretched) adjust(o ledger.CreateOptions) ledger.CreateOptions {
 
 // fallback is the degraded quorums and rack rule: this broker's own
 // managed-ledger defaults, as a single-region namespace gets them.
-func (s *stretched) fallback() degradedQuorums {
-	m := s.b.cfg.ManagedLedger
+func (s *Placement) fallback() degradedQuorums {
+	m := s.cfg.ManagedLedger
 	q := degradedQuorums{e: m.EnsembleSize, qw: m.WriteQuorum, qa: m.AckQuorum}
 	if q.e == 0 && q.qw == 0 && q.qa == 0 {
 		d := mledger.DefaultConfig()
@@ -536,25 +549,67 @@ func (m *multiRegionBookies) close() {
 	}
 }
 
-// stretchedLedgerConfig adapts a topic's managed-ledger config to a
-// stretched namespace: metadata in the global store, the stretched ledger
-// client, region-aware placement over the namespace's regions.
-func (b *Broker) stretchedLedgerConfig(mlc *mledger.Config, pol meta.Policies) error {
-	if b.stretched == nil {
-		return fmt.Errorf("%w: namespace mode stretched needs a multi-region broker (a global store and the region's bookie view)", meta.ErrNotAllowed)
-	}
+// LedgerConfig adapts a topic's managed-ledger config to a stretched
+// namespace: metadata in the global store, the stretched ledger client,
+// region-aware placement over the namespace's regions.
+func (s *Placement) LedgerConfig(mlc *mledger.Config, pol meta.Policies) error {
 	for _, r := range pol.ReplicationClusters {
-		if r != b.cfg.Cluster {
-			b.stretched.src.watch(b.ctx, r) // at once, not at the next poll
+		if r != s.cfg.Cluster {
+			s.src.watch(s.ctx, r) // at once, not at the next poll
 		}
 	}
-	mlc.Store = b.cfg.GlobalStore
-	mlc.Ledgers = b.stretched.client
+	mlc.Store = s.cfg.GlobalStore
+	mlc.Ledgers = s.client
 	if p := pol.Persistence; p == nil || p.EnsembleSize == 0 {
 		mlc.EnsembleSize, mlc.WriteQuorum, mlc.AckQuorum = stretchedEnsemble, stretchedQw, stretchedQa
 	}
 	mlc.Placement = rack.Policy{Kind: rack.RegionAware, Regions: append([]string(nil), pol.ReplicationClusters...),
 		MinRegionsForDurability: 2, MinRacksPerWriteQuorum: 2, Enforce: true}
-	mlc.Adjust = b.stretched.adjust
+	mlc.Adjust = s.adjust
 	return mlc.Placement.Validate(mlc.EnsembleSize, mlc.WriteQuorum, mlc.AckQuorum)
+}
+
+func (s *Placement) alert(kind string) {
+	if s.cfg.Alert != nil {
+		s.cfg.Alert(kind)
+	}
+}
+
+// Config configures a Placement. Read once by Start.
+type Config struct {
+	// Cluster is this broker's region.
+	Cluster string
+	// Store is the region's metadata store (its bookie registrations are
+	// mirrored from it); GlobalStore the one every region shares.
+	Store, GlobalStore *cluster.Store
+	// Meta reads the registered regions and namespaces' policies.
+	Meta *meta.Metadata
+	// Bookies is the region's bookie source (the one the broker's ledger
+	// client uses).
+	Bookies ledger.BookieSource
+	// HealthView, if set, is the gossip view of every region (a region is
+	// gone only when gossip has it down too).
+	HealthView func() cluster.HealthView
+	// OwnershipTTL is the lease behind the mirrored registrations.
+	OwnershipTTL time.Duration
+	// ManagedLedger is the broker's managed-ledger template: its quorums
+	// and rack rule are the degraded placement's.
+	ManagedLedger mledger.Config
+	// DialOptions are the bookie links' gRPC security.
+	DialOptions []grpc.DialOption
+	// Registerer takes the gauges; Alert counts events by kind.
+	Registerer prometheus.Registerer
+	Alert      func(kind string)
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Host is what the placement asks of the broker. Safe for concurrent use.
+type Host interface {
+	// DeclaredFailed returns the regions an unplanned failover declared
+	// failed (failoverctl.Shell).
+	DeclaredFailed() map[string]bool
+	// RollNext makes every loaded topic whose managed ledger is named in
+	// mls start a new ledger at its next append.
+	RollNext(mls map[string]bool)
 }

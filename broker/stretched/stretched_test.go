@@ -1,4 +1,4 @@
-package broker
+package stretched
 
 import (
 	"math/rand/v2"
