@@ -37,11 +37,7 @@ func newAdminStorageCmds() []*cobra.Command {
 			return nil, err
 		}
 		tlsSrc = src
-		sc, err := secfc.storeConfig(splitList(etcd), MetadataConfig{}.regionPrefix(region), src)
-		if err != nil {
-			return nil, err
-		}
-		return cluster.Connect(ctx, sc)
+		return secfc.connectStore(ctx, splitList(etcd), MetadataConfig{}.regionPrefix(region), src)
 	}
 	flags := func(c *cobra.Command) {
 		c.Flags().StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints")

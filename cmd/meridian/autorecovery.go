@@ -116,13 +116,7 @@ func newAutorecoveryCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			storeCfg, err := secfc.storeConfig(md.Endpoints, md.regionPrefix(region), tlsSrc)
-			if err != nil {
-				return err
-			}
-			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			store, err := cluster.Connect(sctx, storeCfg)
-			cancel()
+			store, err := secfc.connectStore(ctx, md.Endpoints, md.regionPrefix(region), tlsSrc)
 			if err != nil {
 				return err
 			}

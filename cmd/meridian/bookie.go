@@ -100,13 +100,7 @@ func runBookie(ctx context.Context, fc FileConfig, c bookie.Config, gossip *goss
 	if err != nil {
 		return err
 	}
-	storeCfg, err := fc.Security.storeConfig(fc.Metadata.Endpoints, fc.Metadata.regionPrefix(fc.Region), tlsSrc)
-	if err != nil {
-		return err
-	}
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	store, err := cluster.Connect(sctx, storeCfg)
-	cancel()
+	store, err := fc.Security.connectStore(ctx, fc.Metadata.Endpoints, fc.Metadata.regionPrefix(fc.Region), tlsSrc)
 	if err != nil {
 		return err
 	}

@@ -94,13 +94,7 @@ func newBrokerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			storeCfg, err := secfc.storeConfig(fc.Metadata.Endpoints, fc.Metadata.regionPrefix(fc.Region), tlsSrc)
-			if err != nil {
-				return err
-			}
-			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			store, err := cluster.Connect(sctx, storeCfg)
-			cancel()
+			store, err := secfc.connectStore(ctx, fc.Metadata.Endpoints, fc.Metadata.regionPrefix(fc.Region), tlsSrc)
 			if err != nil {
 				return err
 			}
@@ -111,13 +105,7 @@ func newBrokerCmd() *cobra.Command {
 				if f.Changed("global-etcd") {
 					eps = splitList(globalEtcd)
 				}
-				gcfg, err := secfc.storeConfig(eps, fc.Metadata.globalPrefix(), tlsSrc)
-				if err != nil {
-					return err
-				}
-				gctx, gcancel := context.WithTimeout(ctx, 30*time.Second)
-				global, err = cluster.Connect(gctx, gcfg)
-				gcancel()
+				global, err = secfc.connectStore(ctx, eps, fc.Metadata.globalPrefix(), tlsSrc)
 				if err != nil {
 					return err
 				}

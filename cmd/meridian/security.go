@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -141,6 +142,18 @@ func (c SecurityFileConfig) storeConfig(endpoints []string, prefix string, src *
 		}
 	}
 	return sc, nil
+}
+
+// connectStore connects to the etcd cluster at endpoints under prefix
+// (storeConfig: TLS and the etcd user), waiting at most 30 s for it.
+func (c SecurityFileConfig) connectStore(ctx context.Context, endpoints []string, prefix string, src *tlsutil.Source) (*cluster.Store, error) {
+	sc, err := c.storeConfig(endpoints, prefix, src)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return cluster.Connect(ctx, sc)
 }
 
 // brokerSecurity builds the broker's SecurityConfig.

@@ -89,13 +89,7 @@ token authentication on, --authorization role permissions.`,
 			}
 			defer e.Close()
 			md := MetadataConfig{Endpoints: []string{e.ClientURL()}}
-			storeCfg, err := secfc.storeConfig(md.Endpoints, md.regionPrefix("standalone"), tlsSrc)
-			if err != nil {
-				return err
-			}
-			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			store, err := cluster.Connect(sctx, storeCfg)
-			cancel()
+			store, err := secfc.connectStore(ctx, md.Endpoints, md.regionPrefix("standalone"), tlsSrc)
 			if err != nil {
 				return err
 			}
