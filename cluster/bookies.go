@@ -85,6 +85,15 @@ func (r *BookieRegistry) LedgerIDHighWater(ctx context.Context) (int64, error) {
 // only. Calling it again replaces the registration (e.g. to move it to
 // read-only). If another live process holds the same bookie id, Register
 // waits up to twice the TTL for its lease to expire and then fails.
+//
+// A registration left by this bookie's own previous run (same instance id,
+// same advertised address) is taken over at once: that run is dead, since
+// this process holds its data dir and its address, and its lease merely
+// has not run out yet (after a kill -9 it lasts the TTL; after an etcd
+// restart, which renews every lease, the TTL again). Waiting it out would
+// hide a running bookie from its region for that long: new ensembles could
+// not use it, and auto-recovery, seeing every bookie of a restarted region
+// gone at once, declared them all lost.
 func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -106,7 +115,7 @@ func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistr
 	}
 	deadline := time.Now().Add(2 * r.ttl)
 	for {
-		ok, err := r.claim(ctx, key, other, b)
+		ok, err := r.claim(ctx, key, other, b, reg)
 		if err != nil {
 			return err
 		}
@@ -128,8 +137,10 @@ func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistr
 }
 
 // claim writes key under our lease unless a key of this id is held by
-// another lease, and removes our own key of the other state.
-func (r *BookieRegistry) claim(ctx context.Context, key, other string, val []byte) (bool, error) {
+// another lease that is not our previous run's (predecessor), and removes
+// the key of the other state. The put binds key to our lease, so the
+// predecessor's lease expiring later deletes nothing of ours.
+func (r *BookieRegistry) claim(ctx context.Context, key, other string, val []byte, reg *metapb.BookieRegistration) (bool, error) {
 	for _, k := range []string{key, other} {
 		kv, err := r.s.Get(ctx, k)
 		if errors.Is(err, ErrNotFound) {
@@ -138,7 +149,7 @@ func (r *BookieRegistry) claim(ctx context.Context, key, other string, val []byt
 		if err != nil {
 			return false, err
 		}
-		if kv.Lease != int64(r.lease.ID) {
+		if kv.Lease != int64(r.lease.ID) && !predecessor(kv.Value, reg) {
 			return false, nil
 		}
 	}
@@ -149,6 +160,21 @@ func (r *BookieRegistry) claim(ctx context.Context, key, other string, val []byt
 		return false, err
 	}
 	return true, nil
+}
+
+// predecessor reports whether val, a registration held by another lease, is
+// the one reg's bookie left in a previous run: the same id, the same
+// instance id (the same data dir, which its store holds locked) and the
+// same advertised address (which this process listens on before it
+// registers). Another process with that id is told apart by its instance
+// id (another data dir) or its address.
+func predecessor(val []byte, reg *metapb.BookieRegistration) bool {
+	old := &metapb.BookieRegistration{}
+	if err := proto.Unmarshal(val, old); err != nil {
+		return false
+	}
+	return reg.GetInstanceId() != "" && old.GetId() == reg.GetId() &&
+		old.GetInstanceId() == reg.GetInstanceId() && old.GetAddr() == reg.GetAddr()
 }
 
 // Deregister revokes the registration at once.

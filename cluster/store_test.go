@@ -183,3 +183,77 @@ func TestLeaseExpiryRemovesRegistration(t *testing.T) {
 		return err == nil && len(kvs) == 0
 	})
 }
+
+// A bookie killed (kill -9) and started again on its data dir finds its
+// previous run's registration still there: that run's lease lasts its TTL
+// (and an etcd restart renews it for another TTL). The new run takes the
+// registration over at once, so the bookie never drops out of the
+// registry (issue 32: a restarted region's bookies were unregistered for
+// ~11 s, and auto-recovery declared all three lost); another process with
+// the same id is still refused while the registration's holder lives.
+func TestBookieRegistryTakesOverItsPreviousRunAtOnce(t *testing.T) {
+	url := testutil.StartEtcd(t)
+	s := testutil.Store(t, url, "/east")
+	ctx := context.Background()
+	const ttl = 4 * time.Second
+	dying, err := cluster.Connect(ctx, cluster.StoreConfig{Endpoints: []string{url}, Prefix: "/east"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &metapb.BookieRegistration{Id: "b1", Addr: "127.0.0.1:1", Region: "east", Rack: "r1", InstanceId: "i1"}
+	if err := cluster.NewBookieRegistry(dying, ttl).Register(ctx, reg); err != nil {
+		t.Fatal(err)
+	}
+	_, rev, err := s.List(ctx, "/bookies/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every change to the registry from now on.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	events := s.Watch(wctx, "/bookies/", rev+1)
+	dying.Close() // killed: keep-alive stops, the lease runs its TTL
+
+	next := cluster.NewBookieRegistry(s, ttl)
+	start := time.Now()
+	if err := next.Register(ctx, reg); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > ttl/2 {
+		t.Fatalf("the restarted bookie registered after %v: it waited for its own previous run's lease (TTL %v) to run out", took, ttl)
+	}
+	// The previous run's lease expires meanwhile; the registration, bound
+	// to the new lease, must stay.
+	deadline := time.After(ttl + 3*time.Second)
+	for done := false; !done; {
+		select {
+		case evs := <-events:
+			for _, ev := range evs {
+				if ev.Deleted {
+					t.Fatalf("the registration was deleted (%s) after the restarted bookie took it over", ev.KV.Key)
+				}
+			}
+		case <-deadline:
+			done = true
+		}
+	}
+	kvs, _, err := s.List(ctx, "/bookies/writable/")
+	if err != nil || len(kvs) != 1 {
+		t.Fatalf("registrations after the old lease's TTL: %d (%v), want 1", len(kvs), err)
+	}
+
+	// Not a previous run: another data dir (instance), or another address,
+	// with the same id, while the holder lives.
+	for _, other := range []*metapb.BookieRegistration{
+		{Id: "b1", Addr: reg.Addr, InstanceId: "i2"},
+		{Id: "b1", Addr: "127.0.0.1:2", InstanceId: "i1"},
+		{Id: "b1", Addr: reg.Addr},
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := cluster.NewBookieRegistry(s, ttl).Register(cctx, other)
+		cancel()
+		if err == nil {
+			t.Fatalf("%v registered over a live bookie's registration", other)
+		}
+	}
+}
