@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -32,11 +33,15 @@ const DefaultRegistrationTTL = 10 * time.Second
 type BookieRegistry struct {
 	s   *Store
 	ttl time.Duration
+	// Logger, when set before the first Register, hears when the
+	// registration's lease was lost and the bookie registered again.
+	Logger *slog.Logger
 
-	mu    sync.Mutex
-	lease *Lease
-	key   string
-	reg   *metapb.BookieRegistration
+	mu           sync.Mutex
+	lease        *Lease
+	key          string
+	reg          *metapb.BookieRegistration
+	deregistered bool // Deregister ran: the lease is not renewed any more
 }
 
 // NewBookieRegistry returns a registry on s (a region's store). ttl 0 means
@@ -97,9 +102,21 @@ func (r *BookieRegistry) LedgerIDHighWater(ctx context.Context) (int64, error) {
 func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.deregistered = false
+	return r.registerLocked(ctx, reg)
+}
+
+func (r *BookieRegistry) registerLocked(ctx context.Context, reg *metapb.BookieRegistration) error {
 	b, err := proto.Marshal(reg)
 	if err != nil {
 		return err
+	}
+	if r.lease != nil {
+		select {
+		case <-r.lease.Lost(): // expired: its keys are gone
+			r.lease = nil
+		default:
+		}
 	}
 	if r.lease == nil {
 		l, err := r.s.GrantLease(context.WithoutCancel(ctx), r.ttl)
@@ -107,6 +124,7 @@ func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistr
 			return err
 		}
 		r.lease = l
+		go r.renew(l)
 	}
 	key := bookiesWritable + reg.Id
 	other := bookiesReadOnly + reg.Id
@@ -177,10 +195,64 @@ func predecessor(val []byte, reg *metapb.BookieRegistration) bool {
 		old.GetInstanceId() == reg.GetInstanceId() && old.GetAddr() == reg.GetAddr()
 }
 
+// renew registers the bookie again, under a new lease, when l is lost
+// while it is still the registration's lease: its keep-alive stopped
+// (etcd unreachable, or this process stalled, for the TTL), so etcd
+// deleted the registration, and the bookie, still serving and still alive
+// in gossip, was out of its region's registry for good: no new ensemble
+// could use it. It retries until it succeeds, Deregister runs, or the
+// store closes.
+func (r *BookieRegistry) renew(l *Lease) {
+	done := r.s.cli.Ctx().Done()
+	select {
+	case <-l.Lost():
+	case <-done:
+		return
+	}
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		if r.s.cli.Ctx().Err() != nil {
+			return // the store closed: the process is going
+		}
+		r.mu.Lock()
+		if r.lease != l || r.deregistered || r.reg == nil {
+			r.mu.Unlock()
+			return // replaced (a Register meanwhile) or revoked
+		}
+		reg := r.reg
+		ctx, cancel := context.WithTimeout(r.s.cli.Ctx(), 2*r.ttl+10*time.Second)
+		err := r.registerLocked(ctx, reg) // grants a new lease: l is lost
+		cancel()
+		if err == nil {
+			r.mu.Unlock()
+			if r.Logger != nil {
+				r.Logger.Warn("bookie: registration lease lost; registered again", "bookie", reg.GetId(), "lost_lease", int64(l.ID))
+			}
+			return // the new lease has its own renew
+		}
+		if r.lease != l && r.lease != nil { // granted, but the claim failed: drop it
+			nl := r.lease
+			rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+			nl.Revoke(rctx) // its renew returns: r.lease is not it
+			rcancel()
+		}
+		r.lease = l // the next try starts over from the lost lease
+		r.mu.Unlock()
+		if r.Logger != nil {
+			r.Logger.Warn("bookie: registration lease lost; registering again failed, retrying", "bookie", reg.GetId(), "err", err, "retry_in", wait)
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
 // Deregister revokes the registration at once.
 func (r *BookieRegistry) Deregister(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.deregistered = true
 	if r.lease == nil {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/metapb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestStoreCreateCASDelete(t *testing.T) {
@@ -255,5 +256,42 @@ func TestBookieRegistryTakesOverItsPreviousRunAtOnce(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%v registered over a live bookie's registration", other)
 		}
+	}
+}
+
+// A bookie's registration lease can be lost while the bookie lives (etcd
+// unreachable, or the process stalled, for the TTL): etcd deletes the
+// registration. The bookie still serves and is alive in gossip, so its
+// region looks healthy, yet no new ensemble can use it: the registry must
+// get it back. It used to stay unregistered until the process restarted
+// (issue 32: "0 usable (0 live)" in a region whose bookies all ran). Here
+// the lease is revoked behind the registry's back; after Deregister
+// nothing comes back.
+func TestBookieRegistryRegistersAgainAfterItsLeaseIsLost(t *testing.T) {
+	url := testutil.StartEtcd(t)
+	s := testutil.Store(t, url, "/east")
+	ctx := context.Background()
+	r := cluster.NewBookieRegistry(testutil.Store(t, url, "/east"), 2*time.Second)
+	reg := &metapb.BookieRegistration{Id: "b1", Addr: "127.0.0.1:1", Region: "east", Rack: "r1", InstanceId: "i1"}
+	if err := r.Register(ctx, reg); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := s.Get(ctx, "/bookies/writable/b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client().Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "b1 registered again under a new lease", func() bool {
+		kv2, err := s.Get(ctx, "/bookies/writable/b1")
+		return err == nil && kv2.Lease != kv.Lease
+	})
+	if err := r.Deregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := s.Get(ctx, "/bookies/writable/b1"); !errors.Is(err, cluster.ErrNotFound) {
+		t.Fatalf("after Deregister: %v, want no registration", err)
 	}
 }
