@@ -221,7 +221,7 @@ func (w *Worker) repairLedger(ctx context.Context, mk Marker, markerRev int64) (
 	}
 	w.setCurrent(mk.LedgerID)
 	defer w.setCurrent(0)
-	recovered := false
+	recovered, checked := false, false
 	for attempt := 0; ; attempt++ {
 		m, err := ledger.ReadMetadata(ctx, w.cfg.Store, mk.LedgerID)
 		if errors.Is(err, ledger.ErrNoSuchLedger) {
@@ -229,9 +229,6 @@ func (w *Worker) repairLedger(ctx context.Context, mk Marker, markerRev int64) (
 		}
 		if err != nil {
 			return false, err
-		}
-		if attempt == 0 {
-			w.dropReturned(ctx, m.Meta, lost)
 		}
 		ws := w.writerState(ctx, m.Meta)
 		switch Decide(m.Meta.State, ws) {
@@ -254,6 +251,12 @@ func (w *Worker) repairLedger(ctx context.Context, mk Marker, markerRev int64) (
 			w.mu.Unlock()
 			w.cfg.Metrics.ledgersRecoverd.Inc()
 			continue
+		}
+		if !checked {
+			// After any recovery: the last fragment is complete then,
+			// and sampled too.
+			w.dropReturned(ctx, m.Meta, lost)
+			checked = true
 		}
 		repairs, waiting := PlanRepairs(m.Meta, lost)
 		err = nil
