@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -32,11 +33,15 @@ const DefaultRegistrationTTL = 10 * time.Second
 type BookieRegistry struct {
 	s   *Store
 	ttl time.Duration
+	// Logger, when set before the first Register, hears when the
+	// registration's lease was lost and the bookie registered again.
+	Logger *slog.Logger
 
-	mu    sync.Mutex
-	lease *Lease
-	key   string
-	reg   *metapb.BookieRegistration
+	mu           sync.Mutex
+	lease        *Lease
+	key          string
+	reg          *metapb.BookieRegistration
+	deregistered bool // Deregister ran: the lease is not renewed any more
 }
 
 // NewBookieRegistry returns a registry on s (a region's store). ttl 0 means
@@ -85,12 +90,33 @@ func (r *BookieRegistry) LedgerIDHighWater(ctx context.Context) (int64, error) {
 // only. Calling it again replaces the registration (e.g. to move it to
 // read-only). If another live process holds the same bookie id, Register
 // waits up to twice the TTL for its lease to expire and then fails.
+//
+// A registration left by this bookie's own previous run (same instance id,
+// same advertised address) is taken over at once: that run is dead, since
+// this process holds its data dir and its address, and its lease merely
+// has not run out yet (after a kill -9 it lasts the TTL; after an etcd
+// restart, which renews every lease, the TTL again). Waiting it out would
+// hide a running bookie from its region for that long: new ensembles could
+// not use it, and auto-recovery, seeing every bookie of a restarted region
+// gone at once, declared them all lost.
 func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.deregistered = false
+	return r.registerLocked(ctx, reg)
+}
+
+func (r *BookieRegistry) registerLocked(ctx context.Context, reg *metapb.BookieRegistration) error {
 	b, err := proto.Marshal(reg)
 	if err != nil {
 		return err
+	}
+	if r.lease != nil {
+		select {
+		case <-r.lease.Lost(): // expired: its keys are gone
+			r.lease = nil
+		default:
+		}
 	}
 	if r.lease == nil {
 		l, err := r.s.GrantLease(context.WithoutCancel(ctx), r.ttl)
@@ -98,6 +124,7 @@ func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistr
 			return err
 		}
 		r.lease = l
+		go r.renew(l)
 	}
 	key := bookiesWritable + reg.Id
 	other := bookiesReadOnly + reg.Id
@@ -106,7 +133,7 @@ func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistr
 	}
 	deadline := time.Now().Add(2 * r.ttl)
 	for {
-		ok, err := r.claim(ctx, key, other, b)
+		ok, err := r.claim(ctx, key, other, b, reg)
 		if err != nil {
 			return err
 		}
@@ -128,8 +155,10 @@ func (r *BookieRegistry) Register(ctx context.Context, reg *metapb.BookieRegistr
 }
 
 // claim writes key under our lease unless a key of this id is held by
-// another lease, and removes our own key of the other state.
-func (r *BookieRegistry) claim(ctx context.Context, key, other string, val []byte) (bool, error) {
+// another lease that is not our previous run's (predecessor), and removes
+// the key of the other state. The put binds key to our lease, so the
+// predecessor's lease expiring later deletes nothing of ours.
+func (r *BookieRegistry) claim(ctx context.Context, key, other string, val []byte, reg *metapb.BookieRegistration) (bool, error) {
 	for _, k := range []string{key, other} {
 		kv, err := r.s.Get(ctx, k)
 		if errors.Is(err, ErrNotFound) {
@@ -138,7 +167,7 @@ func (r *BookieRegistry) claim(ctx context.Context, key, other string, val []byt
 		if err != nil {
 			return false, err
 		}
-		if kv.Lease != int64(r.lease.ID) {
+		if kv.Lease != int64(r.lease.ID) && !predecessor(kv.Value, reg) {
 			return false, nil
 		}
 	}
@@ -151,10 +180,79 @@ func (r *BookieRegistry) claim(ctx context.Context, key, other string, val []byt
 	return true, nil
 }
 
+// predecessor reports whether val, a registration held by another lease, is
+// the one reg's bookie left in a previous run: the same id, the same
+// instance id (the same data dir, which its store holds locked) and the
+// same advertised address (which this process listens on before it
+// registers). Another process with that id is told apart by its instance
+// id (another data dir) or its address.
+func predecessor(val []byte, reg *metapb.BookieRegistration) bool {
+	old := &metapb.BookieRegistration{}
+	if err := proto.Unmarshal(val, old); err != nil {
+		return false
+	}
+	return reg.GetInstanceId() != "" && old.GetId() == reg.GetId() &&
+		old.GetInstanceId() == reg.GetInstanceId() && old.GetAddr() == reg.GetAddr()
+}
+
+// renew registers the bookie again, under a new lease, when l is lost
+// while it is still the registration's lease: its keep-alive stopped
+// (etcd unreachable, or this process stalled, for the TTL), so etcd
+// deleted the registration, and the bookie, still serving and still alive
+// in gossip, was out of its region's registry for good: no new ensemble
+// could use it. It retries until it succeeds, Deregister runs, or the
+// store closes.
+func (r *BookieRegistry) renew(l *Lease) {
+	done := r.s.cli.Ctx().Done()
+	select {
+	case <-l.Lost():
+	case <-done:
+		return
+	}
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		if r.s.cli.Ctx().Err() != nil {
+			return // the store closed: the process is going
+		}
+		r.mu.Lock()
+		if r.lease != l || r.deregistered || r.reg == nil {
+			r.mu.Unlock()
+			return // replaced (a Register meanwhile) or revoked
+		}
+		reg := r.reg
+		ctx, cancel := context.WithTimeout(r.s.cli.Ctx(), 2*r.ttl+10*time.Second)
+		err := r.registerLocked(ctx, reg) // grants a new lease: l is lost
+		cancel()
+		if err == nil {
+			r.mu.Unlock()
+			if r.Logger != nil {
+				r.Logger.Warn("bookie: registration lease lost; registered again", "bookie", reg.GetId(), "lost_lease", int64(l.ID))
+			}
+			return // the new lease has its own renew
+		}
+		if r.lease != l && r.lease != nil { // granted, but the claim failed: drop it
+			nl := r.lease
+			rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+			nl.Revoke(rctx) // its renew returns: r.lease is not it
+			rcancel()
+		}
+		r.lease = l // the next try starts over from the lost lease
+		r.mu.Unlock()
+		if r.Logger != nil {
+			r.Logger.Warn("bookie: registration lease lost; registering again failed, retrying", "bookie", reg.GetId(), "err", err, "retry_in", wait)
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
 // Deregister revokes the registration at once.
 func (r *BookieRegistry) Deregister(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.deregistered = true
 	if r.lease == nil {
 		return nil
 	}

@@ -113,8 +113,14 @@ func Connect(ctx context.Context, cfg StoreConfig) (*Store, error) {
 		Password:             cfg.Password,
 		DialKeepAliveTime:    cfg.KeepAliveTime,
 		DialKeepAliveTimeout: cfg.KeepAliveTimeout,
-		Context:              ctx,
-		Logger:               quietZap(),
+		// The client's own context (Client.Ctx) must last until Close:
+		// callers bound Connect with a timeout they cancel when it
+		// returns, and a client context cancelled then made Ctx useless
+		// as "the store is open" (and would cancel anything defaulting
+		// to it, such as concurrency sessions). ctx still bounds the
+		// reachability check below.
+		Context: context.WithoutCancel(ctx),
+		Logger:  quietZap(),
 		// gRPC health checking (etcd serves grpc.health.v1): a member is
 		// sent requests only while its health stream says SERVING. A
 		// paused member's kernel still accepts connections, so after each

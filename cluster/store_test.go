@@ -10,6 +10,7 @@ import (
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/metapb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestStoreCreateCASDelete(t *testing.T) {
@@ -182,4 +183,115 @@ func TestLeaseExpiryRemovesRegistration(t *testing.T) {
 		kvs, _, err := s.List(context.Background(), "/bookies/writable/")
 		return err == nil && len(kvs) == 0
 	})
+}
+
+// A bookie killed (kill -9) and started again on its data dir finds its
+// previous run's registration still there: that run's lease lasts its TTL
+// (and an etcd restart renews it for another TTL). The new run takes the
+// registration over at once, so the bookie never drops out of the
+// registry (issue 32: a restarted region's bookies were unregistered for
+// ~11 s, and auto-recovery declared all three lost); another process with
+// the same id is still refused while the registration's holder lives.
+func TestBookieRegistryTakesOverItsPreviousRunAtOnce(t *testing.T) {
+	url := testutil.StartEtcd(t)
+	s := testutil.Store(t, url, "/east")
+	ctx := context.Background()
+	const ttl = 4 * time.Second
+	dying, err := cluster.Connect(ctx, cluster.StoreConfig{Endpoints: []string{url}, Prefix: "/east"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &metapb.BookieRegistration{Id: "b1", Addr: "127.0.0.1:1", Region: "east", Rack: "r1", InstanceId: "i1"}
+	if err := cluster.NewBookieRegistry(dying, ttl).Register(ctx, reg); err != nil {
+		t.Fatal(err)
+	}
+	_, rev, err := s.List(ctx, "/bookies/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every change to the registry from now on.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	events := s.Watch(wctx, "/bookies/", rev+1)
+	dying.Close() // killed: keep-alive stops, the lease runs its TTL
+
+	next := cluster.NewBookieRegistry(s, ttl)
+	start := time.Now()
+	if err := next.Register(ctx, reg); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > ttl/2 {
+		t.Fatalf("the restarted bookie registered after %v: it waited for its own previous run's lease (TTL %v) to run out", took, ttl)
+	}
+	// The previous run's lease expires meanwhile; the registration, bound
+	// to the new lease, must stay.
+	deadline := time.After(ttl + 3*time.Second)
+	for done := false; !done; {
+		select {
+		case evs := <-events:
+			for _, ev := range evs {
+				if ev.Deleted {
+					t.Fatalf("the registration was deleted (%s) after the restarted bookie took it over", ev.KV.Key)
+				}
+			}
+		case <-deadline:
+			done = true
+		}
+	}
+	kvs, _, err := s.List(ctx, "/bookies/writable/")
+	if err != nil || len(kvs) != 1 {
+		t.Fatalf("registrations after the old lease's TTL: %d (%v), want 1", len(kvs), err)
+	}
+
+	// Not a previous run: another data dir (instance), or another address,
+	// with the same id, while the holder lives.
+	for _, other := range []*metapb.BookieRegistration{
+		{Id: "b1", Addr: reg.Addr, InstanceId: "i2"},
+		{Id: "b1", Addr: "127.0.0.1:2", InstanceId: "i1"},
+		{Id: "b1", Addr: reg.Addr},
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := cluster.NewBookieRegistry(s, ttl).Register(cctx, other)
+		cancel()
+		if err == nil {
+			t.Fatalf("%v registered over a live bookie's registration", other)
+		}
+	}
+}
+
+// A bookie's registration lease can be lost while the bookie lives (etcd
+// unreachable, or the process stalled, for the TTL): etcd deletes the
+// registration. The bookie still serves and is alive in gossip, so its
+// region looks healthy, yet no new ensemble can use it: the registry must
+// get it back. It used to stay unregistered until the process restarted
+// (issue 32: "0 usable (0 live)" in a region whose bookies all ran). Here
+// the lease is revoked behind the registry's back; after Deregister
+// nothing comes back.
+func TestBookieRegistryRegistersAgainAfterItsLeaseIsLost(t *testing.T) {
+	url := testutil.StartEtcd(t)
+	s := testutil.Store(t, url, "/east")
+	ctx := context.Background()
+	r := cluster.NewBookieRegistry(testutil.Store(t, url, "/east"), 2*time.Second)
+	reg := &metapb.BookieRegistration{Id: "b1", Addr: "127.0.0.1:1", Region: "east", Rack: "r1", InstanceId: "i1"}
+	if err := r.Register(ctx, reg); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := s.Get(ctx, "/bookies/writable/b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Client().Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "b1 registered again under a new lease", func() bool {
+		kv2, err := s.Get(ctx, "/bookies/writable/b1")
+		return err == nil && kv2.Lease != kv.Lease
+	})
+	if err := r.Deregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := s.Get(ctx, "/bookies/writable/b1"); !errors.Is(err, cluster.ErrNotFound) {
+		t.Fatalf("after Deregister: %v, want no registration", err)
+	}
 }

@@ -21,8 +21,9 @@ import (
 //     already lost do not count: a long-gone bookie does not make the next
 //     single restart look like a rack failure.
 //
-// A lost bookie that registers again stops being lost (its markers stay:
-// re-replication, once started, finishes).
+// A lost bookie that registers again stops being lost. Its markers stay;
+// a worker leaves its replicas where they are if it came back with their
+// data (Worker.dropReturned), and moves them off if it came back without.
 type LossDetector struct {
 	delay     time.Duration
 	goneSince map[string]time.Time

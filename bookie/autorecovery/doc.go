@@ -46,6 +46,11 @@
 //     (/underreplicated/locks/<ledger id>; a dead worker's claim expires with
 //     its lease), copies, CASes the ledger's metadata, deletes the marker.
 //     Its progress is at /underreplicated/workers/<id>, under its lease.
+//     A bookie a marker names that is registered again, not being
+//     decommissioned, and answers the scrub's sample reads of its replicas
+//     is back with its data: its replicas stay (a restarted region's
+//     bookies, once all declared lost, would otherwise be moved off for
+//     ever, or retried for ever where no bookie is spare).
 //
 // # Where it runs
 //

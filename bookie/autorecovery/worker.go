@@ -221,7 +221,7 @@ func (w *Worker) repairLedger(ctx context.Context, mk Marker, markerRev int64) (
 	}
 	w.setCurrent(mk.LedgerID)
 	defer w.setCurrent(0)
-	recovered := false
+	recovered, checked := false, false
 	for attempt := 0; ; attempt++ {
 		m, err := ledger.ReadMetadata(ctx, w.cfg.Store, mk.LedgerID)
 		if errors.Is(err, ledger.ErrNoSuchLedger) {
@@ -251,6 +251,12 @@ func (w *Worker) repairLedger(ctx context.Context, mk Marker, markerRev int64) (
 			w.mu.Unlock()
 			w.cfg.Metrics.ledgersRecoverd.Inc()
 			continue
+		}
+		if !checked {
+			// After any recovery: the last fragment is complete then,
+			// and sampled too.
+			w.dropReturned(ctx, m.Meta, lost)
+			checked = true
 		}
 		repairs, waiting := PlanRepairs(m.Meta, lost)
 		err = nil
@@ -299,6 +305,70 @@ func (w *Worker) repairLedger(ctx context.Context, mk Marker, markerRev int64) (
 		w.cfg.Metrics.ledgersDone.Inc()
 		return true, nil
 	}
+}
+
+// dropReturned removes from lost the bookies that are back with their
+// data for ledger m: registered again, not being decommissioned, and
+// answering every entry the scrub would sample from their replicas in m's
+// completed fragments with the entry itself. Their replicas stay where they
+// are. Without this a marker kept naming a bookie that came back, the
+// worker kept it out of the candidates for its replacement, and in a region
+// with no bookie to spare (all of a restarted region's bookies once looked
+// lost at once, issue 32) it retried the ledger forever. A bookie that came
+// back without its data (wiped: a new instance, entries missing) stays
+// lost and is moved off as before; so does any bookie when the registry or
+// the decommission records cannot be read.
+func (w *Worker) dropReturned(ctx context.Context, m *metapb.LedgerMetadata, lost map[string]bool) {
+	var back []string
+	for id := range lost {
+		if reg, ok := w.cfg.Bookies.Lookup(id); ok && reg.Reg != nil {
+			back = append(back, id)
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	ds, err := cluster.ListDecommissions(ctx, w.cfg.Store)
+	if err != nil {
+		return
+	}
+	for _, d := range ds {
+		back = slices.DeleteFunc(back, func(id string) bool { return id == d.BookieID })
+	}
+	slices.Sort(back)
+	for _, id := range back {
+		if w.hasItsData(ctx, m, id) {
+			delete(lost, id)
+			w.cfg.Logger.Info("a bookie marked lost is back with its data; its replicas stay", "worker", w.id, "ledger", m.LedgerId, "bookie", id)
+		}
+	}
+}
+
+// hasItsData reads, from registered bookie id, the sample entries of each of
+// its replicas in m's completed fragments, and reports whether it returned
+// every one of them intact.
+func (w *Worker) hasItsData(ctx context.Context, m *metapb.LedgerMetadata, id string) bool {
+	reg, ok := w.cfg.Bookies.Lookup(id)
+	if !ok {
+		return false
+	}
+	ref := &metapb.BookieRef{Id: id, Addr: reg.Reg.Addr, Region: reg.Reg.Region, Rack: reg.Reg.Rack}
+	for fi, f := range m.Fragments {
+		for p, b := range f.Ensemble {
+			if b.Id != id {
+				continue
+			}
+			for _, e := range SampleEntries(m, fi, p) {
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				resp, err := w.client.ReadEntryFrom(rctx, ref, m.LedgerId, e)
+				cancel()
+				if err != nil || resp.Status != bookiepb.Status_OK {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // writerState asks etcd whether the lease recorded as the ledger's writer's

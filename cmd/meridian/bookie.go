@@ -105,7 +105,9 @@ func runBookie(ctx context.Context, fc FileConfig, c bookie.Config, gossip *goss
 		return err
 	}
 	defer store.Close()
-	srv, err := bookie.New(c, cluster.NewBookieRegistry(store, 0))
+	reg := cluster.NewBookieRegistry(store, 0)
+	reg.Logger = c.Logger
+	srv, err := bookie.New(c, reg)
 	if err != nil {
 		return err
 	}

@@ -116,7 +116,9 @@ token authentication on, --authorization role permissions.`,
 					c.MetricsAddr = bookieMetrics[i-1]
 				}
 				c.TLS = secfc.TLS
-				s, err := bookie.New(c, cluster.NewBookieRegistry(store, 0))
+				reg := cluster.NewBookieRegistry(store, 0)
+				reg.Logger = c.Logger
+				s, err := bookie.New(c, reg)
 				if err != nil {
 					return err
 				}
