@@ -454,7 +454,7 @@ func (w *Worker) fixPlacement(ctx context.Context, m ledger.Metadata, fi int) (l
 	cands, byID := w.candidates(nil)
 	newEns, positions, err := FixPlacement(cands, ledger.PolicyOf(meta), int(meta.WriteQuorum), int(meta.AckQuorum), EnsembleLabels(frag, w.labels), nil, w.rng)
 	if err != nil {
-		w.cfg.Logger.Warn("fragment breaks its placement rule and no replacement fixes it now", "ledger", meta.LedgerId, "fragment", fi, "err", err)
+		w.rlog.Warn("fragment breaks its placement rule and no replacement fixes it now", "ledger", meta.LedgerId, "fragment", fi, "err", err)
 		return m, nil
 	}
 	return w.move(ctx, m, FragmentRepair{Index: fi, Positions: positions, First: frag.FirstEntryId, Last: last}, newEns, byID, "misplaced")
