@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -8,24 +9,16 @@ import (
 
 	"github.com/meridian-mq/meridian/internal/bench"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks (make bench)"}
 	var o bench.StorageOptions
-	storage := &cobra.Command{
-		Use:   "storage",
-		Short: "Disk fsync rate vs bookie add path through the ledger client (E=Qw=3, Qa=2)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signalContext()
-			defer stop()
-			_, err := bench.RunStorage(ctx, o, os.Stdout)
-			return err
-		},
-	}
+	storage := benchCmd("storage", "Disk fsync rate vs bookie add path through the ledger client (E=Qw=3, Qa=2)", nil, nil,
+		func(ctx context.Context) error { _, err := bench.RunStorage(ctx, o, os.Stdout); return err })
 	f := storage.Flags()
-	f.StringVar(&o.Out, "out", "", "also write the table into this markdown file (BENCHMARKS.md)")
-	f.StringVar(&o.Dir, "dir", "", "directory on the disk to measure (default: a temp dir under the current directory)")
+	outDirFlags(f, &o.Out, &o.Dir, "on the disk to measure")
 	f.DurationVar(&o.Duration, "duration", 0, "duration of each measurement (default 5s)")
 	f.IntVar(&o.Rounds, "rounds", 0, "alternating rounds of each measurement (default 2)")
 	cmd.AddCommand(storage, newBrokerBenchCmd("broker", false), newAllBenchCmd(), newGeorepBenchCmd(), newABBenchCmd(), newScaleBenchCmd(), newRecoveryBenchCmd())
@@ -37,32 +30,54 @@ func newBenchCmd() *cobra.Command {
 func newGeorepBenchCmd() *cobra.Command {
 	var o bench.GeorepOptions
 	var modes string
-	c := &cobra.Command{
-		Use:   "georep",
-		Short: "Geo-replication: produce rate and latency per replication mode vs single region, replication lag and throughput, in one table",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signalContext()
-			defer stop()
-			if err := orThisBinary(&o.MeridianBin); err != nil {
-				return err
-			}
+	c := benchCmd("georep", "Geo-replication: produce rate and latency per replication mode vs single region, replication lag and throughput, in one table",
+		&o.MeridianBin, &o.Command, func(ctx context.Context) error {
 			o.Modes = splitList(modes)
-			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
 			_, err := bench.RunGeorep(ctx, o, os.Stdout)
 			return err
-		},
-	}
+		})
 	f := c.Flags()
-	f.StringVar(&o.Out, "out", "", "also write the table into this markdown file (BENCHMARKS.md)")
-	f.StringVar(&o.Dir, "dir", "", "directory for the deployment's data (default: a temp dir under the current directory)")
+	outDirFlags(f, &o.Out, &o.Dir, "for the deployment's data")
 	f.DurationVar(&o.Duration, "duration", 15*time.Second, "duration of each measurement (7 of them: about 2.5 min in all at 15s)")
 	f.StringVar(&modes, "modes", "async,sync,stretched", "replication modes to measure, comma-separated (async, sync, stretched)")
 	f.IntVar(&o.Size, "size", 1024, "payload bytes per message (at least 16)")
 	f.IntVar(&o.Producers, "producers", 1, "producers per max-rate measurement, each on its own topic and connection")
 	f.IntVar(&o.MaxPending, "max-pending", 2000, "producers' MaxPendingMessages")
-	f.StringVar(&o.MeridianBin, "meridian-bin", "", "meridian binary the deployment runs (default: this binary)")
+	binFlag(f, &o.MeridianBin, "the deployment runs")
 	f.IntVar(&o.BackfillMessages, "backfill", 0, "messages the topic holds when the backfill row adds a region (default: 20,000 per second of --duration, at most 200,000)")
 	return c
+}
+
+// benchCmd is the skeleton every bench subcommand shares: its run gets a
+// context cancelled by SIGINT or SIGTERM; with bin set, an empty binary
+// path becomes this binary (orThisBinary); with command set, the run's
+// command line is recorded there for the report.
+func benchCmd(use, short string, bin, command *string, run func(context.Context) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, RunE: func(*cobra.Command, []string) error {
+		ctx, stop := signalContext()
+		defer stop()
+		if bin != nil {
+			if err := orThisBinary(bin); err != nil {
+				return err
+			}
+		}
+		if command != nil {
+			*command = "meridian " + strings.Join(os.Args[1:], " ")
+		}
+		return run(ctx)
+	}}
+}
+
+// outDirFlags are the --out and --dir flags most benches take; what
+// says what the directory holds.
+func outDirFlags(f *pflag.FlagSet, out, dir *string, what string) {
+	f.StringVar(out, "out", "", "also write the table into this markdown file (BENCHMARKS.md)")
+	f.StringVar(dir, "dir", "", "directory "+what+" (default: a temp dir under the current directory)")
+}
+
+// binFlag is --meridian-bin: the binary the bench's servers run.
+func binFlag(f *pflag.FlagSet, bin *string, what string) {
+	f.StringVar(bin, "meridian-bin", "", "meridian binary "+what+" (default: this binary)")
 }
 
 // orThisBinary sets an empty binary path to this binary's, which has the
@@ -82,26 +97,13 @@ func orThisBinary(path *string) error {
 // newBrokerBenchCmd: `bench broker`, the broker vs the bookie add path.
 func newBrokerBenchCmd(use string, disk bool) *cobra.Command {
 	o := bench.BrokerOptions{Disk: disk}
-	c := &cobra.Command{
-		Use:   use,
-		Short: "Broker (meridian standalone via pulsar-client-go) vs the bookie add path, in one table",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signalContext()
-			defer stop()
-			if err := orThisBinary(&o.MeridianBin); err != nil {
-				return err
-			}
-			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
-			_, err := bench.RunBroker(ctx, o, os.Stdout)
-			return err
-		},
-	}
+	c := benchCmd(use, "Broker (meridian standalone via pulsar-client-go) vs the bookie add path, in one table", &o.MeridianBin, &o.Command,
+		func(ctx context.Context) error { _, err := bench.RunBroker(ctx, o, os.Stdout); return err })
 	f := c.Flags()
-	f.StringVar(&o.Out, "out", "", "also write the table into this markdown file (BENCHMARKS.md)")
-	f.StringVar(&o.Dir, "dir", "", "directory on the disk to measure (default: a temp dir under the current directory)")
+	outDirFlags(f, &o.Out, &o.Dir, "on the disk to measure")
 	f.DurationVar(&o.Duration, "duration", 0, "duration of each measurement (default 5s)")
 	f.IntVar(&o.Rounds, "rounds", 0, "alternating rounds of each measurement (default 4)")
-	f.StringVar(&o.MeridianBin, "meridian-bin", "", "meridian binary to run as the standalone (default: this binary)")
+	binFlag(f, &o.MeridianBin, "to run as the standalone")
 	f.IntVar(&o.Producers, "producers", 0, "producers per produce measurement, each on its own topic and connection (default 1)")
 	f.IntVar(&o.MaxPending, "max-pending", 0, "producers' MaxPendingMessages (default 2000)")
 	f.IntVar(&o.BookieInflight, "bookie-inflight", 0, "adds in flight for the bookie 1 KiB reference row (default 1000)")
@@ -113,19 +115,8 @@ func newBrokerBenchCmd(use string, disk bool) *cobra.Command {
 // profiles, and one report leading with the side-by-side ratios.
 func newAllBenchCmd() *cobra.Command {
 	var o bench.AllOptions
-	c := &cobra.Command{
-		Use:   "all",
-		Short: "make bench: Meridian side by side with NATS JetStream and the machine's limits, in one run and one report",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signalContext()
-			defer stop()
-			if err := orThisBinary(&o.MeridianBin); err != nil {
-				return err
-			}
-			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
-			return bench.RunAll(ctx, o, os.Stdout)
-		},
-	}
+	c := benchCmd("all", "make bench: Meridian side by side with NATS JetStream and the machine's limits, in one run and one report", &o.MeridianBin, &o.Command,
+		func(ctx context.Context) error { return bench.RunAll(ctx, o, os.Stdout) })
 	f := c.Flags()
 	f.StringVar(&o.Out, "out", "", "write the report into this markdown file (BENCHMARKS.md)")
 	f.StringVar(&o.Dir, "dir", "", "directory for every server's data (default: temp dirs under the current directory)")
@@ -135,7 +126,7 @@ func newAllBenchCmd() *cobra.Command {
 	f.IntVar(&o.Rounds, "rounds", 0, "alternating rounds of the broker section (default 4)")
 	f.DurationVar(&o.GeorepDuration, "georep-duration", 10*time.Second, "duration of each geo-replication measurement")
 	f.BoolVar(&o.NoPeers, "no-peers", false, "skip NATS JetStream and pulsar-perf-go (nothing installed)")
-	f.StringVar(&o.MeridianBin, "meridian-bin", "", "meridian binary the servers run (default: this binary)")
+	binFlag(f, &o.MeridianBin, "the servers run")
 	return c
 }
 
@@ -143,18 +134,13 @@ func newAllBenchCmd() *cobra.Command {
 // before/after ratio from one run).
 func newABBenchCmd() *cobra.Command {
 	var o bench.ABOptions
-	c := &cobra.Command{
-		Use:   "ab",
-		Short: "Two meridian binaries (before, after a change) measured alternating round by round; prints B ÷ A",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signalContext()
-			defer stop()
+	c := benchCmd("ab", "Two meridian binaries (before, after a change) measured alternating round by round; prints B ÷ A", nil, nil,
+		func(ctx context.Context) error {
 			if o.A == "" || o.B == "" {
 				return fmt.Errorf("bench ab: --a and --b are required")
 			}
 			return bench.RunAB(ctx, o, os.Stdout)
-		},
-	}
+		})
 	f := c.Flags()
 	f.StringVar(&o.A, "a", "", "the binary before the change")
 	f.StringVar(&o.B, "b", "", "the binary after the change")
@@ -170,19 +156,8 @@ func newABBenchCmd() *cobra.Command {
 // many topics.
 func newScaleBenchCmd() *cobra.Command {
 	var o bench.ScaleOptions
-	c := &cobra.Command{
-		Use:   "scale",
-		Short: "One broker holding --topics topics (each a ledger and a subscription), created over raw Pulsar-protocol connections: memory, lookups, etcd size",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signalContext()
-			defer stop()
-			if err := orThisBinary(&o.MeridianBin); err != nil {
-				return err
-			}
-			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
-			return bench.RunScale(ctx, o, os.Stdout)
-		},
-	}
+	c := benchCmd("scale", "One broker holding --topics topics (each a ledger and a subscription), created over raw Pulsar-protocol connections: memory, lookups, etcd size", &o.MeridianBin, &o.Command,
+		func(ctx context.Context) error { return bench.RunScale(ctx, o, os.Stdout) })
 	f := c.Flags()
 	f.StringVar(&o.Out, "out", "", "write the report into this markdown file")
 	f.StringVar(&o.Dir, "dir", "", "data directory (default: a temp dir under the current directory)")
@@ -190,6 +165,6 @@ func newScaleBenchCmd() *cobra.Command {
 	f.IntVar(&o.Conns, "conns", 64, "raw protocol connections creating topics in parallel")
 	f.DurationVar(&o.TimeBox, "time-box", 25*time.Minute, "stop creating after this long")
 	f.StringVar(&o.ProfileDir, "profile-dir", "bin/bench-profiles", "where the idle broker's CPU and allocation profiles go")
-	f.StringVar(&o.MeridianBin, "meridian-bin", "", "meridian binary the deployment runs (default: this binary)")
+	binFlag(f, &o.MeridianBin, "the deployment runs")
 	return c
 }

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/meridian-mq/meridian/internal/bench"
@@ -13,19 +13,10 @@ import (
 // (internal/bench/recovery.go).
 func newRecoveryBenchCmd() *cobra.Command {
 	var o bench.RecoveryOptions
-	c := &cobra.Command{
-		Use:   "recovery",
-		Short: "Auto-recovery: time to full re-replication, copy throughput with and without the throttle, publish p99 during the copy vs before",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signalContext()
-			defer stop()
-			o.Command = "meridian " + strings.Join(os.Args[1:], " ")
-			return bench.RunRecovery(ctx, o, os.Stdout)
-		},
-	}
+	c := benchCmd("recovery", "Auto-recovery: time to full re-replication, copy throughput with and without the throttle, publish p99 during the copy vs before", nil, &o.Command,
+		func(ctx context.Context) error { return bench.RunRecovery(ctx, o, os.Stdout) })
 	f := c.Flags()
-	f.StringVar(&o.Out, "out", "", "also write the table into this markdown file (BENCHMARKS.md)")
-	f.StringVar(&o.Dir, "dir", "", "directory for the rigs' data (default: a temp dir under the current directory)")
+	outDirFlags(f, &o.Out, &o.Dir, "for the rigs' data")
 	f.IntVar(&o.DataMiB, "data-mib", 96, "MiB written into closed ledgers before the loss (the lost bookie holds about half)")
 	f.IntVar(&o.EntryBytes, "entry-bytes", 16<<10, "entry size of that data")
 	f.Float64Var(&o.ThrottleMiBps, "throttle-mbps", 8, "copy cap of the throttled run, MiB/s")
