@@ -1454,8 +1454,19 @@ func (t *Topic) applySubscription(ctx context.Context, from string, u *replpb.Su
 
 func (t *Topic) applySubscriptionUpdate(ctx context.Context, p pendingSubUpdate) {
 	from, u := p.from, p.u
+	// The one place a region's cursor moves without a local consumer's
+	// ack: when a message is acknowledged and never delivered, this line
+	// (at debug level) says whether a remote position skipped it.
+	decision, before, after := "", mledger.Position{}, mledger.Position{}
+	mdOK, nAcked := false, 0
+	defer func() {
+		t.svc.log.Debug("replication: subscription update", "topic", t.name.String(), "subscription", u.Name, "from", from,
+			"decision", decision, "remote_mark_delete", fmt.Sprintf("%d:%d", u.MarkDelete.GetLedger(), u.MarkDelete.GetEntry()),
+			"translated", mdOK, "acked", nAcked, "acked_named", len(u.Acked), "mark_delete_before", before.String(), "mark_delete", after.String())
+	}()
 	pol := t.policies()
 	if !meta.ActiveStandby(pol) || t.svc.active.ActiveRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) {
+		decision = "ignored: not from the active region"
 		t.setPendingSubscription(p, false)
 		return
 	}
@@ -1479,22 +1490,28 @@ func (t *Topic) applySubscriptionUpdate(ctx context.Context, p pendingSubUpdate)
 			acked = append(acked, p)
 		}
 	}
+	nAcked = len(acked)
 	if t.log.HasConsumers(u.Name) {
+		decision = "ignored: consumers here"
 		t.setPendingSubscription(p, false)
 		return // consumers here own this position now
 	}
 	t.setPendingSubscription(p, !mdOK || len(acked) < len(u.Acked))
 	if !mdOK && len(acked) == 0 {
+		decision = "pending: nothing translates yet"
 		return
 	}
 	cur, err := t.ml.OpenCursor(ctx, u.Name, mledger.Earliest)
 	if err != nil {
+		decision = "failed: " + err.Error()
 		return
 	}
+	decision, before = "applied", cur.MarkDeleted()
 	if mdOK {
 		cur.AckCumulative(md)
 	}
 	if len(acked) > 0 {
 		cur.Ack(acked...)
 	}
+	after = cur.MarkDeleted()
 }

@@ -386,12 +386,9 @@ func failback(t *testing.T, quarantine bool) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var mu sync.Mutex
-	receipted := map[int]string{} // index → phase
-	received := map[int]bool{}
-	receiptAt := map[int]time.Time{}
+	tl := newTally()
+	var mu sync.Mutex // guards phase
 	phase := "east"
-	lastSent := 0
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -405,17 +402,8 @@ func failback(t *testing.T, quarantine bool) {
 			}
 			mu.Lock()
 			ph := phase
-			lastSent = i
 			mu.Unlock()
-			p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "k/%d/%s", i, ph)},
-				func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
-					if err == nil {
-						mu.Lock()
-						receipted[i] = ph
-						receiptAt[i] = time.Now()
-						mu.Unlock()
-					}
-				})
+			p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "k/%d/%s", i, ph)}, tl.send(i, ph))
 		}
 	}()
 	go func() {
@@ -427,9 +415,7 @@ func failback(t *testing.T, quarantine bool) {
 			if err == nil {
 				c.Ack(m)
 				_, i, _ := parsePayload(m.Payload())
-				mu.Lock()
-				received[i] = true
-				mu.Unlock()
+				tl.receive(i)
 			}
 			// A message taken off the queue is recorded before stopping:
 			// it is not delivered again (a receipted message dropped here
@@ -441,17 +427,7 @@ func failback(t *testing.T, quarantine bool) {
 			}
 		}
 	}()
-	countPhase := func(ph string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, v := range receipted {
-			if v == ph {
-				n++
-			}
-		}
-		return n
-	}
+	countPhase := tl.count
 	time.Sleep(2 * time.Second)
 	var backlog int64
 	if st, err := d.replication("east", topic); err == nil {
@@ -479,9 +455,9 @@ func failback(t *testing.T, quarantine bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	upto := lastSent
-	mu.Unlock()
+	tl.mu.Lock()
+	upto := tl.lastSent
+	tl.mu.Unlock()
 	inWest := map[int]bool{}
 	for seen := 0; seen < upto; {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -496,16 +472,16 @@ func failback(t *testing.T, quarantine bool) {
 		seen = max(seen, i)
 	}
 	audit.Close()
-	mu.Lock()
+	tl.mu.Lock()
 	tail := 0
 	tailSet := map[int]bool{}
-	for i, ph := range receipted {
+	for i, ph := range tl.receipted {
 		if ph == "east" && !inWest[i] {
 			tail++
 			tailSet[i] = true
 		}
 	}
-	mu.Unlock()
+	tl.mu.Unlock()
 	if tail == 0 {
 		t.Fatalf("east died with nothing unreplicated (backlog sampled before the kill: %d): the test wants an async tail", backlog)
 	}
@@ -537,39 +513,25 @@ func failback(t *testing.T, quarantine bool) {
 	}
 	close(stop)
 	wg.Wait()
-	// Drain: the consumer (now in east) must have every receipted message.
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
-		mu.Lock()
-		missing := 0
-		for i := range receipted {
-			if !received[i] {
-				missing++
-			}
-		}
-		mu.Unlock()
-		if missing == 0 {
-			break
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// Drain: the consumer (now in east) must have every receipted message,
+	// the last sends' included (their receipts may still be on the way: a
+	// send times out after 10 s).
+	inflight := tl.inFlight()
+	missing, unanswered := tl.drain(func(ctx context.Context) (int, bool) {
 		m, err := c.Receive(ctx)
-		cancel()
-		if err == nil {
-			c.Ack(m)
-			_, i, _ := parsePayload(m.Payload())
-			mu.Lock()
-			received[i] = true
-			mu.Unlock()
+		if err != nil {
+			return 0, false
 		}
+		c.Ack(m)
+		_, i, _ := parsePayload(m.Payload())
+		return i, true
+	}, 30*time.Second, 60*time.Second)
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	receipted, receiptAt := tl.receipted, tl.receiptAt
+	if unanswered > 0 {
+		t.Fatalf("%d sends neither receipted nor failed 30 s after production stopped", unanswered)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	var missing []int
-	for i := range receipted {
-		if !received[i] {
-			missing = append(missing, i)
-		}
-	}
-	slices.Sort(missing)
 	if len(missing) > 0 {
 		var desc []string
 		for _, i := range missing[:min(10, len(missing))] {
@@ -645,8 +607,8 @@ func failback(t *testing.T, quarantine bool) {
 		}
 		qc.Close()
 	}
-	t.Logf("orphans policy quarantine=%t (%s): switch-back %v after east restarted (switchBackDelay 5 s); receipts: east %d, outage (west) %d, after the switch-back %d; all delivered; async tail %d messages (east's backlog sampled before the kill: %d), %d listed as orphans",
-		quarantine, qtopic, back.Round(time.Millisecond), countPhaseLocked(receipted, "east"), countPhaseLocked(receipted, "outage"), countPhaseLocked(receipted, "switched"), tail, backlog, len(orphans))
+	t.Logf("orphans policy quarantine=%t (%s): switch-back %v after east restarted (switchBackDelay 5 s); receipts: east %d, outage (west) %d, after the switch-back %d (%d sends in flight when production stopped); all delivered; async tail %d messages (east's backlog sampled before the kill: %d), %d listed as orphans",
+		quarantine, qtopic, back.Round(time.Millisecond), countPhaseLocked(receipted, "east"), countPhaseLocked(receipted, "outage"), countPhaseLocked(receipted, "switched"), inflight, tail, backlog, len(orphans))
 }
 
 func countPhaseLocked(m map[int]string, ph string) int {
