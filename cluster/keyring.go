@@ -225,7 +225,7 @@ func (m *Membership) keyOp(op string, key []byte) (KeyringStatus, error) {
 			m.log.Warn("gossip: keyring "+op+" incomplete", "err", err)
 			return r.status(), err
 		}
-		if !warned {
+		if !warned && (!p.behind || p.unsafe || sent > 0) { // not the first send of a step
 			m.log.Warn("gossip: keyring "+op+": waiting for members", "pending", describePending(p.pending))
 			warned = true
 		}
