@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -399,6 +400,9 @@ func TestMembershipEncryptionAndKeyRotation(t *testing.T) {
 		stop chan struct{}
 		bad  chan string
 	}
+	start := time.Now()
+	var phase atomic.Value // what the test is doing, for the watch's report
+	phase.Store("intruders")
 	var watches []watch
 	for _, m := range ms {
 		w := watch{make(chan struct{}), make(chan string, 1)}
@@ -410,7 +414,7 @@ func TestMembershipEncryptionAndKeyRotation(t *testing.T) {
 				case v := <-ch:
 					if n := len(v.Members()); n != 3 || countState(v, MemberAlive)+countState(v, MemberSuspect) != 3 {
 						select {
-						case w.bad <- m.LocalName() + " saw" + describe(v):
+						case w.bad <- fmt.Sprintf("%s saw%s at %s, during %s", m.LocalName(), describe(v), time.Since(start).Round(time.Millisecond), phase.Load()):
 						default:
 						}
 					}
@@ -456,12 +460,14 @@ func TestMembershipEncryptionAndKeyRotation(t *testing.T) {
 		{"remove k1", func() error { return ms[2].RemoveKey(k1) }},
 	}
 	for _, s := range steps {
-		start := time.Now()
+		phase.Store(s.name)
+		began := time.Now()
 		if err := s.do(); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		t.Logf("%s took %s", s.name, time.Since(start).Round(time.Millisecond))
+		t.Logf("%s took %s", s.name, time.Since(began).Round(time.Millisecond))
 	}
+	phase.Store("after the rotation")
 	st, err := ms[0].ListKeys()
 	if err != nil {
 		t.Fatal(err)
@@ -493,6 +499,7 @@ func TestMembershipEncryptionAndKeyRotation(t *testing.T) {
 	})
 	// ... a process with only the old key is now an outsider, and one with
 	// the new key joins.
+	phase.Store("old-key member")
 	old := join(t, memberConfig(t, spec{"old-key", "west", RoleBookie}, seed, k1))
 	select {
 	case <-old.Joined():
