@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"log"
 	"log/slog"
@@ -32,15 +31,20 @@ import (
 // probes); Leave on orderly shutdown so others see "left", not "failed";
 // Shutdown last (without Leave it looks like a crash to the others).
 type Membership struct {
-	cfg    MembershipConfig
-	log    *slog.Logger
-	serf   *serf.Serf
-	susp   *suspectReader // nil: suspicion unavailable, see suspect.go
-	kick   chan struct{}  // capacity 1: rebuild the view soon
-	stop   chan struct{}  // closed by Shutdown
-	joined chan struct{}  // closed once a seed answered (or there were none)
-	wg     sync.WaitGroup // the event pump and the loop
-	down   atomic.Bool    // Shutdown called
+	cfg  MembershipConfig
+	log  *slog.Logger
+	serf *serf.Serf
+	// keyring is memberlist's keyring (nil without encryption): serf's
+	// key queries change it; tests read it directly.
+	keyring *memberlist.Keyring
+	keyMu   sync.Mutex     // serializes keyring operations (keyring.go)
+	keyWait time.Duration  // how long a keyring operation waits for every member: keyOpWait
+	susp    *suspectReader // nil: suspicion unavailable, see suspect.go
+	kick    chan struct{}  // capacity 1: rebuild the view soon
+	stop    chan struct{}  // closed by Shutdown
+	joined  chan struct{}  // closed once a seed answered (or there were none)
+	wg      sync.WaitGroup // the event pump and the loop
+	down    atomic.Bool    // Shutdown called
 
 	tagMu sync.Mutex        // serializes SetTags
 	tags  map[string]string // the tags serf publishes; guarded by tagMu
@@ -126,20 +130,25 @@ func JoinMembership(cfg MembershipConfig) (*Membership, error) {
 	sc.ReapInterval = cfg.ReapInterval
 	sc.BroadcastTimeout = cfg.BroadcastTimeout
 	sc.LeavePropagateDelay = cfg.LeavePropagateDelay
+	if cfg.tuneSerf != nil {
+		cfg.tuneSerf(sc)
+	}
 	s, err := serf.Create(sc)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start gossip on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
 
 	m := &Membership{
-		cfg:    cfg,
-		log:    logger,
-		serf:   s,
-		kick:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		joined: make(chan struct{}),
-		tags:   maps.Clone(s.LocalMember().Tags),
-		subs:   map[chan HealthView]struct{}{},
+		cfg:     cfg,
+		log:     logger,
+		serf:    s,
+		keyring: ml.Keyring,
+		keyWait: keyOpWait,
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		joined:  make(chan struct{}),
+		tags:    maps.Clone(s.LocalMember().Tags),
+		subs:    map[chan HealthView]struct{}{},
 	}
 	if m.susp, err = newSuspectReader(s.Memberlist()); err != nil {
 		logger.Warn("gossip: memberlist suspicion unavailable; members go from alive straight to failed", "err", err)
@@ -289,93 +298,6 @@ func (m *Membership) Shutdown() error {
 		m.log.Info("gossip: shut down")
 	})
 	return m.shutdownErr
-}
-
-// KeyringStatus is the cluster's gossip keyring, as its members report it.
-type KeyringStatus struct {
-	// Members is how many members were asked (alive and suspect ones).
-	Members int
-	// Keys maps each installed key (base64) to how many members hold it;
-	// PrimaryKeys, each key members send with to how many use it.
-	Keys, PrimaryKeys map[string]int
-}
-
-// InstallKey adds key (16, 24 or 32 bytes) to every member's keyring; they
-// then accept messages under it but still send with their primary key.
-// Rotation: InstallKey(new), UseKey(new), RemoveKey(old), each step on
-// every member before the next (each returns ErrKeyring otherwise).
-func (m *Membership) InstallKey(key []byte) error {
-	_, err := m.keyOp("install", key, m.serf.KeyManager().InstallKey)
-	return err
-}
-
-// UseKey makes key, already installed, every member's primary key.
-func (m *Membership) UseKey(key []byte) error {
-	_, err := m.keyOp("use", key, m.serf.KeyManager().UseKey)
-	return err
-}
-
-// RemoveKey removes key from every member's keyring. Removing a member's
-// primary key fails on that member.
-func (m *Membership) RemoveKey(key []byte) error {
-	_, err := m.keyOp("remove", key, m.serf.KeyManager().RemoveKey)
-	return err
-}
-
-// ListKeys asks every member for its keys.
-func (m *Membership) ListKeys() (KeyringStatus, error) {
-	resp, err := m.keyOp("list", nil, func(string) (*serf.KeyResponse, error) { return m.serf.KeyManager().ListKeys() })
-	if resp == nil {
-		return KeyringStatus{}, err
-	}
-	return KeyringStatus{Members: resp.NumNodes, Keys: resp.Keys, PrimaryKeys: resp.PrimaryKeys}, err
-}
-
-// keyOpTries bounds how often a keyring operation is sent when members
-// miss the query's deadline.
-const keyOpTries = 3
-
-// askAgain runs a keyring query, again (up to keyOpTries in all) while
-// it failed only because some member did not answer in time (a loaded
-// machine; seen in CI-like runs of the rotation test): every operation is
-// idempotent. A member that answered with an error is not asked again.
-func askAgain(q func() (*serf.KeyResponse, error), retrying func(*serf.KeyResponse)) (*serf.KeyResponse, error) {
-	resp, err := q()
-	for try := 1; try < keyOpTries && err != nil && resp != nil && resp.NumErr == 0 && resp.NumResp < resp.NumNodes; try++ {
-		retrying(resp)
-		resp, err = q()
-	}
-	return resp, err
-}
-
-func (m *Membership) keyOp(op string, key []byte, f func(string) (*serf.KeyResponse, error)) (*serf.KeyResponse, error) {
-	if m.down.Load() {
-		return nil, ErrMembershipClosed
-	}
-	if !m.serf.EncryptionEnabled() {
-		return nil, ErrGossipNotEncrypted
-	}
-	if key != nil {
-		if err := validKey(key); err != nil {
-			return nil, fmt.Errorf("cluster: %s gossip key: %w", op, err)
-		}
-	}
-	k := base64.StdEncoding.EncodeToString(key)
-	resp, err := askAgain(func() (*serf.KeyResponse, error) { return f(k) }, func(r *serf.KeyResponse) {
-		m.log.Warn("gossip: keyring "+op+": not every member answered; asking again", "answered", r.NumResp, "members", r.NumNodes)
-	})
-	if err != nil {
-		var msgs []string
-		if resp != nil {
-			for node, msg := range resp.Messages {
-				msgs = append(msgs, node+": "+msg)
-			}
-		}
-		slices.Sort(msgs)
-		return resp, fmt.Errorf("cluster: %s gossip key: %w: %v [%s]", op, ErrKeyring, err, strings.Join(msgs, "; "))
-	}
-	m.log.Info("gossip: keyring "+op, "members", resp.NumNodes)
-	return resp, nil
 }
 
 // otherSeeds returns cfg.Seeds without this member's own addresses.

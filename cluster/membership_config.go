@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/hashicorp/serf/serf"
 )
 
 // MembershipConfig configures a process's gossip membership (JoinMembership).
@@ -166,6 +168,10 @@ type MembershipConfig struct {
 	// each distinct message at most once per 10 s with a count of the ones
 	// held back. Default: discard.
 	Logger *slog.Logger
+
+	// tuneSerf, for tests only, changes serf's config last (a fault
+	// hook: a query window no answer arrives in).
+	tuneSerf func(*serf.Config)
 }
 
 // DefaultMembershipConfig returns memberlist's LAN timings
@@ -520,10 +526,13 @@ var (
 	// ErrGossipNotEncrypted: a keyring operation on a membership started
 	// without a SecretKey.
 	ErrGossipNotEncrypted = errors.New("cluster: gossip encryption is not enabled")
-	// ErrKeyring: a keyring operation failed on, or got no answer from, at
-	// least one member; the message names them. Some members may have
-	// applied it: repeat it (the operations are idempotent) once they are
-	// back, before the next step of a rotation.
+	// ErrKeyring: a keyring operation did not bring every member to the
+	// wanted state within its wait; the message names each such member and
+	// why (did not answer, failed, not ready for it, not applied yet).
+	// "use" and "remove" are not sent while a member is not ready for them
+	// (they would cut it off); "install" may be on some members. Repeat it
+	// (the operations are idempotent) once they are back, before the next
+	// step of a rotation.
 	ErrKeyring = errors.New("cluster: keyring operation incomplete")
 	// ErrFixedTag: SetTags tried to change the region or role, which are
 	// fixed for the life of the process.

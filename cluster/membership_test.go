@@ -10,10 +10,11 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/serf/serf"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"go.uber.org/goleak"
 )
@@ -399,6 +400,9 @@ func TestMembershipEncryptionAndKeyRotation(t *testing.T) {
 		stop chan struct{}
 		bad  chan string
 	}
+	start := time.Now()
+	var phase atomic.Value // what the test is doing, for the watch's report
+	phase.Store("intruders")
 	var watches []watch
 	for _, m := range ms {
 		w := watch{make(chan struct{}), make(chan string, 1)}
@@ -410,7 +414,7 @@ func TestMembershipEncryptionAndKeyRotation(t *testing.T) {
 				case v := <-ch:
 					if n := len(v.Members()); n != 3 || countState(v, MemberAlive)+countState(v, MemberSuspect) != 3 {
 						select {
-						case w.bad <- m.LocalName() + " saw" + describe(v):
+						case w.bad <- fmt.Sprintf("%s saw%s at %s, during %s", m.LocalName(), describe(v), time.Since(start).Round(time.Millisecond), phase.Load()):
 						default:
 						}
 					}
@@ -456,12 +460,14 @@ func TestMembershipEncryptionAndKeyRotation(t *testing.T) {
 		{"remove k1", func() error { return ms[2].RemoveKey(k1) }},
 	}
 	for _, s := range steps {
-		start := time.Now()
+		phase.Store(s.name)
+		began := time.Now()
 		if err := s.do(); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		t.Logf("%s took %s", s.name, time.Since(start).Round(time.Millisecond))
+		t.Logf("%s took %s", s.name, time.Since(began).Round(time.Millisecond))
 	}
+	phase.Store("after the rotation")
 	st, err := ms[0].ListKeys()
 	if err != nil {
 		t.Fatal(err)
@@ -470,9 +476,17 @@ func TestMembershipEncryptionAndKeyRotation(t *testing.T) {
 	if st.Members != 3 || len(st.Keys) != 1 || st.Keys[k3b64] != 3 || st.PrimaryKeys[k3b64] != 3 {
 		t.Fatalf("keyring after rotation: %+v", st)
 	}
-	// Removing the key in use fails on every member.
-	if err := ms[0].RemoveKey(k3); !errors.Is(err, ErrKeyring) {
-		t.Fatalf("removing the primary key: %v, want ErrKeyring", err)
+	// Removing the key in use is refused; it is not even sent (every
+	// member would refuse it): the wait ends with the refusal.
+	ms[0].keyWait = time.Second
+	if err := ms[0].RemoveKey(k3); !errors.Is(err, ErrKeyring) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("removing the primary key: %v, want ErrKeyring, not sent", err)
+	}
+	ms[0].keyWait = keyOpWait
+	for _, m := range ms {
+		if !bytes.Equal(m.keyring.GetPrimaryKey(), k3) {
+			t.Fatalf("%s lost its primary key", m.LocalName())
+		}
 	}
 
 	// After the rotation: gossip still flows (a tag update spreads) ...
@@ -485,6 +499,7 @@ func TestMembershipEncryptionAndKeyRotation(t *testing.T) {
 	})
 	// ... a process with only the old key is now an outsider, and one with
 	// the new key joins.
+	phase.Store("old-key member")
 	old := join(t, memberConfig(t, spec{"old-key", "west", RoleBookie}, seed, k1))
 	select {
 	case <-old.Joined():
@@ -589,40 +604,4 @@ func TestMembershipCrashedMemberRestarts(t *testing.T) {
 		}
 	}
 	t.Logf("back alive %s after restart", time.Since(failedAt).Round(time.Millisecond))
-}
-
-// A keyring query that some member did not answer in time is sent again;
-// one a member answered with an error is not; at most keyOpTries times.
-func TestKeyringQueryAskedAgain(t *testing.T) {
-	missing := &serf.KeyResponse{NumNodes: 3, NumResp: 2}
-	refused := &serf.KeyResponse{NumNodes: 3, NumResp: 3, NumErr: 1, Messages: map[string]string{"b": "Removing the primary key is not allowed"}}
-	ok := &serf.KeyResponse{NumNodes: 3, NumResp: 3}
-	errMissing, errRefused := errors.New("2/3 nodes reported success"), errors.New("1/3 nodes reported failure")
-	for _, c := range []struct {
-		name    string
-		answers []*serf.KeyResponse
-		calls   int
-		wantErr bool
-	}{
-		{"answered at once", []*serf.KeyResponse{ok}, 1, false},
-		{"a member late once", []*serf.KeyResponse{missing, ok}, 2, false},
-		{"a member refused", []*serf.KeyResponse{refused, ok}, 1, true},
-		{"a member never answers", []*serf.KeyResponse{missing, missing, missing, ok}, keyOpTries, true},
-	} {
-		calls := 0
-		resp, err := askAgain(func() (*serf.KeyResponse, error) {
-			r := c.answers[calls]
-			calls++
-			switch r {
-			case missing:
-				return r, errMissing
-			case refused:
-				return r, errRefused
-			}
-			return r, nil
-		}, func(*serf.KeyResponse) {})
-		if calls != c.calls || (err != nil) != c.wantErr || resp == nil {
-			t.Errorf("%s: %d queries, err %v; want %d queries, error %v", c.name, calls, err, c.calls, c.wantErr)
-		}
-	}
 }

@@ -83,6 +83,21 @@ func TestGossipKeyRotationThroughAdmin(t *testing.T) {
 		return len(m) == len(names)
 	}
 	testutil.Eventually(t, 60*time.Second, "every process alive in the gossip view", allAlive)
+	// During and after the rotation a member may be suspect for a moment:
+	// on a loaded machine a probe is missed and refuted, rotation or not
+	// (seen before any keyring operation in a kept run). A rotation that
+	// broke the keyring makes members unreadable to each other: they are
+	// failed within the 1.2 s suspicion, and stay failed, which the check
+	// after the 3 s below sees.
+	noneFailed := func() (map[string]string, bool) {
+		m := d.members()
+		for _, n := range names {
+			if m[n] != "alive" && m[n] != "suspect" {
+				return m, false
+			}
+		}
+		return m, len(m) == len(names)
+	}
 	oldKey, err := os.ReadFile(up.GossipKeyFile(d.dir))
 	if err != nil {
 		t.Fatal(err)
@@ -133,8 +148,8 @@ func TestGossipKeyRotationThroughAdmin(t *testing.T) {
 	}
 	for _, step := range [][]string{{"install", "--key-file", keyFile}, {"use", "--key-file", keyFile}, {"remove", "--key-file", oldFile}} {
 		cli(step...)
-		if !allAlive() {
-			t.Fatalf("after %v: membership %v", step[0], d.members())
+		if m, ok := noneFailed(); !ok {
+			t.Fatalf("after %v: membership %v", step[0], m)
 		}
 	}
 	kr = keyring{} // decoding into a used map would merge the keys
@@ -146,8 +161,8 @@ func TestGossipKeyRotationThroughAdmin(t *testing.T) {
 	}
 	// Membership held through the rotation and after it.
 	time.Sleep(3 * time.Second)
-	if !allAlive() {
-		t.Fatalf("membership after the rotation: %v", d.members())
+	if m, ok := noneFailed(); !ok {
+		t.Fatalf("membership after the rotation: %v", m)
 	}
 	old, _ := base64.StdEncoding.DecodeString(oldB64)
 	if intruder(t, "old-key", seeds, old, 3*time.Second) {
