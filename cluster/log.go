@@ -71,7 +71,18 @@ func (c *limitedCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.
 	return ce
 }
 
+// startNoise: what every embedded member says when it starts about how
+// Meridian configures it (one listener for gRPC and HTTP; etcd's default
+// simple auth tokens): the same two lines in every log, never a cause.
+var startNoise = map[string]bool{
+	"Running http and grpc server on single port. This is not recommended for production.": true,
+	"simple token is not cryptographically signed":                                         true,
+}
+
 func (c *limitedCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
+	if startNoise[e.Message] {
+		return nil
+	}
 	if e.Level < zapcore.DPanicLevel {
 		pass, suppressed := c.lim.Allow(e.LoggerName+"|"+e.Message, e.Time)
 		if !pass {
