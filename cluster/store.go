@@ -2,13 +2,16 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/raft/v3"
@@ -68,6 +71,9 @@ type StoreConfig struct {
 	// DialOptions are added to the etcd client's gRPC dial options (a
 	// test's client interceptor injects faults through them).
 	DialOptions []grpc.DialOption
+	// Logger receives, rate-limited, the writes sent again because their
+	// outcome was unknown. Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is a thin, typed layer over an etcd client. It is safe for
@@ -78,6 +84,7 @@ type Store struct {
 	reqTO  time.Duration
 	owned  bool
 	eps    *storeEndpoints
+	log    *ratelog.Logger
 }
 
 // KV is one key with its value and versions. Key is relative to the store's
@@ -141,7 +148,8 @@ func Connect(ctx context.Context, cfg StoreConfig) (*Store, error) {
 		return nil, fmt.Errorf("cluster: connect to etcd %v: %w", cfg.Endpoints, err)
 	}
 	s := &Store{cli: cli, prefix: cfg.Prefix, reqTO: cfg.RequestTimeout, owned: true,
-		eps: &storeEndpoints{all: eps, inUse: strings.Join(urls(eps), ",")}}
+		eps: &storeEndpoints{all: eps, inUse: strings.Join(urls(eps), ",")},
+		log: ratelog.New(cmp.Or(cfg.Logger, slog.Default()), 0)}
 	// Fail fast when etcd is not there rather than on first use; but an
 	// etcd that answers it cannot serve yet (electing a leader: seen on a
 	// global store whose witness was taking the leadership) is asked
@@ -181,7 +189,7 @@ func electing(err error) bool {
 // Sub returns a Store sharing this one's connection with a longer prefix.
 // Closing the sub-store does not close the connection.
 func (s *Store) Sub(prefix string) *Store {
-	return &Store{cli: s.cli, prefix: s.prefix + prefix, reqTO: s.reqTO, eps: s.eps}
+	return &Store{cli: s.cli, prefix: s.prefix + prefix, reqTO: s.reqTO, eps: s.eps, log: s.log}
 }
 
 // Prefix returns the store's key prefix.
@@ -267,11 +275,12 @@ const idempotentAttempts = 3
 // store's request timeout, the whole by ctx or, without a deadline,
 // idempotentAttempts request timeouts; a write that is not idempotent is
 // sent once more only when not applied, within ctx or one request
-// timeout. uncertain reports that an earlier attempt's outcome was
-// unknown: it may have been applied, so an answer that the request
-// changed nothing (Create: the key exists) may be the earlier attempt's
-// doing.
-func write[T any](ctx context.Context, s *Store, idempotent bool, do func(context.Context) (T, error)) (v T, uncertain bool, err error) {
+// timeout. op names the write in the log (a retry after an unknown
+// outcome is logged, rate-limited). uncertain reports that an earlier
+// attempt's outcome was unknown: it may have been applied, so an answer
+// that the request changed nothing (Create: the key exists) may be the
+// earlier attempt's doing.
+func write[T any](ctx context.Context, s *Store, idempotent bool, op string, do func(context.Context) (T, error)) (v T, uncertain bool, err error) {
 	if _, ok := ctx.Deadline(); !ok {
 		budget := s.reqTO
 		if idempotent {
@@ -295,6 +304,7 @@ func write[T any](ctx context.Context, s *Store, idempotent bool, do func(contex
 		case NotApplied(err):
 		case idempotent && OutcomeUnknown(err):
 			uncertain = true
+			s.log.Warn("cluster: etcd write's outcome unknown; sending it again", "op", op, "err", err)
 		default:
 			return v, uncertain, err
 		}
@@ -330,7 +340,7 @@ func (s *Store) kv(k, v []byte, mod, create, lease int64) KV {
 
 // Put writes the key unconditionally and returns the new revision.
 func (s *Store) Put(ctx context.Context, key string, val []byte) (int64, error) {
-	resp, _, err := write(ctx, s, true, func(ctx context.Context) (*clientv3.PutResponse, error) {
+	resp, _, err := write(ctx, s, true, "put "+key, func(ctx context.Context) (*clientv3.PutResponse, error) {
 		return s.cli.Put(ctx, s.abs(key), string(val))
 	})
 	if err != nil {
@@ -342,7 +352,7 @@ func (s *Store) Put(ctx context.Context, key string, val []byte) (int64, error) 
 // PutWithLease writes the key bound to a lease: it disappears when the lease
 // expires or is revoked.
 func (s *Store) PutWithLease(ctx context.Context, key string, val []byte, lease clientv3.LeaseID) (int64, error) {
-	resp, _, err := write(ctx, s, true, func(ctx context.Context) (*clientv3.PutResponse, error) {
+	resp, _, err := write(ctx, s, true, "put "+key, func(ctx context.Context) (*clientv3.PutResponse, error) {
 		return s.cli.Put(ctx, s.abs(key), string(val), clientv3.WithLease(lease))
 	})
 	if err != nil {
@@ -375,7 +385,7 @@ func (s *Store) create(ctx context.Context, key string, val []byte, lease client
 	if lease != clientv3.NoLease {
 		put = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
 	}
-	resp, uncertain, err := write(ctx, s, true, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, uncertain, err := write(ctx, s, true, "create "+key, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 			Then(put).
@@ -402,7 +412,7 @@ func (s *Store) create(ctx context.Context, key string, val []byte, lease client
 // ErrNotFound if it is gone.
 func (s *Store) CAS(ctx context.Context, key string, val []byte, modRev int64) (int64, error) {
 	k := s.abs(key)
-	resp, _, err := write(ctx, s, false, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, _, err := write(ctx, s, false, "cas "+key, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
 			Then(clientv3.OpPut(k, string(val))).
@@ -424,7 +434,7 @@ func (s *Store) CAS(ctx context.Context, key string, val []byte, modRev int64) (
 // Delete removes the key unconditionally. Deleting a missing key is not an
 // error.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if _, _, err := write(ctx, s, true, func(ctx context.Context) (*clientv3.DeleteResponse, error) {
+	if _, _, err := write(ctx, s, true, "delete "+key, func(ctx context.Context) (*clientv3.DeleteResponse, error) {
 		return s.cli.Delete(ctx, s.abs(key))
 	}); err != nil {
 		return fmt.Errorf("cluster: delete %s: %w", key, err)
@@ -435,7 +445,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // DeleteCAS removes the key only if its mod revision is still modRev.
 func (s *Store) DeleteCAS(ctx context.Context, key string, modRev int64) error {
 	k := s.abs(key)
-	resp, _, err := write(ctx, s, false, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, _, err := write(ctx, s, false, "delete "+key, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
 			Then(clientv3.OpDelete(k)).
@@ -574,7 +584,7 @@ func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (*Lease, erro
 	if secs < 1 {
 		secs = 1
 	}
-	resp, _, err := write(ctx, s, false, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+	resp, _, err := write(ctx, s, false, "grant lease", func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
 		return s.cli.Grant(ctx, secs)
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ func TestWriteRetriesOnlyUnappliedRequests(t *testing.T) {
 	ctx := context.Background()
 	s := &Store{reqTO: 5 * time.Second}
 	calls := 0
-	v, _, err := write(ctx, s, false, func(context.Context) (int, error) {
+	v, _, err := write(ctx, s, false, "test", func(context.Context) (int, error) {
 		calls++
 		if calls < 3 {
 			return 0, dropped
@@ -55,7 +55,7 @@ func TestWriteRetriesOnlyUnappliedRequests(t *testing.T) {
 	}
 
 	calls = 0
-	_, _, err = write(ctx, s, false, func(context.Context) (int, error) {
+	_, _, err = write(ctx, s, false, "test", func(context.Context) (int, error) {
 		calls++
 		return 0, rpctypes.ErrGRPCTimeout
 	})
@@ -67,7 +67,7 @@ func TestWriteRetriesOnlyUnappliedRequests(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	calls = 0
-	_, _, err = write(cctx, s, false, func(context.Context) (int, error) {
+	_, _, err = write(cctx, s, false, "test", func(context.Context) (int, error) {
 		calls++
 		return 0, dropped
 	})
@@ -119,7 +119,7 @@ func TestConnectGivesUpOnAnAbsentEtcd(t *testing.T) {
 func TestWriteRetriesIdempotentRequestsAfterUnknownOutcomes(t *testing.T) {
 	s := &Store{reqTO: 100 * time.Millisecond}
 	calls := 0
-	v, uncertain, err := write(context.Background(), s, true, func(ctx context.Context) (int, error) {
+	v, uncertain, err := write(context.Background(), s, true, "test", func(ctx context.Context) (int, error) {
 		calls++
 		if calls == 1 {
 			return 0, rpctypes.ErrTimeout
@@ -133,7 +133,7 @@ func TestWriteRetriesIdempotentRequestsAfterUnknownOutcomes(t *testing.T) {
 	// A member that never answers: each attempt ends at its own deadline.
 	calls = 0
 	start := time.Now()
-	_, uncertain, err = write(context.Background(), s, true, func(ctx context.Context) (int, error) {
+	_, uncertain, err = write(context.Background(), s, true, "test", func(ctx context.Context) (int, error) {
 		calls++
 		dl, ok := ctx.Deadline()
 		if !ok || time.Until(dl) > s.reqTO {
@@ -152,7 +152,7 @@ func TestWriteRetriesIdempotentRequestsAfterUnknownOutcomes(t *testing.T) {
 
 	// Not idempotent: the unknown outcome is the caller's, at once.
 	calls = 0
-	_, uncertain, err = write(context.Background(), s, false, func(ctx context.Context) (int, error) {
+	_, uncertain, err = write(context.Background(), s, false, "test", func(ctx context.Context) (int, error) {
 		calls++
 		return 0, rpctypes.ErrTimeout
 	})
