@@ -1,16 +1,20 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -55,14 +59,20 @@ type EtcdConfig struct {
 	// enables it), a client certificate's common name is its etcd user.
 	// etcd re-reads the certificate and key at each handshake.
 	TLS tlsutil.Files `yaml:"tls,omitempty"`
+	// Logger receives the member's leader changes and its leadership
+	// moves; etcd's own warnings go to stderr (serverZap). Default
+	// slog.Default().
+	Logger *slog.Logger `yaml:"-"`
 }
 
 // Etcd is a running embedded etcd member.
 type Etcd struct {
-	e    *embed.Etcd
-	cfg  EtcdConfig
-	stop chan struct{}
-	done chan struct{}
+	e     *embed.Etcd
+	cfg   EtcdConfig
+	log   *slog.Logger
+	quiet *atomic.Bool // set by Close: etcd's shutdown errors are not news
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 // StartEtcd starts an embedded etcd member and waits until it serves.
@@ -122,7 +132,8 @@ func StartEtcd(c EtcdConfig) (*Etcd, error) {
 		ec.ClientTLSInfo, ec.PeerTLSInfo = ti, ti
 		ec.PeerTLSInfo.ClientCertAuth = true
 	}
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(silentZap())
+	quiet := new(atomic.Bool)
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(serverZap(quiet))
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start etcd: %w", err)
@@ -130,23 +141,69 @@ func StartEtcd(c EtcdConfig) (*Etcd, error) {
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
+		quiet.Store(true)
 		e.Close()
 		return nil, fmt.Errorf("cluster: etcd failed: %w", err)
 	case <-time.After(c.StartTimeout):
+		quiet.Store(true)
 		e.Server.Stop()
 		e.Close()
 		return nil, fmt.Errorf("cluster: etcd %s not ready after %s (with several members it needs a quorum)", c.Name, c.StartTimeout)
 	}
-	m := &Etcd{e: e, cfg: c, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &Etcd{e: e, cfg: c, log: cmp.Or(c.Logger, slog.Default()), quiet: quiet, stop: make(chan struct{}), done: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); m.watchLeader() }()
 	if c.PreferLeader {
 		if c.LeaderCheckInterval <= 0 {
 			m.cfg.LeaderCheckInterval = 2 * time.Second
 		}
-		go m.takeLeadership()
-	} else {
-		close(m.done)
+		wg.Add(1)
+		go func() { defer wg.Done(); m.takeLeadership() }()
 	}
+	go func() { wg.Wait(); close(m.done) }()
 	return m, nil
+}
+
+// watchLeader logs each change of the member's view of the leader: a
+// write proposed across a change can time out with its outcome unknown,
+// and a log without the change leaves such a timeout unexplained. The
+// first leader seen after the start is logged at info, the later changes
+// at warn (on a healthy cluster they are the witness taking the
+// leadership, and failures).
+func (m *Etcd) watchLeader() {
+	srv := m.e.Server
+	prev := types.ID(0)
+	for first := true; ; first = false {
+		ch := srv.LeaderChangedNotify()
+		lead := srv.Leader()
+		if lead != prev {
+			lvl := slog.LevelWarn
+			if prev == 0 && first {
+				lvl = slog.LevelInfo
+			}
+			m.log.Log(context.Background(), lvl, "etcd: leader changed", "member", m.cfg.Name,
+				"leader", m.memberName(lead), "previous", m.memberName(prev), "term", srv.Term())
+			prev = lead
+		}
+		select {
+		case <-m.stop:
+			return
+		case <-ch:
+		}
+	}
+}
+
+// memberName names a member by its name, or its id when unknown ("none"
+// for no leader).
+func (m *Etcd) memberName(id types.ID) string {
+	if id == 0 {
+		return "none"
+	}
+	if mb := m.e.Server.Cluster().Member(id); mb != nil && mb.Name != "" {
+		return mb.Name
+	}
+	return id.String()
 }
 
 // takeLeadership asks the current leader, every LeaderCheckInterval, to
@@ -154,7 +211,6 @@ func StartEtcd(c EtcdConfig) (*Etcd, error) {
 // (MoveLeader must be sent to the leader; it transfers only to a member
 // whose log is caught up, so a lagging member waits.)
 func (m *Etcd) takeLeadership() {
-	defer close(m.done)
 	t := time.NewTicker(m.cfg.LeaderCheckInterval)
 	defer t.Stop()
 	for {
@@ -164,7 +220,7 @@ func (m *Etcd) takeLeadership() {
 		case <-t.C:
 		}
 		if err := m.moveLeaderHere(); err != nil {
-			slog.Debug("etcd: taking the leadership", "member", m.cfg.Name, "err", err)
+			m.log.Debug("etcd: taking the leadership", "member", m.cfg.Name, "err", err)
 		}
 	}
 }
@@ -197,7 +253,7 @@ func (m *Etcd) moveLeaderHere() error {
 	if _, err := cli.MoveLeader(ctx, uint64(self)); err != nil {
 		return fmt.Errorf("move leader from %s: %w", lead, err)
 	}
-	slog.Info("etcd: took the leadership (prefer-leader)", "member", m.cfg.Name, "previous", lead.String())
+	m.log.Info("etcd: took the leadership (prefer-leader)", "member", m.cfg.Name, "previous", lead.String())
 	return nil
 }
 
@@ -218,5 +274,6 @@ func (e *Etcd) Close() {
 		close(e.stop)
 	}
 	<-e.done
+	e.quiet.Store(true)
 	e.e.Close()
 }

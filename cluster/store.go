@@ -1,18 +1,24 @@
 package cluster
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/raft/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/health" // client-side health checking
+	"google.golang.org/grpc/status"
 )
 
 // Errors returned by Store. Callers match them with errors.Is.
@@ -62,6 +68,12 @@ type StoreConfig struct {
 	// enabled); empty: none, or the TLS client certificate's common name
 	// when the etcd member runs with --client-cert-auth.
 	Username, Password string
+	// DialOptions are added to the etcd client's gRPC dial options (a
+	// test's client interceptor injects faults through them).
+	DialOptions []grpc.DialOption
+	// Logger receives, rate-limited, the writes sent again because their
+	// outcome was unknown. Default slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is a thin, typed layer over an etcd client. It is safe for
@@ -72,6 +84,7 @@ type Store struct {
 	reqTO  time.Duration
 	owned  bool
 	eps    *storeEndpoints
+	log    *ratelog.Logger
 }
 
 // KV is one key with its value and versions. Key is relative to the store's
@@ -129,13 +142,14 @@ func Connect(ctx context.Context, cfg StoreConfig) (*Store, error) {
 		// deadline (seen: a paused region stalled the survivors' failover
 		// control for 12 s). A server without the health service counts as
 		// healthy (gRFC A17).
-		DialOptions: []grpc.DialOption{grpc.WithDefaultServiceConfig(`{"loadBalancingPolicy":"round_robin","healthCheckConfig":{"serviceName":""}}`)},
+		DialOptions: append([]grpc.DialOption{grpc.WithDefaultServiceConfig(`{"loadBalancingPolicy":"round_robin","healthCheckConfig":{"serviceName":""}}`)}, cfg.DialOptions...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect to etcd %v: %w", cfg.Endpoints, err)
 	}
 	s := &Store{cli: cli, prefix: cfg.Prefix, reqTO: cfg.RequestTimeout, owned: true,
-		eps: &storeEndpoints{all: eps, inUse: strings.Join(urls(eps), ",")}}
+		eps: &storeEndpoints{all: eps, inUse: strings.Join(urls(eps), ",")},
+		log: ratelog.New(cmp.Or(cfg.Logger, slog.Default()), 0)}
 	// Fail fast when etcd is not there rather than on first use; but an
 	// etcd that answers it cannot serve yet (electing a leader: seen on a
 	// global store whose witness was taking the leadership) is asked
@@ -175,7 +189,7 @@ func electing(err error) bool {
 // Sub returns a Store sharing this one's connection with a longer prefix.
 // Closing the sub-store does not close the connection.
 func (s *Store) Sub(prefix string) *Store {
-	return &Store{cli: s.cli, prefix: s.prefix + prefix, reqTO: s.reqTO, eps: s.eps}
+	return &Store{cli: s.cli, prefix: s.prefix + prefix, reqTO: s.reqTO, eps: s.eps, log: s.log}
 }
 
 // Prefix returns the store's key prefix.
@@ -217,18 +231,89 @@ func NotApplied(err error) bool {
 	return false
 }
 
-// write runs one write request, again after a short pause while etcd says
-// it was not applied (NotApplied), until ctx ends.
-func write[T any](ctx context.Context, do func(context.Context) (T, error)) (T, error) {
+// OutcomeUnknown reports whether err leaves a write's outcome unknown: it
+// may have been applied, or may never be. etcd answers "request timed
+// out" (or "..., possibly due to previous leader failure") when a
+// proposal is not applied by the request's deadline: on a slow disk it
+// commits a moment later; but a proposal that a follower forwarded to a
+// leader handing over its leadership (the global store's witness takes
+// it back after every election) is dropped without a word, and the
+// follower waits out the deadline for it — the write never happens. The
+// same holds for a deadline that ends on the client's side first, a
+// member stopping during the request, and a connection that breaks after
+// sending it (gRPC Unavailable). NotApplied errors are not unknown.
+func OutcomeUnknown(err error) bool {
+	if err == nil || NotApplied(err) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded
+	}
+	return false
+}
+
+// idempotentAttempts: a write that may be sent again after an unknown
+// outcome (Put, Delete, Create) gets this many request timeouts in all
+// when its caller's context has no deadline, each attempt one request
+// timeout. One attempt is not enough: etcd answers "request timed out"
+// when the client's deadline passes, so the first attempt uses up the
+// whole of a single timeout and a retry needs time of its own.
+const idempotentAttempts = 3
+
+// write runs one write request. It sends it again, after a short pause,
+// while etcd says it was not applied (NotApplied); and, if idempotent
+// (sending it twice leaves what sending it once does: Put, Delete, and
+// Create, which recognizes its own key), while the outcome is unknown
+// (OutcomeUnknown). Each attempt of an idempotent write is bounded by the
+// store's request timeout, the whole by ctx or, without a deadline,
+// idempotentAttempts request timeouts; a write that is not idempotent is
+// sent once more only when not applied, within ctx or one request
+// timeout. op names the write in the log (a retry after an unknown
+// outcome is logged, rate-limited). uncertain reports that an earlier
+// attempt's outcome was unknown: it may have been applied, so an answer
+// that the request changed nothing (Create: the key exists) may be the
+// earlier attempt's doing.
+func write[T any](ctx context.Context, s *Store, idempotent bool, op string, do func(context.Context) (T, error)) (v T, uncertain bool, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		budget := s.reqTO
+		if idempotent {
+			budget = idempotentAttempts * s.reqTO
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, budget)
+		defer cancel()
+	}
 	pause := 20 * time.Millisecond
 	for {
-		v, err := do(ctx)
-		if err == nil || !NotApplied(err) {
-			return v, err
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if idempotent {
+			actx, cancel = context.WithTimeout(ctx, s.reqTO)
+		}
+		v, err = do(actx)
+		cancel()
+		switch {
+		case err == nil:
+			return v, uncertain, nil
+		case NotApplied(err):
+		case idempotent && OutcomeUnknown(err):
+			uncertain = true
+			s.log.Warn("cluster: etcd write's outcome unknown; sending it again", "op", op, "err", err)
+		default:
+			return v, uncertain, err
 		}
 		select {
 		case <-ctx.Done():
-			return v, err
+			if uncertain {
+				err = fmt.Errorf("%w (the outcome is unknown: it may have been applied)", err)
+			}
+			return v, uncertain, err
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, 500*time.Millisecond)
@@ -255,9 +340,7 @@ func (s *Store) kv(k, v []byte, mod, create, lease int64) KV {
 
 // Put writes the key unconditionally and returns the new revision.
 func (s *Store) Put(ctx context.Context, key string, val []byte) (int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := write(ctx, func(ctx context.Context) (*clientv3.PutResponse, error) {
+	resp, _, err := write(ctx, s, true, "put "+key, func(ctx context.Context) (*clientv3.PutResponse, error) {
 		return s.cli.Put(ctx, s.abs(key), string(val))
 	})
 	if err != nil {
@@ -269,9 +352,7 @@ func (s *Store) Put(ctx context.Context, key string, val []byte) (int64, error) 
 // PutWithLease writes the key bound to a lease: it disappears when the lease
 // expires or is revoked.
 func (s *Store) PutWithLease(ctx context.Context, key string, val []byte, lease clientv3.LeaseID) (int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := write(ctx, func(ctx context.Context) (*clientv3.PutResponse, error) {
+	resp, _, err := write(ctx, s, true, "put "+key, func(ctx context.Context) (*clientv3.PutResponse, error) {
 		return s.cli.Put(ctx, s.abs(key), string(val), clientv3.WithLease(lease))
 	})
 	if err != nil {
@@ -281,55 +362,57 @@ func (s *Store) PutWithLease(ctx context.Context, key string, val []byte, lease 
 }
 
 // Create writes the key only if it does not exist; it returns the new
-// revision (the key's mod revision) or ErrExists.
+// revision (the key's mod revision) or ErrExists. A Create whose first
+// attempt's outcome was unknown (OutcomeUnknown: it may have been applied)
+// is sent again; if that finds the key holding exactly val, the first
+// attempt created it and Create succeeds. (A concurrent Create of the
+// same key with the same value looks the same; its caller wanted the
+// same thing.) Otherwise ErrExists, as always.
 func (s *Store) Create(ctx context.Context, key string, val []byte) (int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	k := s.abs(key)
-	resp, err := write(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-			Then(clientv3.OpPut(k, string(val))).
-			Commit()
-	})
-	if err != nil {
-		return 0, fmt.Errorf("cluster: create %s: %w", key, err)
-	}
-	if !resp.Succeeded {
-		return 0, fmt.Errorf("%w: %s", ErrExists, key)
-	}
-	return resp.Header.Revision, nil
+	return s.create(ctx, key, val, clientv3.NoLease)
 }
 
 // CreateWithLease writes the key bound to a lease only if it does not
-// exist; it returns ErrExists otherwise.
+// exist; it returns ErrExists otherwise. After an unknown outcome it
+// succeeds as Create does, when the key holds val under this lease.
 func (s *Store) CreateWithLease(ctx context.Context, key string, val []byte, lease clientv3.LeaseID) (int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
+	return s.create(ctx, key, val, lease)
+}
+
+func (s *Store) create(ctx context.Context, key string, val []byte, lease clientv3.LeaseID) (int64, error) {
 	k := s.abs(key)
-	resp, err := write(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	put := clientv3.OpPut(k, string(val))
+	if lease != clientv3.NoLease {
+		put = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
+	}
+	resp, uncertain, err := write(ctx, s, true, "create "+key, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-			Then(clientv3.OpPut(k, string(val), clientv3.WithLease(lease))).
+			Then(put).
+			Else(clientv3.OpGet(k)).
 			Commit()
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cluster: create %s: %w", key, err)
 	}
-	if !resp.Succeeded {
-		return 0, fmt.Errorf("%w: %s", ErrExists, key)
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
 	}
-	return resp.Header.Revision, nil
+	if uncertain && len(resp.Responses) > 0 {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 &&
+			bytes.Equal(kvs[0].Value, val) && kvs[0].Lease == int64(lease) {
+			return kvs[0].ModRevision, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s", ErrExists, key)
 }
 
 // CAS replaces the key's value only if its mod revision is still modRev. It
 // returns the new mod revision, ErrVersionMismatch if the key changed, or
 // ErrNotFound if it is gone.
 func (s *Store) CAS(ctx context.Context, key string, val []byte, modRev int64) (int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
 	k := s.abs(key)
-	resp, err := write(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, _, err := write(ctx, s, false, "cas "+key, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
 			Then(clientv3.OpPut(k, string(val))).
@@ -351,9 +434,7 @@ func (s *Store) CAS(ctx context.Context, key string, val []byte, modRev int64) (
 // Delete removes the key unconditionally. Deleting a missing key is not an
 // error.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	if _, err := write(ctx, func(ctx context.Context) (*clientv3.DeleteResponse, error) {
+	if _, _, err := write(ctx, s, true, "delete "+key, func(ctx context.Context) (*clientv3.DeleteResponse, error) {
 		return s.cli.Delete(ctx, s.abs(key))
 	}); err != nil {
 		return fmt.Errorf("cluster: delete %s: %w", key, err)
@@ -363,10 +444,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // DeleteCAS removes the key only if its mod revision is still modRev.
 func (s *Store) DeleteCAS(ctx context.Context, key string, modRev int64) error {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
 	k := s.abs(key)
-	resp, err := write(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, _, err := write(ctx, s, false, "delete "+key, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(k), "=", modRev)).
 			Then(clientv3.OpDelete(k)).
@@ -505,11 +584,9 @@ func (s *Store) GrantLease(ctx context.Context, ttl time.Duration) (*Lease, erro
 	if secs < 1 {
 		secs = 1
 	}
-	gctx, cancel := s.ctx(ctx)
-	resp, err := write(gctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+	resp, _, err := write(ctx, s, false, "grant lease", func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
 		return s.cli.Grant(ctx, secs)
 	})
-	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: grant lease: %w", err)
 	}

@@ -35,13 +35,15 @@ func TestNotApplied(t *testing.T) {
 	}
 }
 
-// write sends a request again while etcd says it was not applied, and
-// returns any other answer (success or an ambiguous error) as it is.
+// write sends a request that is not idempotent again while etcd says it
+// was not applied, and returns any other answer (success or an ambiguous
+// error) as it is.
 func TestWriteRetriesOnlyUnappliedRequests(t *testing.T) {
 	dropped := status.Error(codes.Unknown, "raft proposal dropped")
 	ctx := context.Background()
+	s := &Store{reqTO: 5 * time.Second}
 	calls := 0
-	v, err := write(ctx, func(context.Context) (int, error) {
+	v, _, err := write(ctx, s, false, "test", func(context.Context) (int, error) {
 		calls++
 		if calls < 3 {
 			return 0, dropped
@@ -53,7 +55,7 @@ func TestWriteRetriesOnlyUnappliedRequests(t *testing.T) {
 	}
 
 	calls = 0
-	_, err = write(ctx, func(context.Context) (int, error) {
+	_, _, err = write(ctx, s, false, "test", func(context.Context) (int, error) {
 		calls++
 		return 0, rpctypes.ErrGRPCTimeout
 	})
@@ -65,7 +67,7 @@ func TestWriteRetriesOnlyUnappliedRequests(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	calls = 0
-	_, err = write(cctx, func(context.Context) (int, error) {
+	_, _, err = write(cctx, s, false, "test", func(context.Context) (int, error) {
 		calls++
 		return 0, dropped
 	})
@@ -106,5 +108,55 @@ func TestConnectGivesUpOnAnAbsentEtcd(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("gave up after %v; want about the dial timeout (1s)", d)
+	}
+}
+
+// An idempotent write is sent again after an unknown outcome, each attempt
+// bounded by the request timeout (etcd answers "request timed out" when
+// the client's deadline passes: a single deadline for every attempt would
+// leave a retry no time), the whole by idempotentAttempts of them when the
+// caller set no deadline; it says the outcome was uncertain.
+func TestWriteRetriesIdempotentRequestsAfterUnknownOutcomes(t *testing.T) {
+	s := &Store{reqTO: 100 * time.Millisecond}
+	calls := 0
+	v, uncertain, err := write(context.Background(), s, true, "test", func(ctx context.Context) (int, error) {
+		calls++
+		if calls == 1 {
+			return 0, rpctypes.ErrTimeout
+		}
+		return 7, nil
+	})
+	if err != nil || v != 7 || !uncertain || calls != 2 {
+		t.Fatalf("after one timeout: %d, uncertain %t, %v, %d calls; want 7, true, nil, 2", v, uncertain, err, calls)
+	}
+
+	// A member that never answers: each attempt ends at its own deadline.
+	calls = 0
+	start := time.Now()
+	_, uncertain, err = write(context.Background(), s, true, "test", func(ctx context.Context) (int, error) {
+		calls++
+		dl, ok := ctx.Deadline()
+		if !ok || time.Until(dl) > s.reqTO {
+			t.Errorf("attempt %d: deadline in %v, want at most the request timeout", calls, time.Until(dl))
+		}
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || !uncertain || calls < 2 || calls > idempotentAttempts {
+		t.Fatalf("never answered: %v, uncertain %t, after %d calls; want the deadline, uncertain, 2 to %d calls", err, uncertain, calls, idempotentAttempts)
+	}
+	if took > idempotentAttempts*s.reqTO+time.Second {
+		t.Fatalf("gave up after %v; want about %v", took, idempotentAttempts*s.reqTO)
+	}
+
+	// Not idempotent: the unknown outcome is the caller's, at once.
+	calls = 0
+	_, uncertain, err = write(context.Background(), s, false, "test", func(ctx context.Context) (int, error) {
+		calls++
+		return 0, rpctypes.ErrTimeout
+	})
+	if calls != 1 || uncertain || !errors.Is(err, rpctypes.ErrTimeout) {
+		t.Fatalf("not idempotent: %v, uncertain %t, %d calls", err, uncertain, calls)
 	}
 }

@@ -391,7 +391,9 @@ func (m *Metadata) SetPolicies(ctx context.Context, ns string, p Policies) error
 // that compare-and-swaps on the key's revision and retries (calling f again
 // on the fresh value) when another writer got in between, so concurrent
 // updates — several regions' brokers starting at once, two admin calls —
-// never lose each other's changes.
+// never lose each other's changes. f may also be called again on a value
+// its own earlier call produced (a write whose outcome was unknown, see
+// casUpdateJSON): it must set what it changes, never add to it.
 func (m *Metadata) UpdatePolicies(ctx context.Context, ns string, f func(*Policies)) error {
 	return m.UpdatePoliciesErr(ctx, ns, func(p *Policies) error { f(p); return nil })
 }
@@ -411,12 +413,24 @@ func (m *Metadata) updateTenant(ctx context.Context, name string, f func(*Tenant
 // losing its compare-and-swap (each loss means another writer succeeded).
 const casMaxAttempts = 100
 
+// casUnknownAttempts bounds the compare-and-swaps of one read-modify-write
+// whose outcome came back unknown (cluster.OutcomeUnknown).
+const casUnknownAttempts = 3
+
 // casUpdateJSON reads key's JSON into a T, applies f, and writes it back
 // only if the key did not change meanwhile; otherwise it retries from the
 // read. ErrNotFound if the key does not exist (or is deleted meanwhile).
+// A compare-and-swap whose outcome is unknown (etcd answered "request
+// timed out" on a loaded host: it may have been applied) is retried from
+// the read too, up to casUnknownAttempts in all: if it was applied, f
+// finds its change in place and the write that follows stores the same
+// value again (or f says errNoChange); if not, it is made now. Either way
+// the answer is true; without the retry an applied change was reported
+// as failed.
 func casUpdateJSON[T any](ctx context.Context, m *Metadata, key string, f func(*T) error) error {
 	name := strings.TrimPrefix(key, "/admin/")
 	var lastErr error
+	unknown := 0
 	for attempt := 0; attempt < casMaxAttempts; attempt++ {
 		kv, err := m.s.Get(ctx, key)
 		if errors.Is(err, cluster.ErrNotFound) {
@@ -445,6 +459,9 @@ func casUpdateJSON[T any](ctx context.Context, m *Metadata, key string, f func(*
 			return nil
 		case errors.Is(err, cluster.ErrNotFound):
 			return fmt.Errorf("%w: %s", ErrNotFound, name)
+		case cluster.OutcomeUnknown(err) && unknown+1 < casUnknownAttempts && ctx.Err() == nil:
+			unknown++
+			lastErr = err
 		case errors.Is(err, cluster.ErrVersionMismatch):
 			lastErr = err
 			// Another writer won; back off a little (jittered by the

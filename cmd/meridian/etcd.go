@@ -45,6 +45,7 @@ func newEtcdCmd() *cobra.Command {
 				c.TLS = ec.TLS
 			}
 			log := logger()
+			c.Logger = log
 			e, err := cluster.StartEtcd(c)
 			if err != nil {
 				return err

@@ -3,7 +3,6 @@
 package testutil
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -54,14 +53,7 @@ func StartEtcd(t testing.TB) string {
 // closes with the test.
 func Store(t testing.TB, url, prefix string) *cluster.Store {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := cluster.Connect(ctx, cluster.StoreConfig{Endpoints: []string{url}, Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return StoreWith(t, url, prefix)
 }
 
 // Eventually polls cond every 20ms until it holds or timeout passes. For
