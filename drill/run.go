@@ -45,11 +45,7 @@ type Options struct {
 // regionGIDs gives the regions of a partition drill their own group ids
 // (netfault's owner match).
 func regionGIDs(regions []string) map[string]uint32 {
-	m := map[string]uint32{"witness": 47299}
-	for i, r := range regions {
-		m[r] = 47201 + uint32(i)
-	}
-	return m
+	return netfault.GIDs(append([]string{"witness"}, regions...)...)
 }
 
 // Run runs the drill and returns its report (also written to o.Out). An

@@ -50,6 +50,13 @@ func startDeployment(t *testing.T, o up.Options) *deployment {
 	defer cancel()
 	d, err := up.Start(ctx, plan, bin, slog.Default())
 	if err != nil {
+		// The logs of a deployment that did not start say why: shown and
+		// kept before the test's temp dir goes.
+		failed := &deployment{t: t, dir: o.DataDir}
+		failed.dumpLogs()
+		if dir := os.Getenv("MERIDIAN_TEST_KEEP_LOGS"); dir != "" {
+			failed.keepLogs(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")))
+		}
 		t.Fatal(err)
 	}
 	dep := &deployment{t: t, d: d, dir: o.DataDir, e: d.Endpoints(), tls: o.TLS}

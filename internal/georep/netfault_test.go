@@ -15,8 +15,9 @@ import (
 // every region. A dropped packet is a silent fault: no reset, the sender
 // notices only by timeouts.
 
-// regionGIDs are the group ids the partition tests run regions with.
-var regionGIDs = map[string]uint32{"east": 47101, "west": 47102, "witness": 47103, "north": 47104}
+// regionGIDs are the group ids the partition tests run regions with: this
+// test binary's own (netfault.GIDs), so a concurrent run is not cut too.
+var regionGIDs = netfault.GIDs("east", "west", "witness", "north")
 
 type netFilter struct {
 	t *testing.T

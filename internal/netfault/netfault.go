@@ -169,3 +169,18 @@ func Ports(p *up.Plan, match func(up.ProcSpec) bool) []int {
 	}
 	return out
 }
+
+// GIDs returns a group id for each of names (regions, and "witness"),
+// from a block of this process's own: derived from its pid, so two test
+// binaries or drills running at once on one host never drop each other's
+// traffic (fixed ids did: a test cutting east's group cut the east of a
+// concurrent run too). Blocks of 16 ids from 40000; names past the 16th
+// share the block's last id.
+func GIDs(names ...string) map[string]uint32 {
+	base := 40000 + uint32(os.Getpid()%4096)*16
+	m := make(map[string]uint32, len(names))
+	for i, n := range names {
+		m[n] = base + uint32(min(i, 15))
+	}
+	return m
+}
