@@ -48,6 +48,7 @@ func New(name string) (*Filter, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
+	removeStale()
 	f := &Filter{chain: name}
 	if len(f.chain) > 28 {
 		f.chain = f.chain[:28]
@@ -60,6 +61,36 @@ func New(name string) (*Filter, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// removeStale removes the chains a killed test or drill left behind
+// (MERIDIAN-T<pid>, MERIDIAN-D<pid> of a process that no longer runs):
+// its Close never ran, and its rules would drop traffic of any later run
+// on the same group ids. Best effort.
+func removeStale() {
+	out, err := exec.Command("iptables", "-w", "-S").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		chain, ok := strings.CutPrefix(line, "-N ")
+		if !ok || !(strings.HasPrefix(chain, "MERIDIAN-T") || strings.HasPrefix(chain, "MERIDIAN-D")) {
+			continue
+		}
+		pid, err := strconv.Atoi(chain[len("MERIDIAN-T"):])
+		if err != nil || pid <= 0 || processRuns(pid) {
+			continue
+		}
+		_ = ipt("-D", "OUTPUT", "-j", chain)
+		_ = ipt("-F", chain)
+		_ = ipt("-X", chain)
+	}
+}
+
+// processRuns reports whether a process with pid exists.
+func processRuns(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return err == nil
 }
 
 func ipt(args ...string) error {
