@@ -133,7 +133,9 @@ func (svc *Service) registerLoop() {
 }
 
 func (svc *Service) close() {
-	svc.srv.Stop()
+	if svc.srv != nil {
+		svc.srv.Stop()
+	}
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
 	for _, c := range svc.conns {
