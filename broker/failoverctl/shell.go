@@ -114,7 +114,8 @@ type Shell struct {
 	badSince    map[string]time.Time // region → when lookups first saw it not up (holdLookup)
 }
 
-// New returns the shell of cfg over host; Start starts it.
+// New returns the shell of cfg over host; StartWatch, StartControl and
+// StartProbe start its parts.
 func New(cfg Config, host Host) *Shell {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -163,7 +164,12 @@ func (sh *Shell) ActiveRegion(ns string, pol meta.Policies) string {
 
 // Record returns the namespace's record as last seen (the primary at
 // epoch 0 when none is stored).
+// A nil Shell, or one not watching yet, knows no record: the primary at
+// epoch 0.
 func (sh *Shell) Record(ns string, pol meta.Policies) meta.FailoverRecord {
+	if sh == nil || sh.fo == nil {
+		return meta.FailoverRecord{Namespace: ns, Active: pol.Effective().Primary}
+	}
 	return sh.fo.record(ns, pol)
 }
 
