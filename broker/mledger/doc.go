@@ -50,6 +50,23 @@
 //     guarantees that at most one owner can append and that no
 //     acknowledged entry is lost.
 //
+// # Writes whose outcome etcd left unknown
+//
+// etcd answers "request timed out" (a leadership move, a slow disk) for a
+// write it may have applied, or may apply later; the store does not resend
+// a compare-and-swap (cluster.OutcomeUnknown). Every write of the list
+// (casInfo) therefore reads the list back after such an answer: if it
+// holds exactly what was written (an owner epoch or a ledger id that is
+// this process's own), the write landed and counts as done; if it is still
+// at the revision compared, the write is sent again (it can land only
+// once); if it moved on to something else, the write can never land. A
+// ledger created for a list write that did not succeed is deleted only
+// when the list does not reference it and never can (releaseUnrecorded):
+// deleting a ledger the list references made the log unopenable ("recover
+// ledger N: no such ledger" at every Open). A list write still unsettled
+// when its time is up fails the managed ledger (ErrFailed); Open settles
+// it.
+//
 // Rollover uses the same order: stop handing appends to the current
 // ledger, close it (its writer waits for its pending appends), create the
 // next one, CAS the record (the closed ledger's final counts and the new

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,8 +29,10 @@ var (
 	ErrConcurrentOpen = errors.New("mledger: concurrent open")
 	// ErrFailed: after its ledger failed, the managed ledger could not
 	// establish which appends it holds (the ledger could not be recovered
-	// within SwitchTimeout). Pending appends failed with an unknown
-	// outcome; close it and Open it again (Open recovers the ledger).
+	// within SwitchTimeout), or etcd left the outcome of a write of its
+	// ledger list unknown past SwitchTimeout. Pending appends failed with
+	// an unknown outcome; close it and Open it again (Open recovers the
+	// ledger and settles the list from what etcd stores).
 	ErrFailed = errors.New("mledger: failed")
 	// ErrNoSuchCursor: DeleteCursor of a cursor that does not exist.
 	ErrNoSuchCursor = errors.New("mledger: no such cursor")
@@ -213,7 +216,10 @@ type ManagedLedger struct {
 // If a compare-and-swap loses (the previous owner changed the list before
 // the claim, or another process claimed it since), the new ledger is
 // deleted and Open starts again once from fresh metadata, so it takes over
-// from whoever won; a second loss returns ErrConcurrentOpen.
+// from whoever won; a second loss returns ErrConcurrentOpen. A write whose
+// answer etcd lost is settled by reading the list back, and the new ledger
+// is kept whenever the list references it or may yet (see the package
+// doc, "Writes whose outcome etcd left unknown").
 func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) {
 	if name == "" {
 		return nil, errors.New("mledger: empty name")
@@ -308,10 +314,10 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 	if rev == 0 {
 		rev, err = ml.store.Create(ctx, key, b)
 	} else {
-		rev, err = ml.store.CAS(ctx, key, b, rev)
+		rev, err = ml.casInfo(ctx, b, rev)
 	}
 	if err != nil {
-		if errors.Is(err, cluster.ErrExists) || errors.Is(err, cluster.ErrVersionMismatch) || errors.Is(err, cluster.ErrNotFound) {
+		if errors.Is(err, cluster.ErrExists) || errors.Is(err, errListMoved) {
 			return fmt.Errorf("%w: claim: %v", errLostRace, err)
 		}
 		return fmt.Errorf("mledger: %s: claim ledger list: %w", ml.name, err)
@@ -366,12 +372,15 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 		}
 		return err
 	}
-	newRev, err := ml.store.CAS(ctx, key, b, rev)
+	newRev, err := ml.casInfo(ctx, b, rev)
 	if err != nil {
+		// The list may reference w after all (a write whose answer was
+		// lost may have landed, or land later): w is deleted only when it
+		// certainly does not and never will.
 		if w != nil {
-			ml.discardLedger(w)
+			ml.releaseUnrecorded(w, rev)
 		}
-		if errors.Is(err, cluster.ErrVersionMismatch) || errors.Is(err, cluster.ErrNotFound) {
+		if errors.Is(err, errListMoved) {
 			return fmt.Errorf("%w: %v", errLostRace, err)
 		}
 		return fmt.Errorf("mledger: %s: write ledger list: %w", ml.name, err)
@@ -404,14 +413,58 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 	return nil
 }
 
-// discardLedger closes and deletes a ledger this owner created but never
-// recorded in the list.
+// discardLedger closes and deletes a ledger this owner created and never
+// sent to etcd in a list.
 func (ml *ManagedLedger) discardLedger(w *ledger.Writer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = w.Close(ctx)
 	if err := ledger.DeleteLedger(ctx, ml.store, w.ID()); err != nil {
 		ml.log.Warn("delete unused ledger", "ledger", w.ID(), "err", err)
+	}
+}
+
+// releaseUnrecorded closes w, a ledger this owner created and tried to
+// record by a compare-and-swap of the list at casRev that did not succeed
+// as far as it knows, and deletes it only if the list certainly does not
+// reference it and never will: it is read back, and w is kept when
+//   - the list references w: a write whose answer was lost landed (and
+//     another owner may have moved the list on since: it recovers w; and
+//     if it is this process's next Open, it recovers w too). Deleting it
+//     left a list no Open could recover ("recover ledger N: no such
+//     ledger", every time);
+//   - the list is still at casRev: the write may yet land (etcd can
+//     commit a proposal after answering "request timed out"), or
+//   - the list cannot be read.
+//
+// A kept ledger that the list never comes to reference is an orphan: its
+// metadata (closed, empty) stays in etcd, logged here with its id. That
+// costs a key; the other mistake cost the topic.
+func (ml *ManagedLedger) releaseUnrecorded(w *ledger.Writer, casRev int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = w.Close(ctx) // closed empty: a later Open recovers it at once, and drops it
+	id := w.ID()
+	kv, err := ml.store.Get(ctx, infoKey(ml.name))
+	var rec infoRecord
+	if err == nil {
+		rec, err = decodeInfo(kv.Key, kv.Value)
+	}
+	switch {
+	case errors.Is(err, cluster.ErrNotFound):
+		// Gone (deleted): a compare-and-swap at casRev cannot land.
+	case err != nil:
+		ml.log.Warn("kept a ledger the list may reference: cannot read the list", "ledger", id, "err", err)
+		return
+	case slices.ContainsFunc(rec.ledgers, func(l LedgerInfo) bool { return l.ID == id }):
+		ml.log.Warn("kept a ledger whose list write was reported failed: the list references it (the write landed)", "ledger", id, "epoch", rec.epoch)
+		return
+	case kv.ModRevision == casRev:
+		ml.log.Warn("kept a ledger whose list write has an unknown outcome: it may yet land; if it never does, the ledger's metadata is an orphan", "ledger", id)
+		return
+	}
+	if err := ledger.DeleteLedger(ctx, ml.store, id); err != nil {
+		ml.log.Warn("delete unused ledger", "ledger", id, "err", err)
 	}
 }
 
