@@ -65,7 +65,10 @@
 // deleting a ledger the list references made the log unopenable ("recover
 // ledger N: no such ledger" at every Open). A list write still unsettled
 // when its time is up fails the managed ledger (ErrFailed); Open settles
-// it.
+// it. A list that references a ledger without metadata (what that bug
+// left behind) opens by dropping the ledger when it is the last one and
+// no cursor acknowledged anything in it — it was never written to — and
+// is refused with ErrMissingLedger otherwise (missingLedger says why).
 //
 // Rollover uses the same order: stop handing appends to the current
 // ledger, close it (its writer waits for its pending appends), create the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,14 @@ var (
 	ErrFailed = errors.New("mledger: failed")
 	// ErrNoSuchCursor: DeleteCursor of a cursor that does not exist.
 	ErrNoSuchCursor = errors.New("mledger: no such cursor")
+	// ErrMissingLedger: Open found a ledger in the list whose metadata
+	// does not exist and that may hold acknowledged entries (a durable
+	// cursor acknowledged entries of it, or it is not the ledger that was
+	// being written). Open refuses rather than drop it: dropping would make
+	// the loss final, while the metadata may still be restored (from an
+	// etcd backup). An operator restores the metadata or removes the
+	// ledger from the list. See missingLedger.
+	ErrMissingLedger = errors.New("mledger: a listed ledger has no metadata")
 )
 
 // Entry is one entry read back. Data is shared with the tail cache: the
@@ -83,6 +92,10 @@ type Stats struct {
 	// then replaced by a new one).
 	LedgerFailures int64
 	TrimmedLedgers int64
+	// MissingLedgers: ledgers the list referenced without metadata, never
+	// written to, that Open dropped from the list (logged as errors; see
+	// ErrMissingLedger).
+	MissingLedgers int64
 	CursorWrites   int64
 	Fenced         bool
 }
@@ -326,11 +339,20 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 	// 2. Recover (fence + close) every ledger the list does not record as
 	// closed: a previous owner may still be writing it.
 	ls := rec.ledgers
+	missing := int64(0)
 	for i := range ls {
 		if ls[i].Closed {
 			continue
 		}
 		rd, err := ml.lc.Recover(ctx, ls[i].ID)
+		if errors.Is(err, ledger.ErrNoSuchLedger) {
+			if err := ml.missingLedger(ctx, ls, i); err != nil {
+				return err
+			}
+			ls[i].Entries, ls[i].SizeBytes, ls[i].Closed, ls[i].ClosedAt = 0, 0, true, ml.now()
+			missing++
+			continue // dropped below, as an empty ledger
+		}
 		if err != nil {
 			return fmt.Errorf("mledger: %s: recover ledger %d: %w", ml.name, ls[i].ID, err)
 		}
@@ -392,6 +414,7 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 		}
 	}
 	ml.infoRev, ml.epoch = newRev, rec.epoch
+	ml.stats.MissingLedgers += missing
 	ml.ledgers = list
 	ml.state = stNoLedger
 	if w != nil {
@@ -466,6 +489,70 @@ func (ml *ManagedLedger) releaseUnrecorded(w *ledger.Writer, casRev int64) {
 	if err := ledger.DeleteLedger(ctx, ml.store, id); err != nil {
 		ml.log.Warn("delete unused ledger", "ledger", id, "err", err)
 	}
+}
+
+// missingLedger decides about ls[i], a ledger the list does not record as
+// closed and whose metadata does not exist (Recover: ErrNoSuchLedger).
+// nil: it was never written to, and Open drops it from the list (logged
+// as an error, counted in Stats.MissingLedgers); ErrMissingLedger: it may
+// hold acknowledged entries, and Open fails.
+//
+// The reasoning. Without its metadata a ledger's entries cannot be found
+// (the metadata holds its ensembles), so the questions are whether
+// anything acknowledged is lost, and whether refusing to open could still
+// save it. This package deletes a ledger's metadata only (1) after the
+// list stopped referencing it (trimming, dropping empty ledgers, Delete),
+// or (2) for a ledger it created for the list and never handed an append
+// (its list write did not succeed). Until releaseUnrecorded, (2) also
+// deleted ledgers whose list write had in fact landed: the list then
+// referenced a ledger no metadata describes — the last ledger of the
+// list, never written to, since its owner did not serve it. That is the
+// one way this state arises from this package's own writes, and such a
+// ledger is dropped (Pulsar's ManagedLedgerImpl drops a missing last
+// ledger too). Anything else means someone else deleted the metadata (an
+// operator, a tool): the ledger may hold acknowledged entries, and
+// dropping it would make their loss final where restoring the metadata
+// (from an etcd backup) could still save them. Open refuses when there is
+// a sign of that:
+//   - the ledger is not the last of the list: only the last one can have
+//     been the subject of a list write taken for failed;
+//   - a durable cursor's record holds a position inside it or after it:
+//     a consumer acknowledged entries there.
+//
+// Without such a sign, a last ledger whose metadata someone else deleted
+// is dropped as well: logged as an error and counted, not silently. The
+// bookies are not asked: without the metadata the ensemble is unknown,
+// and once bookies collect the entries of ledgers without metadata (as
+// BookKeeper's garbage collection does) their silence proves nothing.
+func (ml *ManagedLedger) missingLedger(ctx context.Context, ls []LedgerInfo, i int) error {
+	id := ls[i].ID
+	if i != len(ls)-1 {
+		ml.log.Error("a ledger in the list has no metadata and is not the last one: refusing to open", "ledger", id)
+		return fmt.Errorf("%w: %s: ledger %d (not the last of the list)", ErrMissingLedger, ml.name, id)
+	}
+	dir := cursorsDir(ml.name)
+	kvs, _, err := ml.store.List(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("mledger: %s: ledger %d has no metadata; list cursors: %w", ml.name, id, err)
+	}
+	inOrAfter := func(p Position) bool { return p.Ledger > id || (p.Ledger == id && p.Entry >= 0) }
+	for _, kv := range kvs {
+		rec, err := decodeCursor(kv.Key, kv.Value)
+		if err != nil {
+			return err
+		}
+		held := inOrAfter(rec.markDelete)
+		for _, r := range rec.acked {
+			held = held || inOrAfter(r.From) || inOrAfter(r.To)
+		}
+		if held {
+			cursor, _ := UnescapeName(strings.TrimPrefix(kv.Key, dir))
+			ml.log.Error("a ledger in the list has no metadata and a cursor acknowledged entries in it: refusing to open", "ledger", id, "cursor", cursor, "mark_delete", rec.markDelete)
+			return fmt.Errorf("%w: %s: ledger %d (cursor %s acknowledged entries in it)", ErrMissingLedger, ml.name, id, cursor)
+		}
+	}
+	ml.log.Error("dropping a ledger from the list: it has no metadata, is the last, and no cursor acknowledged anything in it (a ledger whose list write was taken for failed, deleted before it was written to)", "ledger", id)
+	return nil
 }
 
 // abandon releases an ML whose Open failed after the takeover.

@@ -191,6 +191,9 @@ func TestOpenListWriteRacedAfterLostAnswer(t *testing.T) {
 			if applied != (len(first) == 1) {
 				t.Fatalf("the list held %v when the answer was lost (applied: %t)", first, applied)
 			}
+			if s := ml.Stats(); s.MissingLedgers != 0 {
+				t.Errorf("%d listed ledgers had no metadata at the second takeover, want 0 (the first ledger was deleted while listed)", s.MissingLedgers)
+			}
 			if got := ledgersOf(t, r, name); !slices.Equal(got, []int64{ls[0].ID}) {
 				t.Fatalf("ledgers with metadata %v, want only the listed %d", got, ls[0].ID)
 			}
@@ -239,7 +242,10 @@ func TestRolloverWithLostListAnswer(t *testing.T) {
 	if err := ml.Close(ctx); err != nil {
 		t.Fatalf("close (its list write lost its answer too): %v", err)
 	}
-	reopenAndRead(t, r, lc, name, 4)
+	ml2 := reopenAndRead(t, r, lc, name, 4)
+	if s := ml2.Stats(); s.MissingLedgers != 0 {
+		t.Errorf("reopened with %d missing ledgers", s.MissingLedgers)
+	}
 }
 
 // Rollover: the list write loses its answer and, before the managed ledger
@@ -279,7 +285,10 @@ func TestRolloverListWriteRacedAfterLostAnswer(t *testing.T) {
 			} else if got := ledgersOf(t, r, name); !slices.Equal(got, []int64{ps[0].Ledger}) {
 				t.Fatalf("ledgers with metadata %v, want only %d: the unrecorded ledger is deleted", got, ps[0].Ledger)
 			}
-			reopenAndRead(t, r, lc, name, 3)
+			ml2 := reopenAndRead(t, r, lc, name, 3)
+			if s := ml2.Stats(); s.MissingLedgers != 0 {
+				t.Errorf("reopened with %d missing ledgers", s.MissingLedgers)
+			}
 		})
 	}
 }
@@ -312,4 +321,65 @@ func TestRolloverListWriteNeverSettles(t *testing.T) {
 		t.Fatalf("ledgers with metadata %v, want %d and the unrecorded one, kept", all, ps[0].Ledger)
 	}
 	reopenAndRead(t, r, lc, name, 3)
+}
+
+// A list that references a ledger without metadata — what the bug above
+// left behind. Open drops it when it was never written to (the last
+// ledger, no cursor acknowledged anything in it), and refuses
+// (ErrMissingLedger) when a cursor shows acknowledged entries in it.
+func TestOpenWithAListedLedgerWithoutMetadata(t *testing.T) {
+	r := startRegion(t)
+	lc := newLedgerClient(t, r.Store)
+	ctx := ctxT(t, 2*time.Minute)
+
+	t.Run("never written", func(t *testing.T) {
+		const name = "missing-unwritten"
+		ml := openML(t, r.Store, lc, name)
+		appendN(t, ml, 0, 3)
+		if err := ml.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The next owner lists a new ledger, then (the old bug) deletes it.
+		ml2 := openML(t, r.Store, lc, name)
+		ls := ml2.Ledgers()
+		gone := ls[len(ls)-1].ID
+		if err := ledger.DeleteLedger(ctx, r.Store, gone); err != nil {
+			t.Fatal(err)
+		}
+		ml3 := reopenAndRead(t, r, lc, name, 3)
+		if s := ml3.Stats(); s.MissingLedgers != 1 {
+			t.Errorf("%d missing ledgers dropped, want 1", s.MissingLedgers)
+		}
+		if got := storedIDs(t, r, name); slices.Contains(got, gone) {
+			t.Fatalf("stored list %v still references %d", got, gone)
+		}
+		if _, err := ml3.Append(ctx, payload(3)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("acknowledged entries", func(t *testing.T) {
+		const name = "missing-acked"
+		ml := openML(t, r.Store, lc, name)
+		ps := appendN(t, ml, 0, 3)
+		c, err := ml.OpenCursor(ctx, "sub", mledger.Earliest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.AckCumulative(ps[1])
+		if err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Someone deletes the metadata of the ledger being written.
+		if err := ledger.DeleteLedger(ctx, r.Store, ps[0].Ledger); err != nil {
+			t.Fatal(err)
+		}
+		_, err = mledger.Open(ctx, name, mledger.Config{Store: r.Store, Ledgers: lc})
+		if !errors.Is(err, mledger.ErrMissingLedger) {
+			t.Fatalf("open with a listed ledger without metadata, holding acknowledged entries: %v, want ErrMissingLedger", err)
+		}
+		if got := storedIDs(t, r, name); !slices.Contains(got, ps[0].Ledger) {
+			t.Fatalf("stored list %v dropped %d", got, ps[0].Ledger)
+		}
+	})
 }
