@@ -43,12 +43,25 @@
 //  4. Compare-and-swap the record: recovered ledgers with their final
 //     counts (empty ones dropped), the new ledger appended. Serve appends
 //     only AFTER this CAS: a process whose CAS lost does not own the log.
-//     On a lost CAS (at 1 or 4) the new ledger is deleted and Open starts
-//     again once from fresh metadata; a second loss is ErrConcurrentOpen.
+//     On a lost CAS (at 1 or 4) the new ledger is deleted (unless the list
+//     references it: see "Writes whose outcome etcd left unknown") and
+//     Open starts again once from fresh metadata; a second loss is
+//     ErrConcurrentOpen.
 //     A loser that retries takes over from the winner: ownership is
 //     arbitrated above this package (topic ownership); this protocol only
 //     guarantees that at most one owner can append and that no
 //     acknowledged entry is lost.
+//
+// Rollover uses the same order: stop handing appends to the current
+// ledger, close it (its writer waits for its pending appends), create the
+// next one, CAS the record (the closed ledger's final counts and the new
+// ledger), and only then hand the queued appends to the new ledger. So every
+// ledger but the last is closed in its own metadata before it stops being
+// the last of the list, and a new owner only ever needs to recover the
+// last one. Every write of an owner (the info CAS, and each cursor record,
+// written in a transaction that also compares the info record's mod
+// revision) fails once another owner has claimed the info record: the old
+// owner is fenced for acknowledgements as well as for appends.
 //
 // # Writes whose outcome etcd left unknown
 //
@@ -69,17 +82,6 @@
 // left behind) opens by dropping the ledger when it is the last one and
 // no cursor acknowledged anything in it — it was never written to — and
 // is refused with ErrMissingLedger otherwise (missingLedger says why).
-//
-// Rollover uses the same order: stop handing appends to the current
-// ledger, close it (its writer waits for its pending appends), create the
-// next one, CAS the record (the closed ledger's final counts and the new
-// ledger), and only then hand the queued appends to the new ledger. So every
-// ledger but the last is closed in its own metadata before it stops being
-// the last of the list, and a new owner only ever needs to recover the
-// last one. Every write of an owner (the info CAS, and each cursor record,
-// written in a transaction that also compares the info record's mod
-// revision) fails once another owner has claimed the info record: the old
-// owner is fenced for acknowledgements as well as for appends.
 //
 // # Appends
 //
