@@ -144,11 +144,27 @@ func DeleteLedger(ctx context.Context, s *cluster.Store, id int64) error {
 	return s.Delete(ctx, ledgerKey(id))
 }
 
+// metaUnknownAttempts bounds the compare-and-swaps of one updateMeta whose
+// outcome came back unknown (cluster.OutcomeUnknown).
+const metaUnknownAttempts = 3
+
 // updateMeta is BookKeeper's MetadataUpdateLoop: transform a copy of the
 // current metadata and compare-and-swap it; on a lost race re-read and call
 // transform again. transform returns (nil, nil) when no write is needed,
 // or an error to stop.
+//
+// A compare-and-swap whose outcome is unknown (etcd answered "request
+// timed out": it may have been applied, now or later) is settled by
+// reading the metadata back: if it holds what was written, the write
+// landed and updateMeta succeeds with it; otherwise transform runs again
+// on what is stored (still cur: the same write is sent again, and can
+// land only once; changed by another process: as after a lost race). Up
+// to metaUnknownAttempts unknown outcomes; then the error is returned.
+// Without this, a close, an ensemble change or a recovery step that had
+// landed was reported failed, and a later compare-and-swap of the same
+// writer lost against its own change.
 func updateMeta(ctx context.Context, s *cluster.Store, cur Metadata, transform func(*metapb.LedgerMetadata) (*metapb.LedgerMetadata, error)) (Metadata, error) {
+	unknown := 0
 	for {
 		next, err := transform(proto.Clone(cur.Meta).(*metapb.LedgerMetadata))
 		if err != nil {
@@ -165,13 +181,25 @@ func updateMeta(ctx context.Context, s *cluster.Store, cur Metadata, transform f
 		if err == nil {
 			return Metadata{Meta: next, Rev: rev}, nil
 		}
-		if !errors.Is(err, cluster.ErrVersionMismatch) {
+		mismatch := errors.Is(err, cluster.ErrVersionMismatch)
+		switch {
+		case mismatch:
+		case cluster.OutcomeUnknown(err) && unknown+1 < metaUnknownAttempts && ctx.Err() == nil:
+			unknown++
+		default:
 			return cur, err
 		}
-		cur, err = ReadMetadata(ctx, s, next.LedgerId)
-		if err != nil {
+		stored, rerr := ReadMetadata(ctx, s, next.LedgerId)
+		if rerr != nil {
+			if mismatch {
+				return cur, rerr
+			}
 			return cur, err
 		}
+		if unknown > 0 && proto.Equal(stored.Meta, next) {
+			return stored, nil // an attempt whose answer was lost landed
+		}
+		cur = stored
 	}
 }
 

@@ -330,11 +330,18 @@ func (ml *ManagedLedger) switchLedger(old *curLedger, reason string) {
 	}
 	createdAt := ml.now()
 	// 4. Record it.
-	if err := ml.commitNewLedger(ctx, w.ID(), createdAt); err != nil {
-		ml.discardLedger(w)
+	if casRev, err := ml.commitNewLedger(ctx, w.ID(), createdAt); err != nil {
+		ml.mu.Lock()
 		if errors.Is(err, ErrFenced) {
-			ml.mu.Lock()
 			ml.terminateLocked(stFenced, err)
+		}
+		terminated := ml.err != nil // fenced, or failed: the list's state is unknown
+		ml.mu.Unlock()
+		// The list may reference w after all (a write whose answer was
+		// lost): w is deleted only when it certainly does not.
+		ml.releaseUnrecorded(w, casRev)
+		if terminated {
+			ml.mu.Lock()
 			ml.endSwitchLocked()
 			ml.mu.Unlock()
 			return

@@ -43,8 +43,10 @@
 //  4. Compare-and-swap the record: recovered ledgers with their final
 //     counts (empty ones dropped), the new ledger appended. Serve appends
 //     only AFTER this CAS: a process whose CAS lost does not own the log.
-//     On a lost CAS (at 1 or 4) the new ledger is deleted and Open starts
-//     again once from fresh metadata; a second loss is ErrConcurrentOpen.
+//     On a lost CAS (at 1 or 4) the new ledger is deleted (unless the list
+//     references it: see "Writes whose outcome etcd left unknown") and
+//     Open starts again once from fresh metadata; a second loss is
+//     ErrConcurrentOpen.
 //     A loser that retries takes over from the winner: ownership is
 //     arbitrated above this package (topic ownership); this protocol only
 //     guarantees that at most one owner can append and that no
@@ -60,6 +62,26 @@
 // written in a transaction that also compares the info record's mod
 // revision) fails once another owner has claimed the info record: the old
 // owner is fenced for acknowledgements as well as for appends.
+//
+// # Writes whose outcome etcd left unknown
+//
+// etcd answers "request timed out" (a leadership move, a slow disk) for a
+// write it may have applied, or may apply later; the store does not resend
+// a compare-and-swap (cluster.OutcomeUnknown). Every write of the list
+// (casInfo) therefore reads the list back after such an answer: if it
+// holds exactly what was written (an owner epoch or a ledger id that is
+// this process's own), the write landed and counts as done; if it is still
+// at the revision compared, the write is sent again (it can land only
+// once); if it moved on to something else, the write can never land. A
+// ledger created for a list write that did not succeed is deleted only
+// when the list does not reference it and never can (releaseUnrecorded):
+// deleting a ledger the list references made the log unopenable ("recover
+// ledger N: no such ledger" at every Open). A list write still unsettled
+// when its time is up fails the managed ledger (ErrFailed); Open settles
+// it. A list that references a ledger without metadata (what that bug
+// left behind) opens by dropping the ledger when it is the last one and
+// no cursor acknowledged anything in it — it was never written to — and
+// is refused with ErrMissingLedger otherwise (missingLedger says why).
 //
 // # Appends
 //

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,11 +30,21 @@ var (
 	ErrConcurrentOpen = errors.New("mledger: concurrent open")
 	// ErrFailed: after its ledger failed, the managed ledger could not
 	// establish which appends it holds (the ledger could not be recovered
-	// within SwitchTimeout). Pending appends failed with an unknown
-	// outcome; close it and Open it again (Open recovers the ledger).
+	// within SwitchTimeout), or etcd left the outcome of a write of its
+	// ledger list unknown past SwitchTimeout. Pending appends failed with
+	// an unknown outcome; close it and Open it again (Open recovers the
+	// ledger and settles the list from what etcd stores).
 	ErrFailed = errors.New("mledger: failed")
 	// ErrNoSuchCursor: DeleteCursor of a cursor that does not exist.
 	ErrNoSuchCursor = errors.New("mledger: no such cursor")
+	// ErrMissingLedger: Open found a ledger in the list whose metadata
+	// does not exist and that may hold acknowledged entries (a durable
+	// cursor acknowledged entries of it, or it is not the ledger that was
+	// being written). Open refuses rather than drop it: dropping would make
+	// the loss final, while the metadata may still be restored (from an
+	// etcd backup). An operator restores the metadata or removes the
+	// ledger from the list. See missingLedger.
+	ErrMissingLedger = errors.New("mledger: a listed ledger has no metadata")
 )
 
 // Entry is one entry read back. Data is shared with the tail cache: the
@@ -80,6 +92,10 @@ type Stats struct {
 	// then replaced by a new one).
 	LedgerFailures int64
 	TrimmedLedgers int64
+	// MissingLedgers: ledgers the list referenced without metadata, never
+	// written to, that Open dropped from the list (logged as errors; see
+	// ErrMissingLedger).
+	MissingLedgers int64
 	CursorWrites   int64
 	Fenced         bool
 }
@@ -213,7 +229,10 @@ type ManagedLedger struct {
 // If a compare-and-swap loses (the previous owner changed the list before
 // the claim, or another process claimed it since), the new ledger is
 // deleted and Open starts again once from fresh metadata, so it takes over
-// from whoever won; a second loss returns ErrConcurrentOpen.
+// from whoever won; a second loss returns ErrConcurrentOpen. A write whose
+// answer etcd lost is settled by reading the list back, and the new ledger
+// is kept whenever the list references it or may yet (see the package
+// doc, "Writes whose outcome etcd left unknown").
 func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) {
 	if name == "" {
 		return nil, errors.New("mledger: empty name")
@@ -308,10 +327,10 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 	if rev == 0 {
 		rev, err = ml.store.Create(ctx, key, b)
 	} else {
-		rev, err = ml.store.CAS(ctx, key, b, rev)
+		rev, err = ml.casInfo(ctx, b, rev)
 	}
 	if err != nil {
-		if errors.Is(err, cluster.ErrExists) || errors.Is(err, cluster.ErrVersionMismatch) || errors.Is(err, cluster.ErrNotFound) {
+		if errors.Is(err, cluster.ErrExists) || errors.Is(err, errListMoved) {
 			return fmt.Errorf("%w: claim: %v", errLostRace, err)
 		}
 		return fmt.Errorf("mledger: %s: claim ledger list: %w", ml.name, err)
@@ -320,11 +339,20 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 	// 2. Recover (fence + close) every ledger the list does not record as
 	// closed: a previous owner may still be writing it.
 	ls := rec.ledgers
+	missing := int64(0)
 	for i := range ls {
 		if ls[i].Closed {
 			continue
 		}
 		rd, err := ml.lc.Recover(ctx, ls[i].ID)
+		if errors.Is(err, ledger.ErrNoSuchLedger) {
+			if err := ml.missingLedger(ctx, ls, i); err != nil {
+				return err
+			}
+			ls[i].Entries, ls[i].SizeBytes, ls[i].Closed, ls[i].ClosedAt = 0, 0, true, ml.now()
+			missing++
+			continue // dropped below, as an empty ledger
+		}
 		if err != nil {
 			return fmt.Errorf("mledger: %s: recover ledger %d: %w", ml.name, ls[i].ID, err)
 		}
@@ -366,12 +394,15 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 		}
 		return err
 	}
-	newRev, err := ml.store.CAS(ctx, key, b, rev)
+	newRev, err := ml.casInfo(ctx, b, rev)
 	if err != nil {
+		// The list may reference w after all (a write whose answer was
+		// lost may have landed, or land later): w is deleted only when it
+		// certainly does not and never will.
 		if w != nil {
-			ml.discardLedger(w)
+			ml.releaseUnrecorded(w, rev)
 		}
-		if errors.Is(err, cluster.ErrVersionMismatch) || errors.Is(err, cluster.ErrNotFound) {
+		if errors.Is(err, errListMoved) {
 			return fmt.Errorf("%w: %v", errLostRace, err)
 		}
 		return fmt.Errorf("mledger: %s: write ledger list: %w", ml.name, err)
@@ -383,6 +414,7 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 		}
 	}
 	ml.infoRev, ml.epoch = newRev, rec.epoch
+	ml.stats.MissingLedgers += missing
 	ml.ledgers = list
 	ml.state = stNoLedger
 	if w != nil {
@@ -404,8 +436,8 @@ func (ml *ManagedLedger) takeOver(ctx context.Context) error {
 	return nil
 }
 
-// discardLedger closes and deletes a ledger this owner created but never
-// recorded in the list.
+// discardLedger closes and deletes a ledger this owner created and never
+// sent to etcd in a list.
 func (ml *ManagedLedger) discardLedger(w *ledger.Writer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -413,6 +445,114 @@ func (ml *ManagedLedger) discardLedger(w *ledger.Writer) {
 	if err := ledger.DeleteLedger(ctx, ml.store, w.ID()); err != nil {
 		ml.log.Warn("delete unused ledger", "ledger", w.ID(), "err", err)
 	}
+}
+
+// releaseUnrecorded closes w, a ledger this owner created and tried to
+// record by a compare-and-swap of the list at casRev that did not succeed
+// as far as it knows, and deletes it only if the list certainly does not
+// reference it and never will: it is read back, and w is kept when
+//   - the list references w: a write whose answer was lost landed (and
+//     another owner may have moved the list on since: it recovers w; and
+//     if it is this process's next Open, it recovers w too). Deleting it
+//     left a list no Open could recover ("recover ledger N: no such
+//     ledger", every time);
+//   - the list is still at casRev: the write may yet land (etcd can
+//     commit a proposal after answering "request timed out"), or
+//   - the list cannot be read.
+//
+// A kept ledger that the list never comes to reference is an orphan: its
+// metadata (closed, empty) stays in etcd, logged here with its id. That
+// costs a key; the other mistake cost the topic.
+func (ml *ManagedLedger) releaseUnrecorded(w *ledger.Writer, casRev int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = w.Close(ctx) // closed empty: a later Open recovers it at once, and drops it
+	id := w.ID()
+	kv, err := ml.store.Get(ctx, infoKey(ml.name))
+	var rec infoRecord
+	if err == nil {
+		rec, err = decodeInfo(kv.Key, kv.Value)
+	}
+	switch {
+	case errors.Is(err, cluster.ErrNotFound):
+		// Gone (deleted): a compare-and-swap at casRev cannot land.
+	case err != nil:
+		ml.log.Warn("kept a ledger the list may reference: cannot read the list", "ledger", id, "err", err)
+		return
+	case slices.ContainsFunc(rec.ledgers, func(l LedgerInfo) bool { return l.ID == id }):
+		ml.log.Warn("kept a ledger whose list write was reported failed: the list references it (the write landed)", "ledger", id, "epoch", rec.epoch)
+		return
+	case kv.ModRevision == casRev:
+		ml.log.Warn("kept a ledger whose list write has an unknown outcome: it may yet land; if it never does, the ledger's metadata is an orphan", "ledger", id)
+		return
+	}
+	if err := ledger.DeleteLedger(ctx, ml.store, id); err != nil {
+		ml.log.Warn("delete unused ledger", "ledger", id, "err", err)
+	}
+}
+
+// missingLedger decides about ls[i], a ledger the list does not record as
+// closed and whose metadata does not exist (Recover: ErrNoSuchLedger).
+// nil: it was never written to, and Open drops it from the list (logged
+// as an error, counted in Stats.MissingLedgers); ErrMissingLedger: it may
+// hold acknowledged entries, and Open fails.
+//
+// The reasoning. Without its metadata a ledger's entries cannot be found
+// (the metadata holds its ensembles), so the questions are whether
+// anything acknowledged is lost, and whether refusing to open could still
+// save it. This package deletes a ledger's metadata only (1) after the
+// list stopped referencing it (trimming, dropping empty ledgers, Delete),
+// or (2) for a ledger it created for the list and never handed an append
+// (its list write did not succeed). Until releaseUnrecorded, (2) also
+// deleted ledgers whose list write had in fact landed: the list then
+// referenced a ledger no metadata describes — the last ledger of the
+// list, never written to, since its owner did not serve it. That is the
+// one way this state arises from this package's own writes, and such a
+// ledger is dropped (Pulsar's ManagedLedgerImpl drops a missing last
+// ledger too). Anything else means someone else deleted the metadata (an
+// operator, a tool): the ledger may hold acknowledged entries, and
+// dropping it would make their loss final where restoring the metadata
+// (from an etcd backup) could still save them. Open refuses when there is
+// a sign of that:
+//   - the ledger is not the last of the list: only the last one can have
+//     been the subject of a list write taken for failed;
+//   - a durable cursor's record holds a position inside it or after it:
+//     a consumer acknowledged entries there.
+//
+// Without such a sign, a last ledger whose metadata someone else deleted
+// is dropped as well: logged as an error and counted, not silently. The
+// bookies are not asked: without the metadata the ensemble is unknown,
+// and once bookies collect the entries of ledgers without metadata (as
+// BookKeeper's garbage collection does) their silence proves nothing.
+func (ml *ManagedLedger) missingLedger(ctx context.Context, ls []LedgerInfo, i int) error {
+	id := ls[i].ID
+	if i != len(ls)-1 {
+		ml.log.Error("a ledger in the list has no metadata and is not the last one: refusing to open", "ledger", id)
+		return fmt.Errorf("%w: %s: ledger %d (not the last of the list)", ErrMissingLedger, ml.name, id)
+	}
+	dir := cursorsDir(ml.name)
+	kvs, _, err := ml.store.List(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("mledger: %s: ledger %d has no metadata; list cursors: %w", ml.name, id, err)
+	}
+	inOrAfter := func(p Position) bool { return p.Ledger > id || (p.Ledger == id && p.Entry >= 0) }
+	for _, kv := range kvs {
+		rec, err := decodeCursor(kv.Key, kv.Value)
+		if err != nil {
+			return err
+		}
+		held := inOrAfter(rec.markDelete)
+		for _, r := range rec.acked {
+			held = held || inOrAfter(r.From) || inOrAfter(r.To)
+		}
+		if held {
+			cursor, _ := UnescapeName(strings.TrimPrefix(kv.Key, dir))
+			ml.log.Error("a ledger in the list has no metadata and a cursor acknowledged entries in it: refusing to open", "ledger", id, "cursor", cursor, "mark_delete", rec.markDelete)
+			return fmt.Errorf("%w: %s: ledger %d (cursor %s acknowledged entries in it)", ErrMissingLedger, ml.name, id, cursor)
+		}
+	}
+	ml.log.Error("dropping a ledger from the list: it has no metadata, is the last, and no cursor acknowledged anything in it (a ledger whose list write was taken for failed, deleted before it was written to)", "ledger", id)
+	return nil
 }
 
 // abandon releases an ML whose Open failed after the takeover.

@@ -15,14 +15,21 @@ import (
 
 // LostAnswers injects, into an etcd client (cluster.StoreConfig.DialOptions),
 // the answer etcd gives a write whose proposal missed its deadline:
-// "etcdserver: request timed out". The first Times writes (puts, deletes,
-// transactions) that touch a key containing Key get it. With Applied, each of them first
+// "etcdserver: request timed out". Of the writes (puts, deletes,
+// transactions) that touch a key containing Key, the first Skip pass, and
+// the Times after them get it. With Applied, each of them first
 // reaches etcd and is applied (the proposal committed late, or the
 // answer was lost); without, it is not sent. Other requests pass.
 type LostAnswers struct {
 	Key     string
+	Skip    int
 	Times   int
 	Applied bool
+	// OnLost, if set, runs after each write whose answer is lost (after
+	// it applied, with Applied), before the client gets the answer: a
+	// test makes a competing write there, deterministically between the
+	// lost attempt and whatever the client does next.
+	OnLost func()
 
 	mu    sync.Mutex
 	calls int // writes on Key seen
@@ -44,7 +51,7 @@ func (f *LostAnswers) DialOption() grpc.DialOption {
 		}
 		f.mu.Lock()
 		f.calls++
-		lose := f.calls <= f.Times
+		lose := f.calls > f.Skip && f.calls <= f.Skip+f.Times
 		f.mu.Unlock()
 		if !lose {
 			return invoker(ctx, method, req, reply, cc, opts...)
@@ -53,6 +60,9 @@ func (f *LostAnswers) DialOption() grpc.DialOption {
 			if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
 				return err
 			}
+		}
+		if f.OnLost != nil {
+			f.OnLost()
 		}
 		return rpctypes.ErrGRPCTimeout
 	})
