@@ -72,6 +72,9 @@ func (g *Guard) credentials(nc net.Conn, method string, data []byte) (authtoken.
 		if err != nil {
 			return cl, fmt.Errorf("%w: %v", meta.ErrAuthentication, err)
 		}
+		if err := tokenRole(cl); err != nil {
+			return authtoken.Claims{}, err
+		}
 		return cl, nil
 	case "tls":
 		tc, ok := nc.(*tls.Conn)
@@ -79,9 +82,9 @@ func (g *Guard) credentials(nc net.Conn, method string, data []byte) (authtoken.
 			return authtoken.Claims{}, fmt.Errorf("%w: %w: tls on a plaintext connection", meta.ErrAuthentication, errAuthMethod)
 		}
 		cs := tc.ConnectionState()
-		role, ok := certRole(&cs)
-		if !ok {
-			return authtoken.Claims{}, fmt.Errorf("%w: no client certificate from the CA", meta.ErrAuthentication)
+		role, err := certRole(&cs)
+		if err != nil {
+			return authtoken.Claims{}, fmt.Errorf("%w: %w", meta.ErrAuthentication, err)
 		}
 		return authtoken.Claims{Role: role, Expires: cs.PeerCertificates[0].NotAfter}, nil
 	case "", "none":

@@ -209,12 +209,21 @@ func (g *Guard) adminRole(r *http.Request) (string, error) {
 			g.AuthFailed(err)
 			return "", fmt.Errorf("%w: %v", meta.ErrAuthentication, err)
 		}
+		if err := tokenRole(cl); err != nil {
+			g.AuthFailed(err)
+			return "", err
+		}
 		return cl.Role, nil
 	}
-	if role, ok := certRole(r.TLS); ok {
+	role, err := certRole(r.TLS)
+	if err == nil {
 		return role, nil
 	}
-	err := fmt.Errorf("%w: %w: send \"Authorization: Bearer TOKEN\"", meta.ErrAuthentication, authtoken.ErrNoToken)
+	if errors.Is(err, errReservedRole) {
+		g.AuthFailed(err)
+		return "", fmt.Errorf("%w: %w", meta.ErrAuthentication, err)
+	}
+	err = fmt.Errorf("%w: %w: send \"Authorization: Bearer TOKEN\"", meta.ErrAuthentication, authtoken.ErrNoToken)
 	g.AuthFailed(err)
 	return "", err
 }

@@ -165,27 +165,53 @@ func (g *Guard) isSuperUser(role string) bool {
 	return slices.Contains(g.cfg.SuperUserRoles, role) || isRegionRole(role)
 }
 
-// The role of a Meridian process: a certificate naming region R
-// (tlsutil.RegionOf) authenticates as "meridian.region.R", a super-user:
-// the deployment's own processes hold the data anyway. Never issue such a
-// certificate to a user.
+// The role of a Meridian process: a certificate naming region R in its
+// region URI (tlsutil.RegionOf) authenticates as "meridian.region.R", a
+// super-user: the deployment's own processes hold the data anyway. Never
+// issue such a certificate to a user.
+//
+// The prefix is reserved: only a region URI makes such a role. A token
+// whose subject, or a certificate whose common name, starts with it is
+// refused (errReservedRole), so no name an operator mints for a user can
+// make a super-user.
 const regionRolePrefix = "meridian.region."
 
 func isRegionRole(role string) bool { return strings.HasPrefix(role, regionRolePrefix) }
 
-// certRole is the role a verified client certificate authenticates as.
-func certRole(cs *tls.ConnectionState) (string, bool) {
+// errReservedRole: a role that names a region, from anything but a
+// region certificate.
+var errReservedRole = errors.New("the role prefix " + regionRolePrefix + " is reserved for the deployment's own region certificates")
+
+// errNoCertificate: no verified client certificate from the CA.
+var errNoCertificate = errors.New("no client certificate from the CA")
+
+// certRole is the role a verified client certificate authenticates as:
+// its region role when it carries a region URI, else its common name
+// (errReservedRole when that name is a region role's).
+func certRole(cs *tls.ConnectionState) (string, error) {
 	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
-		return "", false
+		return "", errNoCertificate
 	}
 	leaf := cs.PeerCertificates[0]
 	if r, err := tlsutil.RegionOf(leaf); err == nil {
-		return regionRolePrefix + r, true
+		return regionRolePrefix + r, nil
 	}
-	if leaf.Subject.CommonName == "" {
-		return "", false
+	switch cn := leaf.Subject.CommonName; {
+	case cn == "":
+		return "", errNoCertificate
+	case isRegionRole(cn):
+		return "", fmt.Errorf("certificate common name %q: %w", cn, errReservedRole)
+	default:
+		return cn, nil
 	}
-	return leaf.Subject.CommonName, true
+}
+
+// tokenRole checks a verified token's role: a region role is refused.
+func tokenRole(cl authtoken.Claims) error {
+	if isRegionRole(cl.Role) {
+		return fmt.Errorf("%w: token subject %q: %w", meta.ErrAuthentication, cl.Role, errReservedRole)
+	}
+	return nil
 }
 
 // Listen opens the Pulsar listener on addr: TLS when configured. The
