@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/meridian-mq/meridian/internal/clientopts"
 )
 
 // The load generator: pulsar-client-go (unmodified) driven the way
@@ -37,12 +38,9 @@ func quietPulsarLogger() plog.Logger {
 }
 
 func newPulsarClient(serviceURL string) (pulsar.Client, error) {
-	return pulsar.NewClient(pulsar.ClientOptions{
-		URL:               serviceURL,
-		ConnectionTimeout: 10 * time.Second,
-		OperationTimeout:  30 * time.Second,
-		Logger:            quietPulsarLogger(),
-	})
+	o := pulsar.ClientOptions{URL: serviceURL, Logger: quietPulsarLogger()}
+	clientopts.Apply(&o) // what the README recommends and the drills use
+	return pulsar.NewClient(o)
 }
 
 // produce runs one producer per topic, each on its own client (so each has
