@@ -10,10 +10,10 @@ PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pul
 
 # Pure packages run with the race detector; multi-process integration tests
 # without it (on 2 cores it slows processes enough to trip timeouts).
-RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./bookie/digest/ ./proto/... ./broker/codec/ ./broker/meta/ ./broker/entry/ ./broker/security/ ./broker/admin/ ./broker/failoverctl/ ./broker/replication/ ./broker/stretched/ ./replicator/ ./failover/ ./drill/... ./internal/wanproxy/ ./internal/ports/ ./internal/procstop/ ./internal/grpcpool/ ./internal/bench/ ./internal/authtoken/ ./internal/tlsutil/ ./internal/ratelog/
+RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./bookie/digest/ ./proto/... ./broker/codec/ ./broker/meta/ ./broker/entry/ ./broker/security/ ./broker/admin/ ./broker/failoverctl/ ./broker/replication/ ./broker/stretched/ ./replicator/ ./failover/ ./drill/... ./internal/wanproxy/ ./internal/ports/ ./internal/procstop/ ./internal/grpcpool/ ./internal/bench/ ./internal/authtoken/ ./internal/tlsutil/ ./internal/ratelog/ ./internal/clientopts/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/netfault/ ./internal/testutil/ ./internal/up/ ./cmd/... ./internal/georep/
 
-.PHONY: build run test test-race test-integration bench bench-scale bench-failover proto proto-tools lint drill drill-all fuzz soak clean
+.PHONY: build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meridian
@@ -81,6 +81,13 @@ bench-failover:
 	MERIDIAN_TEST_GOSSIP_PROFILE=fast MERIDIAN_TEST_FAILOVER_LEASE_TTL=2s MERIDIAN_TEST_FAILOVER_DELAY=500ms \
 	  $(GO) test -count=$${SPLIT_RUNS:-3} -p 1 -v -run 'TestSplitViewsNeverOverlap$$' ./internal/georep/
 
+# What each client setting buys when a region dies silently (~45 min):
+# the drill region-blackhole-default-client once per pulsar-client-go
+# setting (the client's defaults, each setting alone, the recommended
+# set), a table of produce/consume RTO, failed sends, lost, duplicates.
+bench-client-rto:
+	scripts/client-rto.sh
+
 proto-tools:
 	$(GO) install $(PROTOC_GEN_GO)
 	$(GO) install $(PROTOC_GEN_GO_GRPC)
@@ -98,7 +105,7 @@ lint:
 # Disaster drills (scenarios/, `meridian drill`): the quick ones run in CI
 # (make test), the whole set with drill-all. Reports in drill-out/NAME/.
 DRILLS_CI  := region-outage-async region-outage-sync rack-loss
-DRILLS_ALL := $(DRILLS_CI) region-blackhole failback bookie-crash-under-load bookie-power-loss owner-broker-crash disk-full region-partition slow-wan stretched-region-outage
+DRILLS_ALL := $(DRILLS_CI) region-blackhole region-blackhole-default-client failback bookie-crash-under-load bookie-power-loss owner-broker-crash disk-full region-partition slow-wan stretched-region-outage
 drill: build
 	@failed=; for d in $(DRILLS_CI); do ./$(BIN) drill $$d --out drill-out/$$d || failed="$$failed $$d"; done; \
 	  if [ -n "$$failed" ]; then echo "drills failed:$$failed"; exit 1; fi
