@@ -10,7 +10,7 @@ PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pul
 
 # Pure packages run with the race detector; multi-process integration tests
 # without it (on 2 cores it slows processes enough to trip timeouts).
-RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./bookie/digest/ ./proto/... ./broker/codec/ ./broker/meta/ ./broker/entry/ ./broker/security/ ./broker/admin/ ./broker/failoverctl/ ./broker/replication/ ./broker/stretched/ ./replicator/ ./failover/ ./drill/... ./internal/wanproxy/ ./internal/ports/ ./internal/procstop/ ./internal/grpcpool/ ./internal/bench/ ./internal/authtoken/ ./internal/tlsutil/ ./internal/ratelog/
+RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./bookie/digest/ ./proto/... ./broker/codec/ ./broker/meta/ ./broker/entry/ ./broker/security/ ./broker/admin/ ./broker/failoverctl/ ./broker/replication/ ./broker/stretched/ ./broker/dispatch/ ./replicator/ ./failover/ ./drill/... ./internal/wanproxy/ ./internal/ports/ ./internal/procstop/ ./internal/grpcpool/ ./internal/bench/ ./internal/authtoken/ ./internal/tlsutil/ ./internal/ratelog/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/netfault/ ./internal/testutil/ ./internal/up/ ./cmd/... ./internal/georep/
 
 .PHONY: build run test test-race test-integration bench bench-scale bench-failover proto proto-tools lint drill drill-all fuzz soak clean
