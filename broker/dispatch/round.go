@@ -45,7 +45,8 @@ const (
 	// Deliver: send the Delivery; the entry is pending.
 	Deliver
 	// Discard: the entry is Undecodable; the caller logs it and
-	// acknowledges it on the cursor. It counts as held for the round.
+	// acknowledges it on the cursor. It leaves replay and holds nothing
+	// back: what was read after it goes on.
 	Discard
 )
 
@@ -136,6 +137,9 @@ func (c *Core) ReplayGone(p Position) { delete(c.replay, p) }
 // Replayed offers the entry read for the replay NextReplay returned.
 func (c *Core) Replayed(r *Round, e Entry) (Delivery, Outcome) {
 	d, o := c.assign(e, true, r.blocked)
+	if o == Discard {
+		return d, o // gone from replay: nothing waits behind it
+	}
 	if o != Deliver {
 		r.heldAll = true
 		if r.single {
@@ -167,7 +171,7 @@ func (c *Core) Read(r *Round, e Entry) (Delivery, Outcome) {
 		return Delivery{}, Hold
 	}
 	d, o := c.assign(e, false, r.blocked)
-	if o != Deliver && r.single {
+	if o == Hold && r.single {
 		r.stalled = true // keep order: the rest waits behind it
 	}
 	return d, o
@@ -177,6 +181,10 @@ func (c *Core) Read(r *Round, e Entry) (Delivery, Outcome) {
 // queues it for replay.
 func (c *Core) assign(e Entry, fromReplay bool, blocked map[uint32]bool) (Delivery, Outcome) {
 	if e.Undecodable {
+		// The caller acknowledges it on the cursor: it leaves replay
+		// too, or every later round would offer it again and (Exclusive,
+		// Failover) stop there, never passing it.
+		delete(c.replay, e.Pos)
 		return Delivery{}, Discard
 	}
 	if _, gone := c.pending[e.Pos]; gone && !fromReplay {
