@@ -40,7 +40,7 @@ RACE_PKGS += ./internal/ratelog/
 RACE_PKGS += ./internal/clientopts/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/netfault/ ./internal/testutil/ ./internal/up/ ./cmd/... ./internal/georep/
 
-.PHONY: build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak clean
+.PHONY: build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meridian
@@ -149,6 +149,11 @@ drill-all: build
 # failed run's logs are kept under soak-out/.
 soak:
 	$(GO) run ./tools/soak -time $${SOAK_TIME:-2h}
+
+# The packages the CI targets test (internal/testutil's
+# TestEveryTestedPackageRunsInCI holds that no package's tests are left out).
+print-test-pkgs:
+	@echo $(RACE_PKGS) $(PROC_PKGS)
 
 clean:
 	rm -rf bin
