@@ -2,7 +2,7 @@
 // around replicator's pure machines (replicator/doc.go is the design
 // note). It owns, for the topics loaded on one broker:
 //
-//   - the Replication gRPC service (replication.go): every broker serves
+//   - the Replication gRPC service (server.go): every broker serves
 //     it on its replication address and registers it in the global store
 //     under /replication/endpoints/REGION/BROKER, bound to a lease of its
 //     own; a stream starts with Hello and is answered Welcome, or Redirect

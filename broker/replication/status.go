@@ -1,0 +1,158 @@
+package replication
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meridian-mq/meridian/replicator"
+)
+
+// Status of the senders, for the admin API and metrics.
+
+// Status is what admin and metrics show of a sender.
+type Status struct {
+	Topic          string  `json:"topic"`
+	Remote         string  `json:"remote"`
+	Connected      bool    `json:"connected"`
+	Target         string  `json:"target,omitempty"`
+	BacklogEntries int64   `json:"backlogEntries"`
+	BacklogBytes   int64   `json:"backlogBytes"`
+	SecondsBehind  float64 `json:"secondsBehind"`
+	AckedSeq       uint64  `json:"ackedSeq"`
+	LocalSeq       uint64  `json:"localSeq"`
+	Inflight       int     `json:"inflightBatches"`
+	OverQuota      bool    `json:"overQuota"`
+	NeedsResync    string  `json:"needsResync,omitempty"`
+	LastError      string  `json:"lastError,omitempty"`
+}
+
+func (rs *replSender) publishStatus() {
+	s := rs.s.Status()
+	st := &Status{
+		Topic: rs.t.name.String(), Remote: rs.remote, Connected: rs.st != nil,
+		BacklogEntries: s.Backlog.Entries, BacklogBytes: s.Backlog.Bytes, SecondsBehind: s.Backlog.Age.Seconds(),
+		AckedSeq: s.Acked, Inflight: s.InflightBatches, OverQuota: s.OverQuota,
+	}
+	if rs.st != nil {
+		st.Target = rs.st.addr
+	}
+	if s.NeedsResync != replicator.ResyncNone {
+		st.NeedsResync = s.NeedsResync.String()
+	}
+	if e := rs.lastErr.Load(); e != nil {
+		st.LastError = *e
+	}
+	st.LocalSeq = rs.t.logEnd().Seq
+	rs.status.Store(st)
+	rs.cur.SetHoldsRetention(s.HoldsRetention)
+	// A backlog marker in the region's store lets a broker that owns the
+	// topic later load it to replicate even if no client ever comes back.
+	// Cleared only after the remote region has been caught up for a while
+	// (an idle topic), set again at the first entry behind: a crash in the
+	// moment between a new entry and the marker's write is the one case a
+	// client (or a stream) must load the topic again.
+	behind := st.AckedSeq < st.LocalSeq
+	if behind {
+		rs.caughtUp = time.Time{}
+	} else if rs.caughtUp.IsZero() {
+		rs.caughtUp = time.Now()
+	}
+	if !behind && time.Since(rs.caughtUp) < markerIdle {
+		behind = rs.marked // keep it for now
+	}
+	if behind != rs.marked {
+		ctx, cancel := context.WithTimeout(rs.ctx, 5*time.Second)
+		var err error
+		if behind {
+			_, err = rs.t.svc.cfg.Store.Put(ctx, backlogMarker(rs.t.name.String()), nil)
+		} else {
+			err = rs.t.svc.cfg.Store.Delete(ctx, backlogMarker(rs.t.name.String()))
+		}
+		cancel()
+		if err == nil {
+			rs.marked = behind
+		}
+	}
+}
+
+// replicationStatus lists the senders of the loaded topics, optionally of
+// one namespace or topic.
+func (svc *Service) replicationStatus(filter string) []Status {
+	var out []Status
+	for _, t := range svc.host.Topics() {
+		name := t.name.String()
+		if filter != "" && name != filter && t.name.NamespaceName() != filter && !strings.HasPrefix(name, filter+"-partition-") {
+			continue
+		}
+		t.mu.Lock()
+		r := t.repl
+		t.mu.Unlock()
+		if r == nil {
+			continue
+		}
+		r.mu.Lock()
+		for _, s := range r.senders {
+			if st := s.status.Load(); st != nil {
+				out = append(out, *st)
+			}
+		}
+		r.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b Status) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Remote, b.Remote)
+	})
+	return out
+}
+
+// regionReplicationStatus is replicationStatus over every broker of the
+// region (asked through their admin APIs).
+func (svc *Service) regionReplicationStatus(ctx context.Context, filter string) ([]Status, error) {
+	out := svc.replicationStatus(filter)
+	if out == nil {
+		out = []Status{}
+	}
+	peers, err := svc.host.Peers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range peers {
+		if p.ID == svc.cfg.BrokerID || p.AdminURL == "" {
+			continue
+		}
+		u := p.AdminURL + "/admin/v2/meridian/replication?local=true&filter=" + url.QueryEscape(filter)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		// A broker that just died stays registered until its lease
+		// expires: skip what does not answer soon.
+		resp, err := svc.cfg.PeerHTTP(3 * time.Second).Do(req)
+		if err != nil {
+			svc.log.Debug("replication status: broker did not answer", "broker", p.ID, "err", err)
+			continue
+		}
+		var more []Status
+		err = json.NewDecoder(resp.Body).Decode(&more)
+		resp.Body.Close()
+		if err != nil {
+			svc.log.Debug("replication status: bad answer", "broker", p.ID, "err", err)
+			continue
+		}
+		out = append(out, more...)
+	}
+	slices.SortFunc(out, func(a, b Status) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Remote, b.Remote)
+	})
+	return out, nil
+}
