@@ -19,8 +19,6 @@ const (
 	propBytes        = "bytes"
 	propStream       = "stream"
 	propBase         = "base"
-
-	replEndpointsKey = "/replication/endpoints/"
 )
 
 func isReplCursor(name string) bool { return strings.HasPrefix(name, replCursorPrefix) }

@@ -6,7 +6,11 @@
 //     it on its replication address and registers it in the global store
 //     under /replication/endpoints/REGION/BROKER, bound to a lease of its
 //     own; a stream starts with Hello and is answered Welcome, or Redirect
-//     to the owner of the topic in this region;
+//     to the owner of the topic in this region. The transport — the
+//     handshake, the endpoint registry, the client connections, the
+//     conversions to the protocol and the reply queue — is
+//     replicator/transport's; this package admits a stream (server.go,
+//     accept) and applies it;
 //   - the senders: on the owner broker of a topic whose namespace lists
 //     several regions, one per remote region reads the topic's log through
 //     a durable cursor named meridian.repl.REGION (its position and the
@@ -18,9 +22,10 @@
 //     appended through the topic with its origin region, origin id and
 //     sequence number in the entry header (broker/entry), and acknowledged
 //     only once every entry of it is persisted, in arrival order
-//     (replies.go). Its record — the highest sequence number persisted per
-//     origin — is rebuilt on load from the dedup snapshot plus the entries
-//     after it, so it is exactly as durable as the entries;
+//     (transport.ReplyQueue). Its record — the highest sequence number
+//     persisted per origin — is rebuilt on load from the dedup snapshot
+//     plus the entries after it, so it is exactly as durable as the
+//     entries;
 //   - sync receipts (sync.go): in mode sync a producer's receipt waits
 //     until the namespace's other regions persisted the entry;
 //   - replicated subscriptions: the active region sends its
@@ -34,10 +39,10 @@
 // regions: the broker's stretched placement).
 //
 // It imports broker/meta, broker/entry, broker/mledger, cluster, the
-// replicator core and its protocol, never the broker's root or another
-// room: what it needs of a topic it asks through Log (read the log and
-// its cursors, append replicated entries, the log's end, origin ids), of
-// the broker through Host, and of the failover shell through
+// replicator core, its transport and its protocol, never the broker's root
+// or another room: what it needs of a topic it asks through Log (read the
+// log and its cursors, append replicated entries, the log's end, origin
+// ids), of the broker through Host, and of the failover shell through
 // ActiveRegions — interfaces it declares and the root implements.
 //
 // Contract with its caller:

@@ -13,8 +13,8 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/mledger"
-	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
+	"github.com/meridian-mq/meridian/replicator/transport"
 )
 
 // The sender shell: one goroutine per (topic, remote region) drives a
@@ -45,11 +45,10 @@ type replSender struct {
 }
 
 type outStream struct {
-	gen    int
-	cs     replpb.Replication_ReplicateClient
-	cancel context.CancelFunc
-	sent   []uint64
-	addr   string
+	gen  int
+	cs   *transport.Stream
+	sent []uint64
+	addr string
 }
 
 type senderEvent struct {
@@ -98,7 +97,7 @@ func (rs *replSender) run() {
 		if rs.st != nil && time.Since(lastSubSync) >= subSyncEvery {
 			lastSubSync = time.Now()
 			for _, u := range rs.t.subscriptionUpdates(sentSubs) {
-				if err := rs.st.cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Subscription{Subscription: u}}); err != nil {
+				if err := rs.st.cs.SendSubscription(u); err != nil {
 					delete(sentSubs, u.Name)
 					break
 				}
@@ -165,7 +164,7 @@ func (rs *replSender) failStream(err error) {
 
 func (rs *replSender) closeStream() {
 	if rs.st != nil {
-		rs.st.cancel()
+		rs.st.cs.Close()
 		rs.st = nil
 	}
 }
@@ -270,7 +269,7 @@ func (rs *replSender) send(batches []replicator.Batch) {
 			rs.log.Warn("fault injection: replication batch dropped", "topic", rs.t.name.String(), "remote", rs.remote, "batch", b.ID, "seq", b.FirstSeq())
 			continue
 		}
-		if err := rs.st.cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Batch{Batch: batchToProto(b)}}); err != nil {
+		if err := rs.st.cs.SendBatch(b); err != nil {
 			rs.st.sent = append(rs.st.sent, b.ID)
 			rs.failStream(err)
 			for _, rest := range batches[i+1:] {
@@ -295,49 +294,21 @@ func (rs *replSender) connect() error {
 	if len(addrs) == 0 {
 		return fmt.Errorf("region %s has no registered broker", rs.remote)
 	}
-	addr := addrs[rand.IntN(len(addrs))]
-	for hop := 0; hop < 4; hop++ {
-		conn, err := rs.t.svc.conn(addr)
-		if err != nil {
-			return err
-		}
-		sctx, scancel := context.WithCancel(rs.ctx)
-		cs, err := replpb.NewReplicationClient(conn).Replicate(sctx)
-		if err == nil {
-			err = cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Hello{Hello: &replpb.Hello{
-				Version: replpb.ProtocolVersion_PROTOCOL_VERSION_1, Source: rs.t.svc.cfg.Cluster, Target: rs.remote, Topic: rs.t.name.String()}}})
-		}
-		var resp *replpb.ReplicateResponse
-		if err == nil {
-			timer := time.AfterFunc(15*time.Second, scancel)
-			resp, err = cs.Recv()
-			timer.Stop()
-		}
-		if err != nil {
-			scancel()
-			return fmt.Errorf("handshake with %s: %w", addr, err)
-		}
-		if r := resp.GetRedirect(); r != nil {
-			scancel()
-			addr = r.Addr
-			continue
-		}
-		if resp.GetWelcome() == nil {
-			scancel()
-			return fmt.Errorf("handshake with %s: unexpected answer %v", addr, resp)
-		}
-		rs.gen++
-		rs.st = &outStream{gen: rs.gen, cs: cs, cancel: scancel, addr: addr}
-		rs.lastErr.Store(nil)
-		go rs.recvLoop(rs.st)
-		return nil
+	cs, err := rs.t.svc.dialer.Open(rs.ctx, addrs[rand.IntN(len(addrs))],
+		transport.Hello{Source: rs.t.svc.cfg.Cluster, Target: rs.remote, Topic: rs.t.name.String()})
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("too many redirects reaching the owner in region %s", rs.remote)
+	rs.gen++
+	rs.st = &outStream{gen: rs.gen, cs: cs, addr: cs.Addr()}
+	rs.lastErr.Store(nil)
+	go rs.recvLoop(rs.st)
+	return nil
 }
 
 func (rs *replSender) recvLoop(st *outStream) {
 	for {
-		resp, err := st.cs.Recv()
+		ack, err := st.cs.Recv()
 		if err != nil {
 			if err == io.EOF {
 				err = errors.New("stream closed by the target")
@@ -348,13 +319,10 @@ func (rs *replSender) recvLoop(st *outStream) {
 			}
 			return
 		}
-		if a := resp.GetAck(); a != nil {
-			ack := ackFromProto(a)
-			select {
-			case rs.events <- senderEvent{gen: st.gen, ack: &ack}:
-			case <-rs.ctx.Done():
-				return
-			}
+		select {
+		case rs.events <- senderEvent{gen: st.gen, ack: &ack}:
+		case <-rs.ctx.Done():
+			return
 		}
 	}
 }

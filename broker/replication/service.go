@@ -16,6 +16,7 @@ import (
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
+	"github.com/meridian-mq/meridian/replicator/transport"
 )
 
 // Config configures a Service. Read once by NewService.
@@ -172,8 +173,7 @@ type Service struct {
 	addr       string // advertised host:port
 	serviceURL string // the broker's Pulsar service URL
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	dialer *transport.Dialer // the client connections to other regions
 
 	limiters sync.Map // namespace + remote region → *nsLimiter
 }
@@ -200,7 +200,7 @@ func NewService(cfg Config, host Host, active ActiveRegions) *Service {
 	if m.Orphans == nil {
 		m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered_orphans"})
 	}
-	svc := &Service{cfg: cfg, host: host, active: active, log: cfg.Logger, metrics: m, conns: map[string]*grpc.ClientConn{}}
+	svc := &Service{cfg: cfg, host: host, active: active, log: cfg.Logger, metrics: m, dialer: transport.NewDialer(cfg.DialOptions...)}
 	svc.ctx, svc.cancel = context.WithCancel(context.Background())
 	return svc
 }

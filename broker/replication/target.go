@@ -8,6 +8,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/replicator"
+	"github.com/meridian-mq/meridian/replicator/transport"
 )
 
 // The target side: one Applier per (topic, origin region); a batch's
@@ -87,7 +88,7 @@ func (t *Topic) freshAck(a replicator.Ack) replicator.Ack {
 // order the applier handed them out, and the managed ledger persists them
 // in that order. An error is the stream's end (a malformed batch, or a
 // write that could not be started).
-func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
+func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
 	slot, err := t.applierFor(b.Origin)
 	if err != nil {
 		return err
@@ -106,7 +107,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 	if err != nil {
 		return err
 	}
-	r := rq.push()
+	r := rq.Push()
 	var out []replicator.Ack
 	if res.Reply != nil {
 		out = append(out, *res.Reply)
@@ -119,7 +120,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 	}
 	w := res.Write
 	if w == nil {
-		r.done(out, nil)
+		r.Done(out, nil)
 		return nil
 	}
 	// failed voids w (and, in the applier, every write after it).
@@ -128,7 +129,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 		slot.a.PersistFailed(w)
 		slot.broken = true
 		slot.mu.Unlock()
-		r.done(out, err)
+		r.Done(out, err)
 	}
 	if !w.Skipped.Empty() {
 		t.svc.log.Error("replication: a new stream skipped entries (declared loss)", "topic", t.name.String(), "origin", w.Origin, "from", w.Skipped.From, "through", w.Skipped.Through)
@@ -168,18 +169,18 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *replyQueue) error {
 			// this one is void; the topic reloads and rebuilds the
 			// record from the log.
 			slot.mu.Unlock()
-			r.done(out, fmt.Errorf("%w: %s: an earlier replicated write failed", meta.ErrTopicFenced, t.name))
+			r.Done(out, fmt.Errorf("%w: %s: an earlier replicated write failed", meta.ErrTopicFenced, t.name))
 			return
 		}
 		ack, err := slot.a.Persisted(w)
 		slot.mu.Unlock()
 		if err != nil {
-			r.done(out, err)
+			r.Done(out, err)
 			return
 		}
 		t.svc.metrics.Applied.Add(float64(len(w.Entries)))
 		t.recordOrphans(rec, w.Entries, orphans, quarantine)
-		r.done(append(out, ack), nil)
+		r.Done(append(out, ack), nil)
 	})
 	return nil
 }

@@ -1,4 +1,4 @@
-package replication
+package transport
 
 import (
 	"github.com/meridian-mq/meridian/proto/replpb"
@@ -8,7 +8,8 @@ import (
 // Wire conversions between the replicator core's values and the
 // replication protocol's messages.
 
-func batchToProto(b replicator.Batch) *replpb.Batch {
+// BatchToProto is b on the wire.
+func BatchToProto(b replicator.Batch) *replpb.Batch {
 	out := &replpb.Batch{Id: b.ID, Origin: b.Origin, Stream: b.Stream, Base: b.Base, Acked: b.Acked, Entries: make([]*replpb.Entry, len(b.Entries))}
 	for i := range b.Entries {
 		e := &b.Entries[i]
@@ -18,7 +19,9 @@ func batchToProto(b replicator.Batch) *replpb.Batch {
 	return out
 }
 
-func batchFromProto(p *replpb.Batch) replicator.Batch {
+// BatchFromProto is the batch p carries; every entry's Origin is the
+// batch's.
+func BatchFromProto(p *replpb.Batch) replicator.Batch {
 	b := replicator.Batch{ID: p.Id, Origin: p.Origin, Stream: p.Stream, Base: p.Base, Acked: p.Acked, Entries: make([]replicator.Entry, len(p.Entries))}
 	for i, e := range p.Entries {
 		id := e.GetOriginId()
@@ -28,10 +31,12 @@ func batchFromProto(p *replpb.Batch) replicator.Batch {
 	return b
 }
 
-func ackToProto(a replicator.Ack) *replpb.Ack {
+// AckToProto is a on the wire.
+func AckToProto(a replicator.Ack) *replpb.Ack {
 	return &replpb.Ack{Origin: a.Origin, BatchId: a.BatchID, Stream: a.Stream, Through: a.Through, ResendFrom: a.ResendFrom, Regressed: a.Regressed}
 }
 
-func ackFromProto(p *replpb.Ack) replicator.Ack {
+// AckFromProto is the ack p carries.
+func AckFromProto(p *replpb.Ack) replicator.Ack {
 	return replicator.Ack{Origin: p.Origin, BatchID: p.BatchId, Stream: p.Stream, Through: p.Through, ResendFrom: p.ResendFrom, Regressed: p.Regressed}
 }
