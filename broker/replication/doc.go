@@ -17,7 +17,11 @@
 //     sender's sequence numbers persisted together) and streams the entries
 //     that originated here, under the namespace's rate limit, with resync
 //     after retention trimmed what a region never received, and a backlog
-//     marker so a restarted region resumes without clients;
+//     marker so a restarted region resumes without clients. A sender's
+//     goroutine (sender.go) obeys its core: it sleeps until the core's
+//     WakeAt, its own next deadline or an input, on an injected clock
+//     (internal/clock), and reaches the topic only through senderLog and
+//     a dial function (senderlog.go);
 //   - the target: one Applier per (topic, origin region); a batch is
 //     appended through the topic with its origin region, origin id and
 //     sequence number in the entry header (broker/entry), and acknowledged
@@ -27,13 +31,15 @@
 //     plus the entries after it, so it is exactly as durable as the
 //     entries;
 //   - sync receipts (sync.go): in mode sync a producer's receipt waits
-//     until the namespace's other regions persisted the entry;
-//   - replicated subscriptions: the active region sends its
-//     subscriptions' positions every 200 ms in ids that mean the same
-//     message everywhere, and the standby applies them;
+//     until the namespace's other regions persisted the entry; the
+//     tracker's timeouts act when its goroutine wakes at the tracker's
+//     WakeAt;
+//   - replicated subscriptions (subscriptions.go): the active region
+//     sends its subscriptions' positions every 200 ms in ids that mean the
+//     same message everywhere, and the standby applies them;
 //   - orphans (orphans.go): the async tail of an unplanned failover,
 //     listed and, by policy, kept aside in a quarantine topic;
-//   - status, for the admin API and metrics.
+//   - status (status.go), for the admin API and metrics.
 //
 // Mode stretched does not use replicators (the ledgers themselves span
 // regions: the broker's stretched placement).

@@ -36,7 +36,7 @@ func (svc *Service) replLimiter(ns, remote string, rate int64) *nsLimiter {
 	if rate != l.rate {
 		l.rate, l.tb = rate, nil
 		if rate > 0 {
-			l.tb = replicator.NewTokenBucket(replicator.RateLimit{BytesPerSecond: rate}, time.Now())
+			l.tb = replicator.NewTokenBucket(replicator.RateLimit{BytesPerSecond: rate}, svc.clock.Now())
 		}
 	}
 	return l

@@ -22,24 +22,25 @@ func (rs *replSender) resync() {
 	st := rs.s.Status()
 	eff := rs.t.policies().Effective()
 	eff.StartAt = meta.StartAtEarliest
-	start, err := rs.t.initialReplCursor(ctx, eff)
+	start, err := rs.tlog.Start(ctx, eff)
 	if err != nil {
 		rs.log.Warn("replication resync: cannot find the first retained entry", "topic", rs.t.name.String(), "remote", rs.remote, "err", err)
 		return
 	}
 	next := st.Cursor.NextStream(start.Pos, start.Seq, start.Bytes)
-	s, err := replicator.NewSender(rs.t.senderConfig(rs.remote, eff), next, time.Now())
+	s, err := replicator.NewSender(rs.t.senderConfig(rs.remote, eff), next, rs.clock.Now())
 	if err != nil {
 		rs.log.Warn("replication resync", "topic", rs.t.name.String(), "remote", rs.remote, "err", err)
 		return
 	}
-	rs.cur.AckCumulativeWith(toMLPos(next.Pos), cursorProps(next))
-	if err := rs.cur.Flush(ctx); err != nil {
+	rs.tlog.SaveCursor(next)
+	if err := rs.tlog.FlushCursor(ctx); err != nil {
 		rs.log.Warn("replication resync: cursor not persisted", "topic", rs.t.name.String(), "remote", rs.remote, "err", err)
 		return
 	}
 	rs.closeStream()
 	rs.s = s
+	rs.s.Appended(rs.tlog.End()) // replicator's step 1: at once, or it waits for an input
 	rs.log.Warn("replication resynced: a new stream from the first retained entry (the region lacks what retention trimmed)",
 		"topic", rs.t.name.String(), "remote", rs.remote, "from_seq", next.Base+1, "stream", next.Stream)
 }

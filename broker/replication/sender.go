@@ -3,29 +3,57 @@ package replication
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/meridian-mq/meridian/broker/entry"
-	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/internal/clock"
+	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
-	"github.com/meridian-mq/meridian/replicator/transport"
 )
 
 // The sender shell: one goroutine per (topic, remote region) drives a
 // replicator.Sender — reads the log, sends batches on the stream to the
-// remote region, delivers its acks, persists the cursor.
+// remote region, delivers its acks, persists the cursor. It obeys its
+// core: it sleeps until the core's WakeAt, its own next deadline (below)
+// or an input — the log grew (Wake), a reply or a stream error, stop —
+// on an injected clock, and each wake-up is one step (step), a method of
+// the time it is given.
+//
+// Its own deadlines, besides the core's:
+//   - the status, published at most every statusEvery, so a step that did
+//     not publish it brings the next one at the latest statusEvery after
+//     the last;
+//   - the backlog marker: cleared markerIdle after the region caught up; a
+//     failed write of it retried statusEvery later;
+//   - the replicated subscriptions' positions, every subSyncEvery while a
+//     stream is open in an active-standby namespace: a consumer's ack
+//     moves them without any input reaching the sender, so they are
+//     polled — the one periodic wake-up, and only where positions travel.
 
-// replSender drives one replicator.Sender: a goroutine owns it.
+// statusEvery bounds how often a sender publishes its status.
+const statusEvery = 200 * time.Millisecond
+
+// stream is an open replication stream to the remote region
+// (*transport.Stream): SendBatch and SendSubscription from the sender's
+// goroutine, Recv from the stream's receiving one.
+type stream interface {
+	SendBatch(replicator.Batch) error
+	SendSubscription(*replpb.SubscriptionUpdate) error
+	Recv() (replicator.Ack, error)
+	Addr() string
+	Close()
+}
+
+// replSender drives one replicator.Sender: a goroutine owns it (run).
 type replSender struct {
 	t      *Topic
 	remote string
-	cur    *mledger.Cursor
+	tlog   senderLog                                 // the topic's log and cursor
+	dial   func(ctx context.Context) (stream, error) // a stream to remote's owner of the topic
+	clock  clock.Clock
 	s      *replicator.Sender
 	log    *slog.Logger
 
@@ -35,18 +63,32 @@ type replSender struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	st       *outStream
-	gen      int
-	dropped  int       // batches dropped by fault injection
-	marked   bool      // the backlog marker is set
-	caughtUp time.Time // since when the remote region has acked everything
-	status   atomic.Pointer[Status]
-	lastErr  atomic.Pointer[string]
+	st          *outStream
+	gen         int
+	dropped     int       // batches dropped by fault injection
+	marked      bool      // the backlog marker is set
+	markerRetry time.Time // a write of the marker failed: try again then
+	caughtUp    time.Time // since when the remote region has acked everything
+
+	lastStatus    time.Time // when the status was last published
+	forceStatus   bool      // replies arrived: publish at the next step
+	statusPending bool      // a step did not publish: publish by lastStatus+statusEvery
+
+	lastSubSync time.Time          // when subscription positions were last sent
+	sentSubs    map[string]subSent // what was sent of them on stream subGen
+	subGen      int
+
+	status  atomic.Pointer[Status]
+	lastErr atomic.Pointer[string]
+
+	// idle, a test hook, is called each time run goes to sleep, with when
+	// it wakes next (zero: only an input wakes it).
+	idle func(wake time.Time)
 }
 
 type outStream struct {
 	gen  int
-	cs   *transport.Stream
+	cs   stream
 	sent []uint64
 	addr string
 }
@@ -55,6 +97,23 @@ type senderEvent struct {
 	gen int
 	ack *replicator.Ack
 	err error
+}
+
+// newSender returns the shell of a sender towards remote resuming from
+// cursor c, over tl and dial; run starts it.
+func (t *Topic) newSender(remote string, cfg replicator.SenderConfig, c replicator.Cursor, tl senderLog, dial func(context.Context) (stream, error)) (*replSender, error) {
+	s, err := replicator.NewSender(cfg, c, t.svc.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	rs := &replSender{t: t, remote: remote, tlog: tl, dial: dial, clock: t.svc.clock, s: s, log: t.svc.log,
+		wake: make(chan struct{}, 1), events: make(chan senderEvent, 256), done: make(chan struct{}),
+		sentSubs: map[string]subSent{}}
+	if h := t.svc.hooks.senderIdle; h != nil {
+		rs.idle = func(wake time.Time) { h(rs, wake) }
+	}
+	rs.ctx, rs.cancel = context.WithCancel(t.svc.ctx)
+	return rs, nil
 }
 
 func (rs *replSender) stop() {
@@ -74,34 +133,18 @@ func (rs *replSender) stopWithin(ctx context.Context) {
 	}
 }
 
+// run is the sender's goroutine: step, then sleep until the wake-up time
+// step returned or an input, and again.
 func (rs *replSender) run() {
 	defer close(rs.done)
 	defer rs.closeStream()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	lastStatus, lastSubSync := time.Time{}, time.Time{}
-	sentSubs, subGen := map[string]subSent{}, 0
+	alarm := clock.NewAlarm(rs.clock)
+	defer alarm.Stop()
 	for {
-		rs.s.Appended(rs.t.logEnd())
-		now := time.Now()
-		rs.s.Tick(now)
-		rs.drive()
-
-		if time.Since(lastStatus) > 200*time.Millisecond {
-			rs.publishStatus()
-			lastStatus = time.Now()
-		}
-		if rs.st != nil && rs.st.gen != subGen {
-			subGen, sentSubs = rs.st.gen, map[string]subSent{} // a new stream: send every position again
-		}
-		if rs.st != nil && time.Since(lastSubSync) >= subSyncEvery {
-			lastSubSync = time.Now()
-			for _, u := range rs.t.subscriptionUpdates(sentSubs) {
-				if err := rs.st.cs.SendSubscription(u); err != nil {
-					delete(sentSubs, u.Name)
-					break
-				}
-			}
+		wake := rs.step(rs.clock.Now())
+		ring := alarm.Set(wake)
+		if rs.idle != nil {
+			rs.idle(wake)
 		}
 		select {
 		case <-rs.ctx.Done():
@@ -118,8 +161,68 @@ func (rs *replSender) run() {
 					more = false
 				}
 			}
-			rs.publishStatus()
-		case <-tick.C:
+			rs.forceStatus = true
+		case <-ring:
+		}
+	}
+}
+
+// step is one wake-up at time now: it tells the core the log's end and
+// the time, acts on everything the core asks for, publishes the status
+// and sends the subscriptions' positions when due, and returns when to
+// step again without an input: the earliest of the core's WakeAt and the
+// shell's own deadlines (zero: only an input).
+func (rs *replSender) step(now time.Time) time.Time {
+	rs.s.Appended(rs.tlog.End())
+	rs.s.Tick(now)
+	rs.drive()
+	if rs.forceStatus || !now.Before(rs.lastStatus.Add(statusEvery)) || rs.markerDue(now) {
+		rs.publishStatus(now)
+		rs.lastStatus, rs.forceStatus, rs.statusPending = now, false, false
+	} else {
+		rs.statusPending = true
+	}
+	rs.syncSubscriptions(now)
+	if rs.s.HasReady() {
+		return now // drive stopped at its bound
+	}
+	at := rs.s.WakeAt()
+	if rs.statusPending {
+		at = earliest(at, rs.lastStatus.Add(statusEvery))
+	}
+	at = earliest(at, rs.markerAt())
+	if rs.st != nil && meta.ActiveStandby(rs.t.policies()) {
+		at = earliest(at, rs.lastSubSync.Add(subSyncEvery))
+	}
+	return at
+}
+
+// earliest is the earlier of two wake-up times, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// syncSubscriptions sends the subscriptions' positions that changed, at
+// most every subSyncEvery, on the open stream (a new stream gets every
+// position again).
+func (rs *replSender) syncSubscriptions(now time.Time) {
+	if rs.st == nil {
+		return
+	}
+	if rs.st.gen != rs.subGen {
+		rs.subGen, rs.sentSubs = rs.st.gen, map[string]subSent{}
+	}
+	if now.Before(rs.lastSubSync.Add(subSyncEvery)) {
+		return
+	}
+	rs.lastSubSync = now
+	for _, u := range rs.tlog.Subscriptions(rs.sentSubs, now) {
+		if err := rs.st.cs.SendSubscription(u); err != nil {
+			delete(rs.sentSubs, u.Name)
+			break
 		}
 	}
 }
@@ -127,7 +230,7 @@ func (rs *replSender) run() {
 func (rs *replSender) flushCursor() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = rs.cur.Flush(ctx)
+	_ = rs.tlog.FlushCursor(ctx)
 }
 
 func (rs *replSender) handle(ev senderEvent) {
@@ -169,12 +272,13 @@ func (rs *replSender) closeStream() {
 	}
 }
 
-// drive acts on everything the sender asks for.
+// drive acts on everything the sender asks for, at most 64 Readys (step
+// wakes again at once when more is ready).
 func (rs *replSender) drive() {
 	for i := 0; rs.s.HasReady() && i < 64; i++ {
 		r := rs.s.Ready()
 		if r.Cursor != nil {
-			rs.cur.AckCumulativeWith(toMLPos(r.Cursor.Pos), cursorProps(*r.Cursor))
+			rs.tlog.SaveCursor(*r.Cursor)
 		}
 		if r.Acked > 0 {
 			if ss := rs.t.syncState(); ss != nil {
@@ -197,7 +301,9 @@ func (rs *replSender) drive() {
 			rs.send(r.Send)
 		}
 		if r.Read != nil {
-			entries, err := rs.read(*r.Read)
+			ctx, cancel := context.WithTimeout(rs.ctx, 30*time.Second)
+			entries, err := rs.tlog.Read(ctx, *r.Read, rs.s.Status().Cursor.Seq)
+			cancel()
 			if len(entries) == 0 && err != nil {
 				rs.s.ReadFailed(r.Read.ID, err)
 			} else if err := rs.s.Read(r.Read.ID, entries); err != nil {
@@ -205,43 +311,6 @@ func (rs *replSender) drive() {
 			}
 		}
 	}
-}
-
-func (rs *replSender) read(req replicator.ReadRequest) ([]replicator.Entry, error) {
-	ml := rs.t.ml
-	ctx, cancel := context.WithTimeout(rs.ctx, 30*time.Second)
-	defer cancel()
-	after := toMLPos(req.After)
-	if after != mledger.Earliest && !slices.ContainsFunc(ml.Ledgers(), func(l mledger.LedgerInfo) bool { return l.ID == after.Ledger }) {
-		// The ledger the cursor is in was deleted: retention trimmed
-		// entries the region had not received (the cursor had stopped
-		// holding them, over its backlog quota).
-		return nil, fmt.Errorf("%w: ledger %d of %s", replicator.ErrTrimmed, after.Ledger, rs.t.name)
-	}
-	es, err := ml.ReadEntries(ctx, ml.Next(after), req.MaxEntries, req.MaxBytes)
-	out := make([]replicator.Entry, 0, len(es))
-	local := rs.t.svc.cfg.Cluster
-	for i, e := range es {
-		d, derr := entry.Decode(e.Data)
-		if i == 0 && after == mledger.Earliest && derr == nil && d.Origin.Region == "" && d.Origin.Seq > rs.s.Status().Cursor.Seq+1 {
-			// From the start of the log, and its first local entries are
-			// gone: trimmed before the region received them.
-			return nil, fmt.Errorf("%w: %s starts at local sequence number %d", replicator.ErrTrimmed, rs.t.name, d.Origin.Seq)
-		}
-		re := replicator.Entry{Pos: toReplPos(e.Pos)}
-		switch {
-		case derr != nil:
-			re.Origin = "?" // unreadable: passed over, never sent
-		case d.Origin.Region == "":
-			re.Origin, re.OriginSeq, re.PublishMs, re.Data = local, d.Origin.Seq, d.PublishMs, d.Msg
-			re.OriginID = replicator.MessageID{Ledger: e.Pos.Ledger, Entry: e.Pos.Entry, Batch: -1}
-		default:
-			re.Origin, re.OriginSeq, re.PublishMs = d.Origin.Region, d.Origin.Seq, d.PublishMs
-			re.OriginID = replicator.MessageID{Ledger: d.Origin.ID.Ledger, Entry: d.Origin.ID.Entry, Batch: -1}
-		}
-		out = append(out, re)
-	}
-	return out, err
 }
 
 func (rs *replSender) send(batches []replicator.Batch) {
@@ -282,20 +351,9 @@ func (rs *replSender) send(batches []replicator.Batch) {
 	}
 }
 
-// connect opens a stream to the topic's owner in the remote region: any
-// registered broker of that region, following at most a few redirects.
+// connect opens a stream to the topic's owner in the remote region.
 func (rs *replSender) connect() error {
-	ctx, cancel := context.WithTimeout(rs.ctx, 10*time.Second)
-	addrs, err := rs.t.svc.endpoints(ctx, rs.remote)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("list the endpoints of region %s: %w", rs.remote, err)
-	}
-	if len(addrs) == 0 {
-		return fmt.Errorf("region %s has no registered broker", rs.remote)
-	}
-	cs, err := rs.t.svc.dialer.Open(rs.ctx, addrs[rand.IntN(len(addrs))],
-		transport.Hello{Source: rs.t.svc.cfg.Cluster, Target: rs.remote, Topic: rs.t.name.String()})
+	cs, err := rs.dial(rs.ctx)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
@@ -78,6 +77,10 @@ func (t *Topic) syncReplication(ctx context.Context) {
 		go s.run()
 		t.svc.log.Info("replicator started", "topic", t.name.String(), "remote", name, "cursor", s.s.Status().Cursor.String())
 	}
+	// The senders sleep until their next deadline or an input: the new
+	// policies are one (an active-standby namespace's senders send the
+	// subscriptions' positions).
+	t.wakeSenders()
 }
 
 // stopReplication stops every sender (on unload; their cursors stay).
@@ -146,22 +149,19 @@ func (t *Topic) newReplSender(ctx context.Context, remote string, eff meta.Repli
 		c = replicator.Cursor{Pos: toReplPos(cur.MarkDeleted()), Seq: uint64(props[propSeq]), Bytes: props[propBytes],
 			Stream: uint64(props[propStream]), Base: uint64(props[propBase])}
 	}
-	s, err := replicator.NewSender(t.senderConfig(remote, eff), c, time.Now())
+	rs, err := t.newSender(remote, t.senderConfig(remote, eff), c, &topicLog{t: t, cur: cur}, t.dialRemote(remote))
 	if err != nil {
 		return nil, err
 	}
-	rs := &replSender{t: t, remote: remote, cur: cur, s: s, log: t.svc.log,
-		wake: make(chan struct{}, 1), events: make(chan senderEvent, 256), done: make(chan struct{})}
-	rs.ctx, rs.cancel = context.WithCancel(t.svc.ctx)
 	// The backlog marker is set before anything is sent and cleared only
 	// once the remote region caught up, so a crash at any moment leaves it
 	// for the next owner's loader (loadBacklogged).
-	if _, err := t.svc.cfg.Store.Put(ctx, backlogMarker(t.name.String()), nil); err != nil {
+	if err := rs.tlog.SetBacklogged(ctx, true); err != nil {
 		rs.cancel()
 		return nil, fmt.Errorf("set the replication backlog marker: %w", err)
 	}
 	rs.marked = true
-	rs.publishStatus()
+	rs.publishStatus(rs.clock.Now())
 	return rs, nil
 }
 

@@ -29,14 +29,20 @@ type Status struct {
 	OverQuota      bool    `json:"overQuota"`
 	NeedsResync    string  `json:"needsResync,omitempty"`
 	LastError      string  `json:"lastError,omitempty"`
+
+	// asOf is when the sender published it: SecondsBehind grows from
+	// then on until the next (a sender asleep publishes nothing).
+	asOf time.Time
 }
 
-func (rs *replSender) publishStatus() {
+// publishStatus publishes the sender's status as of now, and sets or
+// clears the backlog marker to match it.
+func (rs *replSender) publishStatus(now time.Time) {
 	s := rs.s.Status()
 	st := &Status{
 		Topic: rs.t.name.String(), Remote: rs.remote, Connected: rs.st != nil,
 		BacklogEntries: s.Backlog.Entries, BacklogBytes: s.Backlog.Bytes, SecondsBehind: s.Backlog.Age.Seconds(),
-		AckedSeq: s.Acked, Inflight: s.InflightBatches, OverQuota: s.OverQuota,
+		AckedSeq: s.Acked, Inflight: s.InflightBatches, OverQuota: s.OverQuota, asOf: now,
 	}
 	if rs.st != nil {
 		st.Target = rs.st.addr
@@ -47,9 +53,9 @@ func (rs *replSender) publishStatus() {
 	if e := rs.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
-	st.LocalSeq = rs.t.logEnd().Seq
+	st.LocalSeq = rs.tlog.End().Seq
 	rs.status.Store(st)
-	rs.cur.SetHoldsRetention(s.HoldsRetention)
+	rs.tlog.HoldRetention(s.HoldsRetention)
 	// A backlog marker in the region's store lets a broker that owns the
 	// topic later load it to replicate even if no client ever comes back.
 	// Cleared only after the remote region has been caught up for a while
@@ -60,24 +66,41 @@ func (rs *replSender) publishStatus() {
 	if behind {
 		rs.caughtUp = time.Time{}
 	} else if rs.caughtUp.IsZero() {
-		rs.caughtUp = time.Now()
+		rs.caughtUp = now
 	}
-	if !behind && time.Since(rs.caughtUp) < markerIdle {
+	if !behind && now.Sub(rs.caughtUp) < markerIdle {
 		behind = rs.marked // keep it for now
 	}
+	rs.markerRetry = time.Time{}
 	if behind != rs.marked {
 		ctx, cancel := context.WithTimeout(rs.ctx, 5*time.Second)
-		var err error
-		if behind {
-			_, err = rs.t.svc.cfg.Store.Put(ctx, backlogMarker(rs.t.name.String()), nil)
-		} else {
-			err = rs.t.svc.cfg.Store.Delete(ctx, backlogMarker(rs.t.name.String()))
-		}
+		err := rs.tlog.SetBacklogged(ctx, behind)
 		cancel()
 		if err == nil {
 			rs.marked = behind
+		} else {
+			rs.markerRetry = now.Add(statusEvery)
 		}
 	}
+}
+
+// markerAt is when publishStatus must run again for the backlog marker:
+// to retry a failed write of it, or to clear it once the region has been
+// caught up for markerIdle (zero: no need).
+func (rs *replSender) markerAt() time.Time {
+	switch {
+	case !rs.markerRetry.IsZero():
+		return rs.markerRetry
+	case rs.marked && !rs.caughtUp.IsZero():
+		return rs.caughtUp.Add(markerIdle)
+	}
+	return time.Time{}
+}
+
+// markerDue reports whether the backlog marker needs publishStatus now.
+func (rs *replSender) markerDue(now time.Time) bool {
+	at := rs.markerAt()
+	return !at.IsZero() && !now.Before(at)
 }
 
 // replicationStatus lists the senders of the loaded topics, optionally of
@@ -95,10 +118,17 @@ func (svc *Service) replicationStatus(filter string) []Status {
 		if r == nil {
 			continue
 		}
+		now := svc.clock.Now()
 		r.mu.Lock()
 		for _, s := range r.senders {
 			if st := s.status.Load(); st != nil {
-				out = append(out, *st)
+				v := *st
+				if v.SecondsBehind > 0 {
+					// The oldest unacknowledged entry is as old as then,
+					// plus the time since.
+					v.SecondsBehind += max(0, now.Sub(v.asOf)).Seconds()
+				}
+				out = append(out, v)
 			}
 		}
 		r.mu.Unlock()

@@ -60,7 +60,7 @@ func (t *Topic) lastEntryBefore(ledger int64) (mledger.Position, bool) {
 // An unchanged position is sent again every subResendEvery: the target
 // applies only what it can translate, and the entries an update names may
 // not have been replicated yet when it first arrived.
-func (t *Topic) subscriptionUpdates(last map[string]subSent) []*replpb.SubscriptionUpdate {
+func (t *Topic) subscriptionUpdates(last map[string]subSent, now time.Time) []*replpb.SubscriptionUpdate {
 	pol := t.policies()
 	if !meta.ActiveStandby(pol) || t.svc.active.ActiveRegion(t.name.NamespaceName(), pol) != t.svc.cfg.Cluster {
 		return nil
@@ -80,7 +80,7 @@ func (t *Topic) subscriptionUpdates(last map[string]subSent) []*replpb.Subscript
 		}
 		ranges := c.AckedRanges()
 		sig := fmt.Sprint(md, ranges)
-		if l := last[c.Name()]; l.sig == sig && time.Since(l.at) < subResendEvery {
+		if l := last[c.Name()]; l.sig == sig && now.Sub(l.at) < subResendEvery {
 			continue
 		}
 		w := t.wireOfPos(md)
@@ -96,7 +96,7 @@ func (t *Topic) subscriptionUpdates(last map[string]subSent) []*replpb.Subscript
 				}
 			}
 		}
-		last[c.Name()] = subSent{sig: sig, at: time.Now()}
+		last[c.Name()] = subSent{sig: sig, at: now}
 		out = append(out, u)
 	}
 	return out
