@@ -191,16 +191,19 @@
 // next read fails with ErrTrimmed and R needs a resync), hold everything,
 // or resync now.
 //
-// # The shell (broker/replication)
+// # The shell (broker/replication, replicator/transport)
 //
 // One bidirectional gRPC stream per (topic, remote region) carries
-// Batches one way and Acks the other; the transport only moves bytes, and
-// a broken stream turns into SendFailed for the batches in flight. One
-// goroutine per Sender loops: wait for an input (log notification, reply,
-// read result), feed it, act on Ready; it also ticks every 100 ms rather
-// than sleeping until Ready's WakeAt (moving it onto WakeAt is the next
-// step of the broker's layout). The target's stream handler feeds its
-// Appliers and appends through the topic. Ownership changes move both
-// ends; nothing is lost because both restart from durable state and
-// resend/deduplicate by sequence number.
+// Batches one way and Acks the other; the transport (replicator/transport:
+// the Hello/Welcome/Redirect handshake, the endpoint registry, the
+// conversions to the protocol, the target's reply queue) only moves
+// bytes, and a broken stream turns into SendFailed for the batches in
+// flight. One goroutine per Sender steps on every input (log
+// notification, reply, stream error) and at the Sender's WakeAt: it
+// feeds the input and the time, acts on Ready, and sleeps on an injected
+// clock until the next WakeAt or input — no periodic tick. The sync
+// receipts' goroutine sleeps likewise until SyncReady.WakeAt. The
+// target's stream handler feeds its Appliers and appends through the
+// topic. Ownership changes move both ends; nothing is lost because both
+// restart from durable state and resend/deduplicate by sequence number.
 package replicator
