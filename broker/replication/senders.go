@@ -66,16 +66,17 @@ func (t *Topic) syncReplication(ctx context.Context) {
 		r.mu.Lock()
 		if r.senders[name] != nil || t.log.Closed() {
 			r.mu.Unlock()
-			s.stop()
+			s.cancel() // never run: stop would wait for a goroutine that never started
 			continue
 		}
 		r.senders[name] = s
 		r.mu.Unlock()
+		cursor := s.s.Status().Cursor // read before run owns the core
 		if ss := t.syncState(); ss != nil {
-			ss.acked(name, s.s.Status().Cursor.Seq)
+			ss.acked(name, cursor.Seq)
 		}
 		go s.run()
-		t.svc.log.Info("replicator started", "topic", t.name.String(), "remote", name, "cursor", s.s.Status().Cursor.String())
+		t.svc.log.Info("replicator started", "topic", t.name.String(), "remote", name, "cursor", cursor.String())
 	}
 	// The senders sleep until their next deadline or an input: the new
 	// policies are one (an active-standby namespace's senders send the
