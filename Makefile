@@ -26,7 +26,7 @@ RACE_PKGS += ./broker/failoverctl/
 RACE_PKGS += ./broker/replication/
 RACE_PKGS += ./broker/stretched/
 RACE_PKGS += ./broker/dispatch/
-RACE_PKGS += ./replicator/
+RACE_PKGS += ./replicator/...
 RACE_PKGS += ./failover/
 RACE_PKGS += ./drill/...
 RACE_PKGS += ./internal/wanproxy/
@@ -38,6 +38,7 @@ RACE_PKGS += ./internal/authtoken/
 RACE_PKGS += ./internal/tlsutil/
 RACE_PKGS += ./internal/ratelog/
 RACE_PKGS += ./internal/clientopts/
+RACE_PKGS += ./internal/clock/...
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/netfault/ ./internal/testutil/ ./internal/up/ ./cmd/... ./internal/georep/
 
 .PHONY: build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean

@@ -806,12 +806,15 @@ func TestServerBoundsStreamsPerConnection(t *testing.T) {
 	addOne(t, c, addReq(1, 7, 0, -1, []byte("x")))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var first context.CancelFunc
+	cancels := make([]context.CancelFunc, 0, maxConcurrentStreams)
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
 	for i := 0; i < maxConcurrentStreams; i++ {
 		sctx, scancel := context.WithCancel(ctx)
-		if i == 0 {
-			first = scancel
-		}
+		cancels = append(cancels, scancel)
 		if _, err := c.AddEntries(sctx); err != nil {
 			t.Fatalf("stream %d: %v", i, err)
 		}
@@ -822,7 +825,7 @@ func TestServerBoundsStreamsPerConnection(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("stream %d opened past the bound (err %v)", maxConcurrentStreams+1, err)
 	}
-	first() // one ends: the next gets its place
+	cancels[0]() // one ends: the next gets its place
 	wctx, wcancel = context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	if _, err := c.AddEntries(wctx); err != nil {
