@@ -152,11 +152,6 @@ func (s *Server) MetricsAddr() string {
 	return s.metricsLis.Addr().String()
 }
 
-// Start listens on cfg.ListenAddr (and cfg.MetricsAddr), serves, and
-// registers the bookie (writable or read-only) in the Registry.
-//
-// Start and Close must not be called concurrently. After a failed Start,
-// call Close.
 // maxConcurrentStreams bounds the streams one connection may hold open at
 // once (gRPC's default is unbounded: a caller could open streams until the
 // bookie runs out of memory). A ledger client uses one add stream per
@@ -164,6 +159,11 @@ func (s *Server) MetricsAddr() string {
 // beyond the bound wait for a stream to end, they do not fail.
 const maxConcurrentStreams = 4096
 
+// Start listens on cfg.ListenAddr (and cfg.MetricsAddr), serves, and
+// registers the bookie (writable or read-only) in the Registry.
+//
+// Start and Close must not be called concurrently. After a failed Start,
+// call Close.
 func (s *Server) Start() error {
 	if d, ok := s.reg.(Decommissioner); ok && s.reg != nil {
 		state, err := d.WatchDecommission(s.ctx, s.cfg.ID, s.onDecommission)
