@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/meridian-mq/meridian/internal/testutil"
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/testutil"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // alerts reads a broker's replication alert counter for kind.

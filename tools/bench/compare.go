@@ -343,7 +343,7 @@ func sideBySide(sb *strings.Builder, o AllOptions, st StorageSummary, br BrokerS
 	}
 	fmt.Fprintf(sb, "\nEvery server ran on 127.0.0.1 with its data in a temporary directory on the same disk, started and stopped by the bench; the load generators ran on the same 2 cores. "+
 		"Meridian's rows are the merged rounds of the sections below (the standalone: embedded etcd, 3 bookies each on its own rack, one broker, one process; the unmodified pulsar-client-go as the client; "+
-		"the geo-replication rows: `internal/up`, every process separate). JetStream ran in the same rounds, between Meridian's measurements, two of its four modes a round. ")
+		"the geo-replication rows: `tools/up`, every process separate). JetStream ran in the same rounds, between Meridian's measurements, two of its four modes a round. ")
 	if peers != nil {
 		fmt.Fprintf(sb, "Installed with the Go tools, pinned: `%s`. ", strings.Join(installCommands(), "`, `"))
 	}

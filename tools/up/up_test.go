@@ -16,8 +16,8 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/testutil"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // `meridian up`'s engine: two regions as separate processes, the global

@@ -22,7 +22,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/meridian-mq/meridian/internal/procstop"
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // GeorepOptions configures RunGeorep.
@@ -270,7 +270,7 @@ func (g *geoDeployment) backlog(ctx context.Context, topic string) int64 {
 }
 
 // RunGeorep starts a 2-region deployment (east, west: 1 broker and 3
-// bookies over 3 racks each, as separate processes via internal/up) and
+// bookies over 3 racks each, as separate processes via tools/up) and
 // measures in one run, through the unmodified pulsar-client-go producing in
 // east: the maximum produce rate and publish latency in a single-region
 // namespace (the baseline) and in a namespace replicated to west per
@@ -610,7 +610,7 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (sum GeorepS
 	host, _ := os.Hostname()
 	fmt.Fprintf(&sb, "## Geo-replication: async vs sync vs single region\n\n")
 	fmt.Fprintf(&sb, "Run %s on %s (%d cores, %s/%s, shared: read the ratios, which come from one run); `%s`, %s per measurement. "+
-		"Deployment: `internal/up` (what `meridian up` runs), regions east and west on this machine, each with 1 broker, 3 bookies over 3 racks, its etcd and a global-store member, plus the witness, all separate processes, gossip profile fast, all data on the same disk. "+
+		"Deployment: `tools/up` (what `meridian up` runs), regions east and west on this machine, each with 1 broker, 3 bookies over 3 racks, its etcd and a global-store member, plus the witness, all separate processes, gossip profile fast, all data on the same disk. "+
 		"Load: the unmodified pulsar-client-go producing in east through east's service URL, consumers in west through west's.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, o.Command, o.Duration)
 	fmt.Fprintf(&sb, "| measurement | msgs/s | msgs/s ÷ single region | publish p50 | publish p99 | p50 ÷ single region | p99 ÷ single region | receipt in east → received in west p50 | p99 | send → received in west p99 | CPU s / M msgs (all processes) | notes |\n")

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // Filter owns one iptables chain.

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // ABOptions configures RunAB: two meridian binaries (before and after a

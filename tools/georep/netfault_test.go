@@ -5,11 +5,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/meridian-mq/meridian/internal/netfault"
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/netfault"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
-// Network faults between processes on one host (internal/netfault:
+// Network faults between processes on one host (tools/netfault:
 // iptables rules in a chain of the test's own, an owner match on each
 // region's group id). The test's own clients (root's group) still reach
 // every region. A dropped packet is a silent fault: no reset, the sender

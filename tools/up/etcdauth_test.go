@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // enableAuth on a real etcd over mutual TLS: a user reads and writes with

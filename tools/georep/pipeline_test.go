@@ -12,9 +12,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meridian-mq/meridian/broker/codec"
-	"github.com/meridian-mq/meridian/internal/up"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/meridian-mq/meridian/proto/replpb"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // A replication target applies batches pipelined (each batch's entries

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/meridian-mq/meridian/internal/testutil"
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/testutil"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // Issue 4, test 5: a stretched namespace writes every entry to bookies of

@@ -12,11 +12,11 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
-	"github.com/meridian-mq/meridian/internal/up"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/replpb"
+	"github.com/meridian-mq/meridian/tools/testutil"
+	"github.com/meridian-mq/meridian/tools/up"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

@@ -11,7 +11,7 @@ import (
 
 // Every package with tests is tested by a CI target (the Makefile's
 // RACE_PKGS or PROC_PKGS): a package added without a line there had its
-// tests run by no CI (internal/grpcpool's and internal/bench's once did).
+// tests run by no CI (internal/grpcpool's and tools/bench's once did).
 func TestEveryTestedPackageRunsInCI(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")

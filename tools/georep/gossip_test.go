@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/testutil"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 type keyring struct {

@@ -44,7 +44,7 @@ type Options struct {
 	// ReplicationProxies: each broker advertises a second address for its
 	// replication gRPC (ProcSpec.ReplProxy) that the caller serves with a
 	// proxy to the real one (drills slow the inter-region links there:
-	// internal/wanproxy). Until the proxy runs, other regions cannot
+	// tools/wanproxy). Until the proxy runs, other regions cannot
 	// replicate to the broker.
 	ReplicationProxies bool `json:",omitempty"`
 	// TLS runs every process with TLS (tls.go): a local CA and a

@@ -15,8 +15,8 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/up"
 	"github.com/meridian-mq/meridian/proto/metapb"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // gauge reads a broker metric's value for the series whose labels contain
