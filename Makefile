@@ -39,6 +39,7 @@ RACE_PKGS += ./internal/tlsutil/
 RACE_PKGS += ./internal/ratelog/
 RACE_PKGS += ./internal/clientopts/
 RACE_PKGS += ./internal/clock/...
+RACE_PKGS += ./internal/healthz/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./tools/netfault/ ./tools/testutil/ ./tools/up/ ./cmd/... ./tools/georep/
 
 .PHONY: build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
