@@ -58,7 +58,7 @@ func newHealth(cfg Config, own func() *ownership) (*healthz.Checker, func()) {
 		if qa == 0 {
 			qa = mledger.DefaultConfig().AckQuorum
 		}
-		if n := len(cfg.Bookies.Writable()); n < qa {
+		if n := cfg.Ledgers.WritableBookies(); n < qa {
 			return fmt.Errorf("%d writable bookies, the ack quorum needs %d", n, qa)
 		}
 		return nil

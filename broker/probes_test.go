@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,4 +96,23 @@ func TestProbesGoRedForTheReasonTheyName(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitProbe(t, bk+"/readyz", 200, "ok", 15*time.Second)
+}
+
+// The standalone (whose broker has no separate bookie source) is ready
+// once it serves, and `meridian health` — a container's HEALTHCHECK —
+// exits 0 on each endpoint, and 1 with the endpoint's answer on a path
+// that is not one.
+func TestStandaloneAnswersMeridianHealth(t *testing.T) {
+	s := testutil.StartStandalone(t, t.TempDir())
+	waitProbe(t, s.AdminURL+"/readyz", 200, "ok", 30*time.Second)
+	for _, check := range []string{"readyz", "healthz", "status.html"} {
+		out, err := exec.Command(testutil.MeridianBinary(t), "health", "--url", s.AdminURL, "--check", check).CombinedOutput()
+		if err != nil {
+			t.Fatalf("meridian health --check %s: %v\n%s", check, err, out)
+		}
+	}
+	out, err := exec.Command(testutil.MeridianBinary(t), "health", "--url", s.AdminURL+"/nothing").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "404") {
+		t.Fatalf("meridian health on a wrong path: err %v, output %s", err, out)
+	}
 }
