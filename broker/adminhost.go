@@ -26,7 +26,7 @@ func (b *Broker) deleteTopic(ctx context.Context, tn meta.TopicName, force bool)
 		t.mu.Lock()
 		busy := len(t.producers) > 0
 		for _, s := range t.subs {
-			busy = busy || len(s.consumers) > 0
+			busy = busy || s.consumerCount() > 0
 		}
 		t.mu.Unlock()
 		if busy {
@@ -90,9 +90,9 @@ func (t *Topic) stats() admin.TopicStats {
 	t.mu.Unlock()
 	for _, s := range subs {
 		s.mu.Lock()
-		ss := admin.SubscriptionStats{Type: s.typ.String(), UnackedMessages: len(s.pending), Consumers: []admin.ConsumerStats{}}
-		for _, c := range s.consumers {
-			ss.Consumers = append(ss.Consumers, admin.ConsumerStats{ConsumerName: c.name, AvailablePermit: c.permits, Address: c.conn.nc.RemoteAddr().String()})
+		ss := admin.SubscriptionStats{Type: s.subType().String(), UnackedMessages: s.core.Pending(), Consumers: []admin.ConsumerStats{}}
+		for _, c := range s.core.Consumers() {
+			ss.Consumers = append(ss.Consumers, admin.ConsumerStats{ConsumerName: c.Name, AvailablePermit: c.Permits, Address: s.consumers[c.ID].conn.nc.RemoteAddr().String()})
 		}
 		s.mu.Unlock()
 		ss.MsgBacklog = s.cursor.Backlog()

@@ -21,11 +21,11 @@ import (
 const module = "github.com/meridian-mq/meridian"
 
 var (
-	rooms = []string{"broker/admin", "broker/security", "broker/failoverctl", "broker/replication", "broker/stretched"}
+	rooms = []string{"broker/admin", "broker/security", "broker/failoverctl", "broker/replication", "broker/stretched", "broker/dispatch"}
 	floor = []string{"broker/meta", "broker/entry", "broker/codec", "broker/mledger"}
 	// The composition root is imported only by the binary that wires it
 	// and the tools that run it in process.
-	rootImporters = []string{"cmd/meridian", "internal/bench"}
+	rootImporters = []string{"cmd/meridian", "tools/bench"}
 )
 
 // productImports returns, by package directory (relative to the module
@@ -114,7 +114,7 @@ func TestPureCoresLinkNoInfrastructure(t *testing.T) {
 		t.Skip("runs go list")
 	}
 	banned := []string{"go.etcd.io/", "github.com/hashicorp/serf", "github.com/hashicorp/memberlist", "github.com/cockroachdb/pebble", "google.golang.org/grpc"}
-	for _, pkg := range []string{"rack", "replicator", "failover", "cluster/health", "bookie/digest"} {
+	for _, pkg := range []string{"rack", "replicator", "failover", "cluster/health", "bookie/digest", "broker/dispatch"} {
 		cmd := exec.Command("go", "list", "-deps", "./"+pkg)
 		cmd.Dir = ".."
 		out, err := cmd.CombinedOutput()
@@ -131,6 +131,18 @@ func TestPureCoresLinkNoInfrastructure(t *testing.T) {
 	}
 }
 
+// The dispatch core imports nothing of the module (its Position has
+// mledger.Position's fields instead): the subscription shell drives it.
+func TestDispatchCoreImportsNothingOfTheModule(t *testing.T) {
+	imports := productImports(t)
+	if _, ok := imports["broker/dispatch"]; !ok {
+		t.Fatal("broker/dispatch not found")
+	}
+	if ps := imports["broker/dispatch"]; len(ps) > 0 {
+		t.Errorf("broker/dispatch imports %v", ps)
+	}
+}
+
 // The sanity of the check itself: it sees the imports it must see.
 func TestLayoutCheckSeesImports(t *testing.T) {
 	imports := productImports(t)
@@ -139,5 +151,29 @@ func TestLayoutCheckSeesImports(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join("..", "go.mod")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// internal/ holds the low-level libraries every layer may use (tokens,
+// TLS, gRPC buffers, clocks, ports, rate-limited logs), tools/ what sits
+// above everything (the deployment runner, benchmarks, test harnesses,
+// fault proxies). So an internal library imports no other package of the
+// module but internal ones, and no product package imports a tool: only
+// the binary, the drills and other tools do (tests may import either).
+func TestLibrariesAndToolsKeepTheirSides(t *testing.T) {
+	imports := productImports(t)
+	toolUsers := []string{"cmd/", "tools/", "drill"}
+	for dir, ps := range imports {
+		for _, p := range ps {
+			if strings.HasPrefix(dir, "internal/") && !strings.HasPrefix(p, "internal/") {
+				t.Errorf("the library %s imports %s, which sits above it", dir, p)
+			}
+			if strings.HasPrefix(p, "tools/") && !slices.ContainsFunc(toolUsers, func(u string) bool { return strings.HasPrefix(dir, u) }) {
+				t.Errorf("the product package %s imports the tool %s", dir, p)
+			}
+		}
+	}
+	if !slices.Contains(imports["tools/bench"], "broker") || !slices.Contains(imports["bookie"], "internal/grpcpool") {
+		t.Fatalf("the import walk missed known imports: tools/bench %v, bookie %v", imports["tools/bench"], imports["bookie"])
 	}
 }

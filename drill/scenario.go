@@ -1,7 +1,7 @@
 // Package drill runs disaster drills: a drill file (YAML, see scenarios/)
 // names a topology, a workload of unmodified pulsar-client-go producers and
 // consumers, a schedule of real faults and the expectations the run must
-// meet. Run starts the topology as separate OS processes (internal/up),
+// meet. Run starts the topology as separate OS processes (tools/up),
 // runs the workload while it applies the faults, heals, drains, and judges
 // every acknowledged message against what the consumers received
 // (drill/check), then writes report.json, report.md and timeline.svg.
@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meridian-mq/meridian/internal/clientopts"
 	"gopkg.in/yaml.v3"
 )
 
@@ -71,13 +72,26 @@ type Workload struct {
 	Consumers []ConsumerSpec `yaml:"consumers"`
 }
 
-// ClientSettings are the pulsar-client-go options every client gets.
+// ClientSettings are the pulsar-client-go options every client gets. A
+// setting left out takes the value Meridian recommends
+// (internal/clientopts: connection timeout 2 s, keepalive 1 s, operation
+// timeout 5 s) and a send timeout of 60 s — unless Defaults is set.
 type ClientSettings struct {
 	ConnectionTimeout time.Duration `yaml:"connection_timeout"`  // default 2s
-	OperationTimeout  time.Duration `yaml:"operation_timeout"`   // default 30s
-	KeepAliveInterval time.Duration `yaml:"keep_alive_interval"` // default the client's (30s)
+	OperationTimeout  time.Duration `yaml:"operation_timeout"`   // default 5s
+	KeepAliveInterval time.Duration `yaml:"keep_alive_interval"` // default 1s
 	SendTimeout       time.Duration `yaml:"send_timeout"`        // default 60s
+	// Defaults: a setting left out is the client's own default
+	// (pulsar-client-go v0.19: no dial timeout, keepalive 30 s, operation
+	// timeout 30 s, send timeout 30 s), as an application that sets
+	// nothing gets; the drill region-blackhole-default-client measures
+	// what that costs.
+	Defaults bool `yaml:"defaults"`
 }
+
+// clientSendTimeout is pulsar-client-go's default SendTimeout (v0.19,
+// producer_impl.go defaultSendTimeout).
+const clientSendTimeout = 30 * time.Second
 
 // ProducerSpec is one producer.
 type ProducerSpec struct {
@@ -190,14 +204,26 @@ func (s *Scenario) defaults() {
 		s.Drain = 60 * time.Second
 	}
 	c := &s.Workload.Client
-	if c.ConnectionTimeout == 0 {
-		c.ConnectionTimeout = 2 * time.Second
-	}
-	if c.OperationTimeout == 0 {
-		c.OperationTimeout = 30 * time.Second
-	}
-	if c.SendTimeout == 0 {
-		c.SendTimeout = 60 * time.Second
+	switch {
+	case c.Defaults:
+		// The client's own: the drill passes zeros, except that it
+		// must know how long a send may wait (stopProducing).
+		if c.SendTimeout == 0 {
+			c.SendTimeout = clientSendTimeout
+		}
+	default:
+		if c.ConnectionTimeout == 0 {
+			c.ConnectionTimeout = clientopts.ConnectionTimeout
+		}
+		if c.OperationTimeout == 0 {
+			c.OperationTimeout = clientopts.OperationTimeout
+		}
+		if c.KeepAliveInterval == 0 {
+			c.KeepAliveInterval = clientopts.KeepAliveInterval
+		}
+		if c.SendTimeout == 0 {
+			c.SendTimeout = 60 * time.Second
+		}
 	}
 	for i := range s.Namespaces {
 		if len(s.Namespaces[i].Regions) == 0 {

@@ -3,6 +3,7 @@ package drill
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meridian-mq/meridian/scenarios"
 )
@@ -72,5 +73,25 @@ workload:
 		t.Fatal(err)
 	} else if s.Workload.Producers[0].Rate != 100 || s.Workload.Consumers[0].Type != "exclusive" || len(s.Namespaces[0].Regions) != 2 {
 		t.Errorf("defaults not applied: %+v", s)
+	}
+}
+
+// A drill's clients get the recommended timeouts unless the file asks for
+// the client's own defaults, which then reach the client as zeros.
+func TestClientSettingsDefaults(t *testing.T) {
+	base := "name: x\ntopology: {regions: [east]}\nnamespaces: [{name: public/default}]\nworkload:\n  duration: 5s\n  %s\n  producers: [{topic: persistent://public/default/t}]\nfaults: [{at: 1s, action: kill, target: \"region:east\"}]\nexpect: {lost: \"== 0\"}\n"
+	s, err := Parse([]byte(strings.Replace(base, "%s", "client: {}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Workload.Client; c.ConnectionTimeout != 2*time.Second || c.KeepAliveInterval != time.Second || c.OperationTimeout != 5*time.Second || c.SendTimeout != 60*time.Second {
+		t.Errorf("recommended: %+v", c)
+	}
+	s, err = Parse([]byte(strings.Replace(base, "%s", "client: {defaults: true}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Workload.Client; c.ConnectionTimeout != 0 || c.KeepAliveInterval != 0 || c.OperationTimeout != 0 || c.SendTimeout != 30*time.Second {
+		t.Errorf("client defaults: %+v, want zeros and the client's 30 s send timeout", c)
 	}
 }

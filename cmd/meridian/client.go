@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/meridian-mq/meridian/internal/clientopts"
 	"github.com/spf13/cobra"
 )
 
@@ -19,9 +20,7 @@ import (
 
 func pulsarClient(url string, cf *clientFlags) (pulsar.Client, error) {
 	o := pulsar.ClientOptions{
-		URL:               url,
-		ConnectionTimeout: 5 * time.Second,
-		OperationTimeout:  30 * time.Second,
+		URL: url,
 		// The client logs every reconnect at info level; keep the
 		// terminal for the messages unless --log-level debug.
 		Logger: plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(clientLogOut(), nil))),
@@ -29,6 +28,9 @@ func pulsarClient(url string, cf *clientFlags) (pulsar.Client, error) {
 	if err := cf.pulsarOptions(&o); err != nil {
 		return nil, err
 	}
+	// The recommended timeouts (a silently dead region is left in
+	// seconds, not minutes; internal/clientopts), unless flags set them.
+	clientopts.Apply(&o)
 	return pulsar.NewClient(o)
 }
 
