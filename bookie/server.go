@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/meridian-mq/meridian/internal/grpcpool"
+	"github.com/meridian-mq/meridian/internal/httpserve"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -69,7 +70,7 @@ type Server struct {
 	advertise  string
 	lis        net.Listener
 	grpcSrv    *grpc.Server
-	httpSrv    *http.Server
+	httpSrv    *httpserve.Server
 	metricsLis net.Listener
 	wg         sync.WaitGroup
 }
@@ -255,7 +256,7 @@ func (s *Server) listen() error {
 	if mlis != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
-		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = httpserve.New(mux, httpserve.Options{Logger: s.log})
 		s.metricsLis = mlis
 		serve := mlis
 		if tlsSrc != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
+	"github.com/meridian-mq/meridian/internal/httpserve"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -155,6 +156,11 @@ type Config struct {
 	// Security: TLS, token authentication and authorization
 	// (security.go). The zero value: plaintext, anyone may do anything.
 	Security security.Config
+
+	// AdminHTTP is the admin listener's timeouts and connection cap
+	// (internal/httpserve; the zero value: its defaults, which outlast
+	// the admin API's 30 s per-call deadline and a large /metrics scrape).
+	AdminHTTP httpserve.Options
 
 	// Logger. Default slog.Default().
 	Logger *slog.Logger

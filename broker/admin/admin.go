@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/internal/httpserve"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -113,6 +114,10 @@ type Config struct {
 	Metrics prometheus.Gatherer
 	// GossipKeys, if set, serves /admin/v2/meridian/gossip/keys.
 	GossipKeys GossipKeyring
+	// HTTP is the listener's timeouts and connection cap (zero fields:
+	// httpserve's defaults, whose WriteTimeout, 60 s, outlasts the 30 s
+	// every call is given and a large /metrics scrape).
+	HTTP httpserve.Options
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -121,7 +126,7 @@ type Config struct {
 type Server struct {
 	cfg    Config
 	lis    net.Listener
-	srv    *http.Server
+	srv    *httpserve.Server
 	scheme string // "http://", or "https://" with TLS
 }
 
@@ -140,7 +145,11 @@ func (s *Server) Start() error {
 		serve, scheme = s.cfg.Listen(lis)
 	}
 	s.scheme = scheme
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	opts := s.cfg.HTTP
+	if opts.Logger == nil {
+		opts.Logger = s.log()
+	}
+	s.srv = httpserve.New(s.Handler(), opts)
 	go s.srv.Serve(serve)
 	return nil
 }
