@@ -48,6 +48,12 @@ type Broker struct {
 	topics map[string]*topicSlot
 	conns  map[*conn]struct{}
 	perIP  map[string]int // open connections by client IP (conn.ip)
+	// unauth counts the open connections not yet CONNECTED (conn.unauth),
+	// bounded by Config.MaxUnauthenticatedConnections.
+	unauth int
+	// frames bounds the bytes of frames being read over all connections
+	// (Config.MaxBufferedFrameBytes); nil: no bound.
+	frames *frameBudget
 	closed bool
 
 	producerSeq atomic.Int64
@@ -81,6 +87,9 @@ func New(cfg Config) (*Broker, error) {
 		id:     hex.EncodeToString(rb[:]),
 	}
 	b.metrics = newMetrics(cfg.Cluster, b)
+	if cfg.MaxBufferedFrameBytes > 0 {
+		b.frames = newFrameBudget(cfg.MaxBufferedFrameBytes, func() { b.limitExceeded(limitBufferedFrames) })
+	}
 	b.guard = security.New(cfg.Security, b.meta, cfg.Cluster, b.metrics.reg)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
@@ -198,8 +207,16 @@ func (b *Broker) acceptLoop() {
 			nc.Close()
 			continue
 		}
+		if !underLimit(b.unauth, b.cfg.MaxUnauthenticatedConnections) {
+			b.mu.Unlock()
+			b.limitExceeded(limitUnauthConnections)
+			nc.Close()
+			continue
+		}
 		b.conns[c] = struct{}{}
 		b.perIP[c.ip]++
+		b.unauth++
+		c.unauth = true
 		b.mu.Unlock()
 		b.metrics.connections.Inc()
 		go c.serve()
@@ -213,7 +230,21 @@ func (b *Broker) removeConn(c *conn) {
 		if b.perIP[c.ip]--; b.perIP[c.ip] <= 0 {
 			delete(b.perIP, c.ip)
 		}
+		if c.unauth {
+			c.unauth = false
+			b.unauth--
+		}
 		b.metrics.connections.Dec()
+	}
+	b.mu.Unlock()
+}
+
+// connAuthenticated moves c out of the connections not yet CONNECTED.
+func (b *Broker) connAuthenticated(c *conn) {
+	b.mu.Lock()
+	if c.unauth {
+		c.unauth = false
+		b.unauth--
 	}
 	b.mu.Unlock()
 }

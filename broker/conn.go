@@ -31,6 +31,9 @@ type conn struct {
 	nc  net.Conn
 	ip  string // the client's address without the port (per-IP limit)
 	log *slog.Logger
+	// unauth: counted in Broker.unauth (not yet CONNECTED); guarded by
+	// the broker's mu.
+	unauth bool
 
 	outMu   sync.Mutex
 	outQ    [][]byte
@@ -95,7 +98,28 @@ func (c *conn) serve() {
 	if !c.tlsHandshake() {
 		return
 	}
-	dec := codec.NewDecoder(c.nc, c.b.cfg.MaxMessageSize+codec.FramePadding)
+	maxFrame := c.b.cfg.MaxMessageSize + codec.FramePadding
+	dec := codec.NewDecoder(c.nc, maxFrame)
+	// Until CONNECTED a frame larger than a CONNECT with a large token
+	// closes the connection unread (issue 30, item 1), and the connection
+	// has HandshakeTimeout to CONNECT.
+	if n := c.b.cfg.MaxUnauthenticatedFrameBytes; n > 0 {
+		dec.SetLimit(n, codec.RefuseOversize)
+	}
+	if c.b.frames != nil {
+		dec.SetBudget(connBudget{b: c.b.frames, closed: c.closed})
+	}
+	var handshake *time.Timer
+	if d := c.b.cfg.HandshakeTimeout; d > 0 {
+		handshake = time.AfterFunc(d, func() {
+			if !c.isConnected() {
+				c.b.limitExceeded(limitHandshakeTimeout)
+				c.close("no CONNECT within the handshake timeout")
+			}
+		})
+		defer handshake.Stop()
+	}
+	authenticated := false
 	for {
 		if !c.waitOutput() {
 			return
@@ -104,6 +128,11 @@ func (c *conn) serve() {
 		c.lastRecv.Store(time.Now().UnixNano())
 		switch {
 		case err == nil:
+		case errors.Is(err, codec.ErrFrameRefused):
+			c.b.metrics.rejectedFrames.Inc()
+			c.b.limitExceeded(limitUnauthFrameSize)
+			c.log.Debug("closing connection: frame over the limit before CONNECTED", "err", err)
+			return
 		case errors.Is(err, codec.ErrFrameTooLarge):
 			// The decoder skipped it; the connection's other producers
 			// keep working. We cannot know which producer sent it, so no
@@ -126,7 +155,24 @@ func (c *conn) serve() {
 		if !c.handle(f) {
 			return
 		}
+		if !authenticated && c.isConnected() {
+			// CONNECT answered: the normal limits from now on.
+			authenticated = true
+			if handshake != nil {
+				handshake.Stop()
+			}
+			dec.SetLimit(maxFrame, codec.SkipOversize)
+			c.b.connAuthenticated(c)
+		}
 	}
+}
+
+// isConnected reports whether the connection's CONNECT was taken (its
+// authentication, if any, runs before handle returns).
+func (c *conn) isConnected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connected
 }
 
 // keepAlive pings an idle client and closes a silent one.
