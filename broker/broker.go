@@ -20,13 +20,17 @@ import (
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/broker/stretched"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
 
 // Broker serves the Pulsar protocol for the topics of its region.
 type Broker struct {
-	cfg     Config
-	log     *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// peerLog rate-limits the lines a remote peer can trigger
+	// (conn.peerLog).
+	peerLog *ratelog.Logger
 	meta    *meta.Metadata
 	metrics *metrics
 	guard   *security.Guard
@@ -86,6 +90,7 @@ func New(cfg Config) (*Broker, error) {
 		perIP:  map[string]int{},
 		id:     hex.EncodeToString(rb[:]),
 	}
+	b.peerLog = ratelog.New(b.log, 0)
 	b.metrics = newMetrics(cfg.Cluster, b)
 	if cfg.MaxBufferedFrameBytes > 0 {
 		b.frames = newFrameBudget(cfg.MaxBufferedFrameBytes, func() { b.limitExceeded(limitBufferedFrames) })
@@ -187,7 +192,7 @@ func (b *Broker) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			b.log.Warn("accept", "err", err)
+			b.peerLog.Warn("accept", "err", err) // EMFILE under a connection flood
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
