@@ -128,10 +128,11 @@ type Server struct {
 	lis    net.Listener
 	srv    *httpserve.Server
 	scheme string // "http://", or "https://" with TLS
+	ops    *operations
 }
 
 // New returns the admin API of cfg; Start listens.
-func New(cfg Config) *Server { return &Server{cfg: cfg} }
+func New(cfg Config) *Server { return &Server{cfg: cfg, ops: newOperations()} }
 
 // Start listens on Config.Addr and serves.
 func (s *Server) Start() error {
@@ -156,6 +157,7 @@ func (s *Server) Start() error {
 
 // Close closes the listener and every connection.
 func (s *Server) Close() error {
+	s.ops.close()
 	if s.srv == nil {
 		return nil
 	}
@@ -215,10 +217,20 @@ func (s *Server) Handler() http.Handler {
 				writeAdmin(w, nil, err)
 				return
 			}
+			if asyncRoutes[pattern] && wantsAsync(r) { // operations.go
+				op, err := s.ops.start(r, pattern, f)
+				if err != nil {
+					writeAdmin(w, nil, err)
+					return
+				}
+				writeAccepted(w, op)
+				return
+			}
 			v, err := f(r)
 			writeAdmin(w, v, err)
 		})
 	}
+	h("GET "+operationsPath+"{id}", func(r *http.Request) (any, error) { return s.ops.get(r.PathValue("id")) })
 	h("GET /admin/v2/meridian/health", func(r *http.Request) (any, error) {
 		if s.cfg.Health == nil {
 			return nil, fmt.Errorf("%w: this broker does not gossip", meta.ErrNotFound)
