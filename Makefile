@@ -37,6 +37,7 @@ RACE_PKGS += ./tools/bench/
 RACE_PKGS += ./internal/authtoken/
 RACE_PKGS += ./internal/tlsutil/
 RACE_PKGS += ./internal/ratelog/
+RACE_PKGS += ./internal/httpserve/
 RACE_PKGS += ./internal/clientopts/
 RACE_PKGS += ./internal/clock/...
 RACE_PKGS += ./internal/healthz/

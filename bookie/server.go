@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/meridian-mq/meridian/internal/grpcpool"
 	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/httpserve"
 	"github.com/meridian-mq/meridian/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -74,7 +75,7 @@ type Server struct {
 	advertise  string
 	lis        net.Listener
 	grpcSrv    *grpc.Server
-	httpSrv    *http.Server
+	httpSrv    *httpserve.Server
 	metricsLis net.Listener
 	wg         sync.WaitGroup
 }
@@ -295,7 +296,7 @@ func (s *Server) listen() error {
 		s.health.Register(mux, func(endpoint string, err error) {
 			rl.Log(slog.LevelWarn, endpoint, "bookie: health probe answered red", "endpoint", endpoint, "err", err)
 		})
-		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = httpserve.New(mux, httpserve.Options{Logger: s.log})
 		s.metricsLis = mlis
 		serve := mlis
 		if tlsSrc != nil {

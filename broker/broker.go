@@ -21,13 +21,17 @@ import (
 	"github.com/meridian-mq/meridian/broker/stretched"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
 
 // Broker serves the Pulsar protocol for the topics of its region.
 type Broker struct {
-	cfg     Config
-	log     *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// peerLog rate-limits the lines a remote peer can trigger
+	// (conn.peerLog).
+	peerLog *ratelog.Logger
 	meta    *meta.Metadata
 	metrics *metrics
 	guard   *security.Guard
@@ -53,6 +57,12 @@ type Broker struct {
 	topics map[string]*topicSlot
 	conns  map[*conn]struct{}
 	perIP  map[string]int // open connections by client IP (conn.ip)
+	// unauth counts the open connections not yet CONNECTED (conn.unauth),
+	// bounded by Config.MaxUnauthenticatedConnections.
+	unauth int
+	// frames bounds the bytes of frames being read over all connections
+	// (Config.MaxBufferedFrameBytes); nil: no bound.
+	frames *frameBudget
 	closed bool
 
 	producerSeq atomic.Int64
@@ -85,7 +95,11 @@ func New(cfg Config) (*Broker, error) {
 		perIP:  map[string]int{},
 		id:     hex.EncodeToString(rb[:]),
 	}
+	b.peerLog = ratelog.New(b.log, 0)
 	b.metrics = newMetrics(cfg.Cluster, b)
+	if cfg.MaxBufferedFrameBytes > 0 {
+		b.frames = newFrameBudget(cfg.MaxBufferedFrameBytes, func() { b.limitExceeded(limitBufferedFrames) })
+	}
 	b.guard = security.New(cfg.Security, b.meta, cfg.Cluster, b.metrics.reg)
 	b.health, b.policyTurned = newHealth(cfg, b.registered.Load)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -185,7 +199,7 @@ func (b *Broker) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			b.log.Warn("accept", "err", err)
+			b.peerLog.Warn("accept", "err", err) // EMFILE under a connection flood
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
@@ -205,8 +219,16 @@ func (b *Broker) acceptLoop() {
 			nc.Close()
 			continue
 		}
+		if !underLimit(b.unauth, b.cfg.MaxUnauthenticatedConnections) {
+			b.mu.Unlock()
+			b.limitExceeded(limitUnauthConnections)
+			nc.Close()
+			continue
+		}
 		b.conns[c] = struct{}{}
 		b.perIP[c.ip]++
+		b.unauth++
+		c.unauth = true
 		b.mu.Unlock()
 		b.metrics.connections.Inc()
 		go c.serve()
@@ -220,7 +242,21 @@ func (b *Broker) removeConn(c *conn) {
 		if b.perIP[c.ip]--; b.perIP[c.ip] <= 0 {
 			delete(b.perIP, c.ip)
 		}
+		if c.unauth {
+			c.unauth = false
+			b.unauth--
+		}
 		b.metrics.connections.Dec()
+	}
+	b.mu.Unlock()
+}
+
+// connAuthenticated moves c out of the connections not yet CONNECTED.
+func (b *Broker) connAuthenticated(c *conn) {
+	b.mu.Lock()
+	if c.unauth {
+		c.unauth = false
+		b.unauth--
 	}
 	b.mu.Unlock()
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/httpserve"
 	"github.com/meridian-mq/meridian/internal/ratelog"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/prometheus/client_golang/prometheus"
@@ -118,6 +119,10 @@ type Config struct {
 	Metrics prometheus.Gatherer
 	// GossipKeys, if set, serves /admin/v2/meridian/gossip/keys.
 	GossipKeys GossipKeyring
+	// HTTP is the listener's timeouts and connection cap (zero fields:
+	// httpserve's defaults, whose WriteTimeout, 60 s, outlasts the 30 s
+	// every call is given and a large /metrics scrape).
+	HTTP httpserve.Options
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -126,12 +131,13 @@ type Config struct {
 type Server struct {
 	cfg    Config
 	lis    net.Listener
-	srv    *http.Server
+	srv    *httpserve.Server
 	scheme string // "http://", or "https://" with TLS
+	ops    *operations
 }
 
 // New returns the admin API of cfg; Start listens.
-func New(cfg Config) *Server { return &Server{cfg: cfg} }
+func New(cfg Config) *Server { return &Server{cfg: cfg, ops: newOperations()} }
 
 // Start listens on Config.Addr and serves.
 func (s *Server) Start() error {
@@ -145,13 +151,18 @@ func (s *Server) Start() error {
 		serve, scheme = s.cfg.Listen(lis)
 	}
 	s.scheme = scheme
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	opts := s.cfg.HTTP
+	if opts.Logger == nil {
+		opts.Logger = s.log()
+	}
+	s.srv = httpserve.New(s.Handler(), opts)
 	go s.srv.Serve(serve)
 	return nil
 }
 
 // Close closes the listener and every connection.
 func (s *Server) Close() error {
+	s.ops.close()
 	if s.srv == nil {
 		return nil
 	}
@@ -217,10 +228,20 @@ func (s *Server) Handler() http.Handler {
 				writeAdmin(w, nil, err)
 				return
 			}
+			if asyncRoutes[pattern] && wantsAsync(r) { // operations.go
+				op, err := s.ops.start(r, pattern, f)
+				if err != nil {
+					writeAdmin(w, nil, err)
+					return
+				}
+				writeAccepted(w, op)
+				return
+			}
 			v, err := f(r)
 			writeAdmin(w, v, err)
 		})
 	}
+	h("GET "+operationsPath+"{id}", func(r *http.Request) (any, error) { return s.ops.get(r.PathValue("id")) })
 	h("GET /admin/v2/meridian/health", func(r *http.Request) (any, error) {
 		if s.cfg.Health == nil {
 			return nil, fmt.Errorf("%w: this broker does not gossip", meta.ErrNotFound)

@@ -41,6 +41,7 @@ func newBrokerCmd() *cobra.Command {
 	var gossip gossipFlags
 	var rf recoveryFlags
 	var maxEntries int
+	var limits connLimitFlags
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -151,6 +152,7 @@ func newBrokerCmd() *cobra.Command {
 				ReplicationAddr: c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
 				Security: security,
 			}
+			limits.apply(&bc)
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 			bc.ManagedLedger.MaxEntriesPerLedger = maxEntries
 			// Auto-recovery in the broker's process (see autorecovery.go).
@@ -212,6 +214,7 @@ func newBrokerCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	limits.register(f)
 	f.StringVar(&cfgPath, "config", "", "config file (YAML; sections region, metadata, broker)")
 	f.StringVar(&region, "region", "default", "region of this broker")
 	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")

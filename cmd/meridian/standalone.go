@@ -25,6 +25,7 @@ func newStandaloneCmd() *cobra.Command {
 	var bookieMetrics []string
 	var policyEvery time.Duration
 	var maxConnsPerIP, maxProducersPerTopic int
+	var limits connLimitFlags
 	var rf recoveryFlags
 	var sec securityFlags
 	var genTLS bool
@@ -149,6 +150,7 @@ token authentication on, --authorization role permissions.`,
 				MaxConnectionsPerIP: maxConnsPerIP, MaxProducersPerTopic: maxProducersPerTopic,
 				Security: security,
 			}
+			limits.apply(&bc)
 			// Self-healing storage in the same process (autorecovery.go).
 			if rf.enabled {
 				metrics := autorecovery.NewMetrics("standalone")
@@ -197,6 +199,7 @@ token authentication on, --authorization role permissions.`,
 	f.StringVar(&adminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address")
 	f.StringVar(&advertise, "advertise", "", "address clients are told to connect to (default: the listen address; set it when listening on 0.0.0.0, e.g. in a container)")
 	f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
+	limits.register(f)
 	f.IntVar(&maxConnsPerIP, "max-connections-per-ip", 0, "Pulsar connections allowed from one client IP (0: the broker default, 1000; -1: no limit)")
 	f.IntVar(&maxProducersPerTopic, "max-producers-per-topic", 0, "producers allowed on one topic (0: the broker default, 10000; -1: no limit)")
 	f.StringVar(&etcdClient, "etcd-client-url", "http://127.0.0.1:2379", "embedded etcd client URL")
