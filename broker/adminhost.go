@@ -197,14 +197,22 @@ func (a adminTopic) CreateSubscription(ctx context.Context, name string) error {
 	return a.t.createSubscription(ctx, name)
 }
 
+// DeleteSubscription deletes the subscription, and with force closes its
+// consumers — only once its cursor is gone: a consumer closed earlier
+// subscribes again at once and, finding the subscription or its cursor
+// still there, kept the deleted subscription alive on a deleted cursor.
+// Closed afterwards, it creates a new subscription (as with Pulsar).
 func (a adminTopic) DeleteSubscription(ctx context.Context, name string, force bool) error {
 	t := a.t
-	if s := t.subscription(name); s != nil && s.consumerCount() > 0 && !force {
+	s := t.subscription(name)
+	if s != nil && s.consumerCount() > 0 && !force {
 		return fmt.Errorf("%w: subscription %s has consumers", meta.ErrNotEmpty, s.name)
-	} else if s != nil {
+	}
+	err := t.deleteSubscription(ctx, name)
+	if s != nil {
 		s.closeConsumers("")
 	}
-	return t.deleteSubscription(ctx, name)
+	return err
 }
 
 func (a adminTopic) ResetCursor(ctx context.Context, sub string, ms int64) error {
