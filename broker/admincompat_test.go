@@ -33,7 +33,6 @@ import (
 // an unlisted one does not. Each value is what the call answered when it
 // was listed.
 var compatKnownBroken = map[string]string{
-	"Clusters().List":                                      "wrong: [standalone standalone/brokers/127.0.0.1:26935], want the one region",
 	"Clusters().Get":                                       "fails: code: 404 reason: 404 page not found",
 	"Clusters().Create":                                    "fails: code: 404 reason: 404 page not found",
 	"Clusters().Delete":                                    "fails: code: 404 reason: 404 page not found",

@@ -138,3 +138,28 @@ func (m *Metadata) DeleteSchema(ctx context.Context, t TopicName) error {
 	_, err = m.s.Create(ctx, schemaDir(t)+fmt.Sprintf("%020d", len(all)), val)
 	return err
 }
+
+// SchemaVersion returns the version of the stored schema identical to s
+// (same type and definition), ErrNotFound if there is none.
+func (m *Metadata) SchemaVersion(ctx context.Context, t TopicName, s *pb.Schema) (int64, error) {
+	all, err := m.Schemas(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	for v := len(all) - 1; v >= 0; v-- {
+		if !all[v].Deleted && all[v].Type == schemaTypeName(s) && bytes.Equal(all[v].Data, s.SchemaData) {
+			return int64(v), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: no version of the schema of %s is this one", ErrNotFound, t)
+}
+
+// CheckSchemaCompatible reports whether s would be accepted as the
+// topic's next schema (ErrIncompatibleSchema if not), storing nothing.
+func (m *Metadata) CheckSchemaCompatible(ctx context.Context, t TopicName, s *pb.Schema) error {
+	all, err := m.Schemas(ctx, t)
+	if err != nil || len(all) == 0 {
+		return err
+	}
+	return checkCompatible(all[len(all)-1], s)
+}
