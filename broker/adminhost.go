@@ -74,43 +74,6 @@ func (t *Topic) createSubscription(ctx context.Context, name string) error {
 	return nil
 }
 
-func (t *Topic) stats() admin.TopicStats {
-	st := admin.TopicStats{StorageSize: t.ml.TotalSizeBytes(), Entries: t.ml.NumberOfEntries(), Publishers: []admin.PublisherStats{}, Subscriptions: map[string]admin.SubscriptionStats{}}
-	t.mu.Lock()
-	for p := range t.producers {
-		st.Publishers = append(st.Publishers, admin.PublisherStats{ProducerName: p.name, ProducerID: p.id, Address: p.conn.nc.RemoteAddr().String(), ClientVersion: p.conn.clientVersion})
-	}
-	subs := make([]*Subscription, 0, len(t.subs))
-	for _, s := range t.subs {
-		subs = append(subs, s)
-	}
-	t.mu.Unlock()
-	t.mu.Lock()
-	st.MsgInCounter = t.msgsIn
-	t.mu.Unlock()
-	for _, s := range subs {
-		s.mu.Lock()
-		ss := admin.SubscriptionStats{Type: s.typ.String(), UnackedMessages: len(s.pending), Consumers: []admin.ConsumerStats{}}
-		for _, c := range s.consumers {
-			ss.Consumers = append(ss.Consumers, admin.ConsumerStats{ConsumerName: c.name, AvailablePermit: c.permits, Address: c.conn.nc.RemoteAddr().String()})
-		}
-		s.mu.Unlock()
-		ss.MsgBacklog = s.cursor.Backlog()
-		ss.MarkDelete = s.cursor.MarkDeleted().String()
-		ss.ReadPosition = s.cursor.ReadPosition().String()
-		st.Subscriptions[s.name] = ss
-	}
-	return st
-}
-
-func (t *Topic) internalStats() admin.InternalStats {
-	st := admin.InternalStats{NumberOfEntries: t.ml.NumberOfEntries(), TotalSize: t.ml.TotalSizeBytes(), LastConfirmedEntry: t.ml.LastConfirmed().String(), Ledgers: []admin.LedgerStatsItem{}}
-	for _, l := range t.ml.Ledgers() {
-		st.Ledgers = append(st.Ledgers, admin.LedgerStatsItem{LedgerID: l.ID, Entries: l.Entries, Size: l.SizeBytes})
-	}
-	return st
-}
-
 // newAdmin returns the admin API over this broker.
 func (b *Broker) newAdmin() *admin.Server {
 	cfg := admin.Config{
@@ -182,8 +145,10 @@ func (a adminBroker) ReplicationStatus(ctx context.Context, filter string, local
 // adminTopic is a loaded topic as the admin API sees it (admin.Topic).
 type adminTopic struct{ t *Topic }
 
-func (a adminTopic) Stats() admin.TopicStats            { return a.t.stats() }
-func (a adminTopic) InternalStats() admin.InternalStats { return a.t.internalStats() }
+func (a adminTopic) Name() meta.TopicName                  { return a.t.name }
+func (a adminTopic) Stats() admin.TopicStats               { return a.t.stats() }
+func (a adminTopic) InternalStats() admin.InternalStats    { return a.t.internalStats() }
+func (a adminTopic) InternalInfo() admin.ManagedLedgerInfo { return a.t.internalInfo() }
 
 func (a adminTopic) SubscriptionNames() []string {
 	names := []string{}

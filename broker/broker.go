@@ -523,6 +523,7 @@ func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProdu
 		id: m.GetProducerId(), name: name, conn: c, topic: t,
 		exclusive: m.GetProducerAccessMode() != pb.ProducerAccessMode_Shared,
 		pending:   make(chan struct{}, b.cfg.MaxPendingSendsPerProducer),
+		since:     time.Now(),
 	}
 	if m.Schema != nil {
 		v, err := t.schemaFor(ctx, m.Schema)

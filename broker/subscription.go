@@ -31,6 +31,9 @@ type Consumer struct {
 	// once from its name and id.
 	ring    [ringPoints]uint32
 	unacked int
+	// out meters the messages sent to it; since is when it subscribed.
+	out   rateMeter
+	since time.Time
 }
 
 // has reports whether cs is one of the subscription's consumers.
@@ -56,6 +59,8 @@ type Subscription struct {
 	typ     pb.CommandSubscribe_SubType
 	cursor  *mledger.Cursor
 	durable bool
+	// out meters the messages dispatched (admin stats).
+	out rateMeter
 
 	mu        sync.Mutex
 	consumers []*Consumer
@@ -207,7 +212,7 @@ func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, 
 		s.topic.b.limitExceeded(limitConsumersPerTopic)
 		return nil, fmt.Errorf("%w: %s has reached the limit of %d consumers", meta.ErrConsumerBusy, s.topic.name, cfg.MaxConsumersPerTopic)
 	}
-	cs := &Consumer{id: m.GetConsumerId(), name: m.GetConsumerName(), conn: c, sub: s, priority: m.GetPriorityLevel()}
+	cs := &Consumer{id: m.GetConsumerId(), name: m.GetConsumerName(), conn: c, sub: s, priority: m.GetPriorityLevel(), since: time.Now()}
 	for i := range cs.ring {
 		cs.ring[i] = hash32(fmt.Sprintf("%s#%d#%d", cs.name, cs.id, i))
 	}
@@ -636,6 +641,7 @@ type delivery struct {
 	entry   []byte
 	redeliv uint32
 	ackSet  []int64
+	n       int // messages in the entry
 }
 
 // dispatchOnce sends what it can: replays first (in position order), then
@@ -810,7 +816,7 @@ func (s *Subscription) assign(e mledger.Entry, fromReplay bool, blocked map[uint
 		}
 		d.n++
 	}
-	d := delivery{c: c, pos: e.Pos, entry: e.Data}
+	d := delivery{c: c, pos: e.Pos, entry: e.Data, n: m.NumMessages}
 	if fromReplay {
 		s.redelivs[e.Pos]++
 		d.redeliv = s.redelivs[e.Pos]
@@ -846,5 +852,6 @@ func (s *Subscription) deliver(out []delivery) {
 			continue
 		}
 		s.topic.b.metrics.msgsOut.Inc()
+		s.countOut(d.c, d.n, len(de.Msg))
 	}
 }

@@ -46,8 +46,10 @@ type Broker interface {
 
 // Topic is a loaded topic as the admin API sees it.
 type Topic interface {
+	Name() meta.TopicName
 	Stats() TopicStats
 	InternalStats() InternalStats
+	InternalInfo() ManagedLedgerInfo
 	// SubscriptionNames lists its subscriptions.
 	SubscriptionNames() []string
 	// CreateSubscription creates a durable subscription at the end of the
@@ -602,54 +604,8 @@ func (s *Server) Handler() http.Handler {
 		}
 		return nil, s.cfg.Meta.DeleteSchema(r.Context(), tn)
 	})
+	s.topicHandlers(h, ns, topic)
 	return mux
-}
-
-// TopicStats is the admin stats answer (Pulsar's field names).
-type TopicStats struct {
-	MsgInCounter  int64                        `json:"msgInCounter"` // messages persisted since the topic was loaded on this broker
-	StorageSize   int64                        `json:"storageSize"`
-	Entries       int64                        `json:"entries"`
-	Publishers    []PublisherStats             `json:"publishers"`
-	Subscriptions map[string]SubscriptionStats `json:"subscriptions"`
-}
-
-type PublisherStats struct {
-	ProducerName  string `json:"producerName"`
-	ProducerID    uint64 `json:"producerId"`
-	Address       string `json:"address"`
-	ClientVersion string `json:"clientVersion"`
-}
-
-type SubscriptionStats struct {
-	Type            string          `json:"type"`
-	MsgBacklog      int64           `json:"msgBacklog"`
-	UnackedMessages int             `json:"unackedMessages"`
-	MarkDelete      string          `json:"markDeletePosition"`
-	ReadPosition    string          `json:"readPosition"`
-	Consumers       []ConsumerStats `json:"consumers"`
-}
-
-type ConsumerStats struct {
-	ConsumerName    string `json:"consumerName"`
-	AvailablePermit int    `json:"availablePermits"`
-	Address         string `json:"address"`
-}
-
-// InternalStats is a topic's storage as Pulsar's internalStats shows it
-// (a subset): the ledgers of this region's copy, oldest first.
-type InternalStats struct {
-	NumberOfEntries    int64             `json:"numberOfEntries"`
-	TotalSize          int64             `json:"totalSize"`
-	LastConfirmedEntry string            `json:"lastConfirmedEntry"`
-	Ledgers            []LedgerStatsItem `json:"ledgers"`
-}
-
-// LedgerStatsItem is one ledger of InternalStats.
-type LedgerStatsItem struct {
-	LedgerID int64 `json:"ledgerId"`
-	Entries  int64 `json:"entries"`
-	Size     int64 `json:"size"`
 }
 
 func readJSON(r *http.Request, v any, optional bool) error {
