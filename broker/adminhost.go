@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
+	"time"
 
 	"github.com/meridian-mq/meridian/broker/admin"
 	"github.com/meridian-mq/meridian/broker/meta"
@@ -80,7 +82,7 @@ func (b *Broker) newAdmin() *admin.Server {
 		Addr: b.cfg.AdminAddr, Cluster: b.cfg.Cluster, Meta: b.meta,
 		Broker: adminBroker{b}, Failover: adminBroker{b}, Replication: adminBroker{b},
 		Health: b.cfg.Health, Metrics: append(prometheus.Gatherers{b.metrics.reg}, b.cfg.ExtraMetrics...),
-		Logger: b.log,
+		Logger: b.log, DefaultRetention: defaultRetention(b.cfg.ManagedLedger),
 	}
 	if b.cfg.Security.GossipKeys != nil {
 		cfg.GossipKeys = b.cfg.Security.GossipKeys
@@ -190,4 +192,74 @@ func (a adminTopic) ResetCursor(ctx context.Context, sub string, ms int64) error
 	}
 	s.closeConsumers("")
 	return nil
+}
+
+// defaultRetention is the managed ledgers' retention in Pulsar's units.
+func defaultRetention(c mledger.Config) meta.Retention {
+	r := meta.Retention{RetentionTimeInMinutes: int(c.RetentionTime / time.Minute), RetentionSizeInMB: c.RetentionSizeBytes >> 20}
+	if c.RetentionTime < 0 {
+		r.RetentionTimeInMinutes = -1
+	}
+	if c.RetentionSizeBytes < 0 {
+		r.RetentionSizeInMB = -1
+	}
+	return r
+}
+
+// The broker as the admin API sees it: brokers, bundles.
+
+func (a adminBroker) Self() admin.BrokerInfo {
+	return admin.BrokerInfo{ID: a.b.cfg.BrokerID, ServiceURL: a.b.serverURL, AdminURL: a.b.AdminURL()}
+}
+
+func (a adminBroker) Brokers(ctx context.Context) ([]admin.BrokerInfo, error) {
+	if a.b.own == nil {
+		return []admin.BrokerInfo{a.Self()}, nil
+	}
+	bs, err := a.b.own.brokers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]admin.BrokerInfo, 0, len(bs))
+	for _, bi := range bs {
+		out = append(out, admin.BrokerInfo{ID: bi.ID, ServiceURL: bi.ServiceURL, AdminURL: bi.AdminURL})
+	}
+	return out, nil
+}
+
+func (a adminBroker) HealthCheck(ctx context.Context) error {
+	if a.b.own != nil && a.b.own.currentLease() == nil {
+		return fmt.Errorf("%w: broker %s is not registered (no lease)", meta.ErrServiceNotReady, a.b.cfg.BrokerID)
+	}
+	if _, err := a.b.meta.ListTenants(ctx); err != nil {
+		return fmt.Errorf("%w: metadata: %v", meta.ErrServiceNotReady, err)
+	}
+	return nil
+}
+
+func (a adminBroker) OwnedNamespaces() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, own := range []*ownership{a.b.own, a.b.gown} {
+		if own == nil {
+			continue
+		}
+		for _, bd := range own.ownedBundles() {
+			if !seen[bd.ns] {
+				seen[bd.ns] = true
+				out = append(out, bd.ns)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (a adminBroker) Bundles(ctx context.Context, ns string) ([]uint32, error) {
+	pol, err := a.b.meta.GetPolicies(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	bs, _, err := a.b.boundaries(ctx, ns, pol)
+	return bs, err
 }

@@ -14,10 +14,8 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
-	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/protobuf/proto"
 )
 
 // The admin HTTP API: Pulsar's /admin/v2 paths for what users do first
@@ -42,6 +40,27 @@ type Broker interface {
 	// DeleteTopic deletes a topic and its data; without force it refuses
 	// (meta.ErrNotEmpty) a topic with connected producers or consumers.
 	DeleteTopic(ctx context.Context, tn meta.TopicName, force bool) error
+	// Self is this broker; Brokers the region's live brokers.
+	Self() BrokerInfo
+	Brokers(ctx context.Context) ([]BrokerInfo, error)
+	// HealthCheck reports whether this broker serves: registered, its
+	// metadata readable.
+	HealthCheck(ctx context.Context) error
+	// OwnedNamespaces lists the namespaces with a bundle this broker
+	// owns.
+	OwnedNamespaces() []string
+
+	// Bundles returns a namespace's bundle boundaries in this region,
+	// ascending from 0 to 0xffffffff (bundle i is [b[i], b[i+1]), the last
+	// one including 0xffffffff, as Pulsar names them).
+	Bundles(ctx context.Context, ns string) ([]uint32, error)
+}
+
+// BrokerInfo is a broker as the admin API shows it.
+type BrokerInfo struct {
+	ID         string // its broker id
+	ServiceURL string // pulsar://host:port (pulsar+ssl:// with TLS)
+	AdminURL   string // http://host:port (https:// with TLS)
 }
 
 // Topic is a loaded topic as the admin API sees it.
@@ -112,6 +131,9 @@ type Config struct {
 	Metrics prometheus.Gatherer
 	// GossipKeys, if set, serves /admin/v2/meridian/gossip/keys.
 	GossipKeys GossipKeyring
+	// DefaultRetention is the broker's retention for a namespace that sets
+	// none (GET .../retention answers it then, as Pulsar does).
+	DefaultRetention meta.Retention
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -272,8 +294,8 @@ func (s *Server) Handler() http.Handler {
 		return s.cfg.Meta.ListNamespaces(r.Context(), r.PathValue("tenant"))
 	})
 	h("PUT /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) {
-		var p meta.Policies
-		if err := readJSON(r, &p, true); err != nil {
+		p, err := readNamespacePolicies(r)
+		if err != nil {
 			return nil, err
 		}
 		if err := meta.ValidatePolicies(p); err != nil {
@@ -291,7 +313,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		return nil, s.cfg.Meta.CreateNamespace(r.Context(), ns(r), p)
 	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return s.cfg.Meta.GetPolicies(r.Context(), ns(r)) })
+	h("GET /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return s.policiesAnswer(r.Context(), ns(r)) })
 	h("DELETE /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return nil, s.cfg.Meta.DeleteNamespace(r.Context(), ns(r)) })
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/topics", func(r *http.Request) (any, error) {
 		if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
@@ -301,7 +323,16 @@ func (s *Server) Handler() http.Handler {
 	})
 	s.replicationHandlers(h, ns)
 	s.securityHandlers(h, ns)
-	policy := func(path string, apply func(*meta.Policies, []byte) error, clear func(*meta.Policies)) {
+	policy := func(path string, apply func(*meta.Policies, []byte) error, clear func(*meta.Policies), get func(meta.Policies) any) {
+		if get != nil {
+			h("GET /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
+				p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
+				if err != nil {
+					return nil, err
+				}
+				return get(p), nil
+			})
+		}
 		h("POST /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
@@ -332,12 +363,37 @@ func (s *Server) Handler() http.Handler {
 	}
 	policy("retention", func(p *meta.Policies, body []byte) error {
 		var rt meta.Retention
+		if err := json.Unmarshal(body, &rt); err != nil {
+			return meta.BadRequest(err)
+		}
+		if err := meta.ValidateRetention(rt); err != nil {
+			return err
+		}
 		p.Retention = &rt
-		return meta.BadRequest(json.Unmarshal(body, &rt))
-	}, func(p *meta.Policies) { p.Retention = nil })
+		return nil
+	}, func(p *meta.Policies) { p.Retention = nil }, func(p meta.Policies) any {
+		// Unset: the broker's default, as Pulsar answers.
+		if p.Retention == nil {
+			return s.cfg.DefaultRetention
+		}
+		return *p.Retention
+	})
 	policy("messageTTL", func(p *meta.Policies, body []byte) error {
-		return meta.BadRequest(json.Unmarshal(body, &p.MessageTTLInSeconds))
-	}, func(p *meta.Policies) { p.MessageTTLInSeconds = 0 })
+		var ttl int
+		if err := json.Unmarshal(body, &ttl); err != nil {
+			return meta.BadRequest(err)
+		}
+		if err := meta.ValidateMessageTTL(ttl); err != nil {
+			return err
+		}
+		p.MessageTTLInSeconds = ttl
+		return nil
+	}, func(p *meta.Policies) { p.MessageTTLInSeconds = 0 }, func(p meta.Policies) any {
+		if p.MessageTTLInSeconds == 0 {
+			return nil // not set (0 is stored as unset)
+		}
+		return p.MessageTTLInSeconds
+	})
 	policy("backlogQuota", func(p *meta.Policies, body []byte) error {
 		var q meta.BacklogQuota
 		if err := json.Unmarshal(body, &q); err != nil {
@@ -353,7 +409,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		p.BacklogQuotas["destination_storage"] = q
 		return nil
-	}, func(p *meta.Policies) { delete(p.BacklogQuotas, "destination_storage") })
+	}, func(p *meta.Policies) { delete(p.BacklogQuotas, "destination_storage") }, nil)
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/backlogQuotaMap", func(r *http.Request) (any, error) {
 		p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
 		return p.BacklogQuotas, err
@@ -362,18 +418,28 @@ func (s *Server) Handler() http.Handler {
 		var v bool
 		p.Deduplication = &v
 		return meta.BadRequest(json.Unmarshal(body, &v))
-	}, func(p *meta.Policies) { p.Deduplication = nil })
+	}, func(p *meta.Policies) { p.Deduplication = nil }, func(p meta.Policies) any {
+		if p.Deduplication == nil {
+			return nil
+		}
+		return *p.Deduplication
+	})
 	policy("persistence", func(p *meta.Policies, body []byte) error {
 		var v meta.Persistence
 		if err := json.Unmarshal(body, &v); err != nil {
 			return meta.BadRequest(err)
 		}
-		if !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1) {
-			return meta.BadRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
+		if err := meta.ValidatePersistence(v); err != nil {
+			return err
 		}
 		p.Persistence = &v
 		return nil
-	}, func(p *meta.Policies) { p.Persistence = nil })
+	}, func(p *meta.Policies) { p.Persistence = nil }, func(p meta.Policies) any {
+		if p.Persistence == nil {
+			return nil
+		}
+		return *p.Persistence
+	})
 
 	// Topics.
 	topic := func(r *http.Request) (meta.TopicName, error) {
@@ -414,8 +480,8 @@ func (s *Server) Handler() http.Handler {
 			if err != nil {
 				return nil, err
 			}
-			var n int
-			if err := readJSON(r, &n, true); err != nil {
+			n, err := readPartitions(r)
+			if err != nil {
 				return nil, err
 			}
 			if n > maxPartitions {
@@ -572,21 +638,9 @@ func (s *Server) Handler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		var body struct {
-			Type       string            `json:"type"`
-			Schema     string            `json:"schema"`
-			Properties map[string]string `json:"properties"`
-		}
-		if err := readJSON(r, &body, false); err != nil {
+		ps, err := readSchemaPayload(r, tn)
+		if err != nil {
 			return nil, err
-		}
-		typ, ok := pb.Schema_Type_value[schemaTypeFromAdmin(body.Type)]
-		if !ok {
-			return nil, meta.BadRequest(fmt.Errorf("schema type %q", body.Type))
-		}
-		ps := &pb.Schema{Name: proto.String(tn.Local), Type: pb.Schema_Type(typ).Enum(), SchemaData: []byte(body.Schema)}
-		for k, v := range body.Properties {
-			ps.Properties = append(ps.Properties, &pb.KeyValue{Key: proto.String(k), Value: proto.String(v)})
 		}
 		v, err := s.cfg.Meta.GetOrCreateSchema(r.Context(), tn, ps)
 		if errors.Is(err, meta.ErrIncompatibleSchema) {
@@ -604,7 +658,11 @@ func (s *Server) Handler() http.Handler {
 		}
 		return nil, s.cfg.Meta.DeleteSchema(r.Context(), tn)
 	})
+	s.schemaCheckHandlers(h, topic)
 	s.topicHandlers(h, ns, topic)
+	s.namespaceHandlers(h, ns)
+	s.clusterHandlers(h)
+	s.unsupportedHandlers(h)
 	return mux
 }
 
@@ -653,6 +711,10 @@ func writeAdmin(w http.ResponseWriter, v any, err error) {
 	}
 	if v == nil {
 		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if raw, ok := v.(rawAnswer); ok {
+		raw.writeHTTP(w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -11,7 +11,28 @@ import (
 // Topic operations beyond create, delete and stats: the managed ledger's
 // records and partitioned stats.
 
+// rawAnswer is an answer that is not JSON (writeAdmin lets it write
+// itself).
+type rawAnswer interface{ writeHTTP(w http.ResponseWriter) }
+
+// textAnswer is a plain string body (Pulsar answers a health check so).
+type textAnswer string
+
+func (t textAnswer) writeHTTP(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.Write([]byte(t))
+}
+
 func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string, topic func(*http.Request) (meta.TopicName, error)) {
+	// Meridian has no non-persistent topics: their lists are empty.
+	for _, path := range []string{"/admin/v2/non-persistent/{tenant}/{ns}", "/admin/v2/non-persistent/{tenant}/{ns}/partitioned"} {
+		h("GET "+path, func(r *http.Request) (any, error) {
+			if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
+				return nil, err
+			}
+			return []string{}, nil
+		})
+	}
 	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/internal-info", func(r *http.Request) (any, error) {
 		t, err := s.topic(r, topic)
 		if err != nil {

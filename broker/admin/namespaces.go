@@ -1,0 +1,131 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/meridian-mq/meridian/broker/meta"
+)
+
+// Namespaces in Pulsar's shapes: policies with their bundles.
+
+// bundlesData is Pulsar's BundlesData: the boundaries as "0x%08x".
+type bundlesData struct {
+	Boundaries []string `json:"boundaries"`
+	NumBundles int      `json:"numBundles"`
+}
+
+func newBundlesData(bs []uint32) bundlesData {
+	d := bundlesData{Boundaries: make([]string, len(bs)), NumBundles: len(bs) - 1}
+	for i, b := range bs {
+		d.Boundaries[i] = fmt.Sprintf("0x%08x", b)
+	}
+	return d
+}
+
+// readNamespacePolicies reads the body of PUT .../namespaces/T/NS:
+// Meridian's policies, with Pulsar's "bundles" object read as the bundle
+// count (pulsaradmin's CreateNsWithNumBundles sends {"bundles":
+// {"numBundles": 8}}). Boundaries must be the even split of the hash
+// range, the only initial split Meridian makes.
+func readNamespacePolicies(r *http.Request) (meta.Policies, error) {
+	var body struct {
+		meta.Policies
+		PulsarBundles *bundlesData `json:"bundles"`
+	}
+	if err := readJSON(r, &body, true); err != nil {
+		return meta.Policies{}, err
+	}
+	p := body.Policies
+	if b := body.PulsarBundles; b != nil {
+		n := b.NumBundles
+		if len(b.Boundaries) > 0 {
+			if n != 0 && n != len(b.Boundaries)-1 {
+				return p, meta.BadRequest(fmt.Errorf("bundles: numBundles %d with %d boundaries", n, len(b.Boundaries)))
+			}
+			n = len(b.Boundaries) - 1
+			if n < 1 || n > 4096 {
+				return p, meta.BadRequest(fmt.Errorf("bundles: %d boundaries", len(b.Boundaries)))
+			}
+			want := newBundlesData(meta.EvenBoundaries(n))
+			for i, s := range b.Boundaries {
+				if !strings.EqualFold(s, want.Boundaries[i]) {
+					return p, meta.BadRequest(fmt.Errorf("bundles: boundaries %v: Meridian splits a new namespace evenly (%v); split bundles afterwards", b.Boundaries, want.Boundaries))
+				}
+			}
+		}
+		if n != 0 {
+			p.Bundles = n
+		}
+	}
+	return p, nil
+}
+
+// policiesAnswer is GET .../namespaces/T/NS: the stored policies, with
+// the namespace's current bundles in Pulsar's "bundles".
+func (s *Server) policiesAnswer(ctx context.Context, ns string) (any, error) {
+	p, err := s.cfg.Meta.GetPolicies(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	bs := meta.EvenBoundaries(p.Bundles)
+	if s.cfg.Broker != nil {
+		if cur, err := s.cfg.Broker.Bundles(ctx, ns); err == nil {
+			bs = cur
+		}
+	}
+	return struct {
+		meta.Policies
+		PulsarBundles bundlesData `json:"bundles"`
+	}{p, newBundlesData(bs)}, nil
+}
+
+// readPartitions reads a partition count: a bare number (Pulsar's REST
+// body, `meridian admin`) or Pulsar's partitioned-topic metadata
+// {"partitions": N, "properties": {...}} (pulsaradmin sends that, as
+// application/vnd.partitioned-topic-metadata+json).
+func readPartitions(r *http.Request) (int, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return 0, err
+	}
+	t := strings.TrimSpace(string(body))
+	if t == "" {
+		return 0, meta.BadRequest(errors.New("empty body: want the number of partitions"))
+	}
+	if strings.HasPrefix(t, "{") {
+		var md struct {
+			Partitions *int `json:"partitions"`
+		}
+		if err := json.Unmarshal(body, &md); err != nil {
+			return 0, meta.BadRequest(err)
+		}
+		if md.Partitions == nil {
+			return 0, meta.BadRequest(errors.New(`partitioned topic metadata without "partitions"`))
+		}
+		return *md.Partitions, nil
+	}
+	var n int
+	return n, meta.BadRequest(json.Unmarshal(body, &n))
+}
+
+func (s *Server) namespaceHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
+	exists := func(r *http.Request) error {
+		_, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
+		return err
+	}
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/bundles", func(r *http.Request) (any, error) {
+		if err := exists(r); err != nil {
+			return nil, err
+		}
+		bs, err := s.cfg.Broker.Bundles(r.Context(), ns(r))
+		if err != nil {
+			return nil, err
+		}
+		return newBundlesData(bs), nil
+	})
+}
