@@ -33,26 +33,9 @@ import (
 // an unlisted one does not. Each value is what the call answered when it
 // was listed.
 var compatKnownBroken = map[string]string{
-	"Topics().GetLastMessageID":                         "fails: code: 404 reason: 404 page not found",
-	"Topics().GetMessageID(timestamp)":                  "fails: code: 404 reason: 404 page not found",
-	"Topics().Lookup":                                   "fails: code: 404 reason: 404 page not found",
-	"Topics().GetBundleRange":                           "fails: code: 404 reason: 404 page not found",
-	"Topics().Unload":                                   "fails: code: 404 reason: 404 page not found",
-	"Subscriptions().Create(Earliest)":                  "wrong: backlog of earliest is 0, want 100",
-	"Subscriptions().Create(message id)":                "wrong: backlog of at50 is 0, want 50",
-	"Subscriptions().SkipMessages":                      "fails: code: 404 reason: 404 page not found",
-	"Subscriptions().PeekMessages":                      "fails: code: 404 reason: 404 page not found",
-	"Subscriptions().GetMessageByID":                    "fails: code: 404 reason: 404 page not found",
-	"Subscriptions().ResetCursorToMessageID":            "fails: code: 404 reason: 404 page not found",
-	"Subscriptions().ClearBacklog":                      "fails: code: 404 reason: 404 page not found",
-	"Subscriptions().ExpireMessages":                    "fails: code: 404 reason: 404 page not found",
-	"Subscriptions().ExpireAllMessages":                 "fails: code: 404 reason: 404 page not found",
-	"Namespaces().ClearNamespaceBacklogForSubscription": "fails: code: 404 reason: 404 page not found",
-	"Namespaces().ClearNamespaceBacklog":                "fails: code: 404 reason: 404 page not found",
-	"Namespaces().UnsubscribeNamespace":                 "fails: code: 404 reason: 404 page not found",
-	"Namespaces().UnloadNamespaceBundle":                "fails: code: 404 reason: 404 page not found",
-	"Namespaces().SplitNamespaceBundle":                 "wrong: bundles <nil>",
-	"Namespaces().Unload":                               "fails: code: 404 reason: 404 page not found",
+	"Namespaces().UnloadNamespaceBundle": "fails: code: 404 reason: 404 page not found",
+	"Namespaces().SplitNamespaceBundle":  "wrong: bundles <nil>",
+	"Namespaces().Unload":                "fails: code: 404 reason: 404 page not found",
 }
 
 // compatResult is one row of the table.

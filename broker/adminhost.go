@@ -55,27 +55,6 @@ func (t *Topic) subscription(name string) *Subscription {
 	return t.subs[name]
 }
 
-// createSubscription creates a durable subscription at the end of the topic.
-func (t *Topic) createSubscription(ctx context.Context, name string) error {
-	if err := meta.ValidSubscription(name); err != nil {
-		return meta.BadRequest(err)
-	}
-	if t.subscription(name) != nil {
-		return fmt.Errorf("%w: subscription %s", meta.ErrAlreadyExists, name)
-	}
-	cur, err := t.ml.OpenCursor(ctx, name, mledger.Latest)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.subs[name] == nil {
-		t.subs[name] = newSubscription(t, name, 0, cur, true)
-		t.b.metrics.subscriptions.Inc()
-	}
-	return nil
-}
-
 // newAdmin returns the admin API over this broker.
 func (b *Broker) newAdmin() *admin.Server {
 	cfg := admin.Config{
@@ -160,10 +139,6 @@ func (a adminTopic) SubscriptionNames() []string {
 	return names
 }
 
-func (a adminTopic) CreateSubscription(ctx context.Context, name string) error {
-	return a.t.createSubscription(ctx, name)
-}
-
 // DeleteSubscription deletes the subscription, and with force closes its
 // consumers — only once its cursor is gone: a consumer closed earlier
 // subscribes again at once and, finding the subscription or its cursor
@@ -206,7 +181,17 @@ func defaultRetention(c mledger.Config) meta.Retention {
 	return r
 }
 
-// The broker as the admin API sees it: brokers, bundles.
+// The broker as the admin API sees it: brokers, lookups, bundles.
+
+func (a adminBroker) LoadedTopics(ns string) []admin.Topic {
+	var out []admin.Topic
+	for _, t := range a.b.loadedTopics() {
+		if t.name.NamespaceName() == ns {
+			out = append(out, adminTopic{t})
+		}
+	}
+	return out
+}
 
 func (a adminBroker) Self() admin.BrokerInfo {
 	return admin.BrokerInfo{ID: a.b.cfg.BrokerID, ServiceURL: a.b.serverURL, AdminURL: a.b.AdminURL()}
@@ -225,6 +210,29 @@ func (a adminBroker) Brokers(ctx context.Context) ([]admin.BrokerInfo, error) {
 		out = append(out, admin.BrokerInfo{ID: bi.ID, ServiceURL: bi.ServiceURL, AdminURL: bi.AdminURL})
 	}
 	return out, nil
+}
+
+// Lookup answers as a client's lookup would (it may acquire the bundle
+// for this broker, as a lookup does), with the broker's admin URL found
+// in the region's registrations.
+func (a adminBroker) Lookup(ctx context.Context, tn meta.TopicName) (admin.BrokerInfo, error) {
+	url, _, err := a.b.lookup(ctx, tn.String(), false)
+	if err != nil {
+		return admin.BrokerInfo{}, err
+	}
+	if url == a.b.serverURL {
+		return a.Self(), nil
+	}
+	bs, err := a.Brokers(ctx)
+	if err != nil {
+		return admin.BrokerInfo{}, err
+	}
+	for _, bi := range bs {
+		if bi.ServiceURL == url {
+			return bi, nil
+		}
+	}
+	return admin.BrokerInfo{ServiceURL: url}, nil // another region's broker
 }
 
 func (a adminBroker) HealthCheck(ctx context.Context) error {
@@ -262,4 +270,25 @@ func (a adminBroker) Bundles(ctx context.Context, ns string) ([]uint32, error) {
 	}
 	bs, _, err := a.b.boundaries(ctx, ns, pol)
 	return bs, err
+}
+
+func (a adminBroker) BundleOf(ctx context.Context, tn meta.TopicName) (admin.Bundle, error) {
+	pol, err := a.b.meta.GetPolicies(ctx, tn.NamespaceName())
+	if err != nil {
+		return admin.Bundle{}, err
+	}
+	bd, err := a.b.bundleFor(ctx, pol, tn)
+	if err != nil {
+		return admin.Bundle{}, err
+	}
+	return adminBundle(bd), nil
+}
+
+// adminBundle converts the broker's closed bundle range to Pulsar's
+// [lower, upper) (the last including 0xffffffff).
+func adminBundle(bd bundle) admin.Bundle {
+	if bd.upper == 0xffffffff {
+		return admin.Bundle{Lower: bd.lower, Upper: bd.upper}
+	}
+	return admin.Bundle{Lower: bd.lower, Upper: bd.upper + 1}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -40,9 +41,16 @@ type Broker interface {
 	// DeleteTopic deletes a topic and its data; without force it refuses
 	// (meta.ErrNotEmpty) a topic with connected producers or consumers.
 	DeleteTopic(ctx context.Context, tn meta.TopicName, force bool) error
+	// LoadedTopics returns the topics of namespace ns loaded on this
+	// broker.
+	LoadedTopics(ns string) []Topic
+
 	// Self is this broker; Brokers the region's live brokers.
 	Self() BrokerInfo
 	Brokers(ctx context.Context) ([]BrokerInfo, error)
+	// Lookup returns the broker that serves the topic (the owner of its
+	// bundle, or the one a client's lookup would be sent to).
+	Lookup(ctx context.Context, tn meta.TopicName) (BrokerInfo, error)
 	// HealthCheck reports whether this broker serves: registered, its
 	// metadata readable.
 	HealthCheck(ctx context.Context) error
@@ -54,6 +62,8 @@ type Broker interface {
 	// ascending from 0 to 0xffffffff (bundle i is [b[i], b[i+1]), the last
 	// one including 0xffffffff, as Pulsar names them).
 	Bundles(ctx context.Context, ns string) ([]uint32, error)
+	// BundleOf returns the bundle holding the topic.
+	BundleOf(ctx context.Context, tn meta.TopicName) (Bundle, error)
 }
 
 // BrokerInfo is a broker as the admin API shows it.
@@ -63,6 +73,12 @@ type BrokerInfo struct {
 	AdminURL   string // http://host:port (https:// with TLS)
 }
 
+// Bundle is a namespace bundle: the hash range [Lower, Upper), the last
+// bundle's Upper 0xffffffff included. Pulsar names it "0xLOWER_0xUPPER".
+type Bundle struct{ Lower, Upper uint32 }
+
+func (b Bundle) String() string { return fmt.Sprintf("0x%08x_0x%08x", b.Lower, b.Upper) }
+
 // Topic is a loaded topic as the admin API sees it.
 type Topic interface {
 	Name() meta.TopicName
@@ -71,9 +87,10 @@ type Topic interface {
 	InternalInfo() ManagedLedgerInfo
 	// SubscriptionNames lists its subscriptions.
 	SubscriptionNames() []string
-	// CreateSubscription creates a durable subscription at the end of the
-	// topic (meta.ErrAlreadyExists if it exists).
-	CreateSubscription(ctx context.Context, name string) error
+	// CreateSubscription creates a durable subscription whose first
+	// message is at (Earliest, Latest, or that message id)
+	// (meta.ErrAlreadyExists if it exists).
+	CreateSubscription(ctx context.Context, name string, at MessageID) error
 	// DeleteSubscription deletes one; without force it refuses
 	// (meta.ErrNotEmpty) one with consumers, with force it closes them.
 	DeleteSubscription(ctx context.Context, name string, force bool) error
@@ -81,6 +98,61 @@ type Topic interface {
 	// or after ms (the broker's publish time) and closes its consumers
 	// (meta.ErrNotFound for no such subscription).
 	ResetCursor(ctx context.Context, sub string, ms int64) error
+	// ResetCursorTo moves a subscription so that the message id is the
+	// next it delivers, and closes its consumers.
+	ResetCursorTo(ctx context.Context, sub string, id MessageID) error
+	// Skip acknowledges the first n unacknowledged entries of the
+	// subscription (n < 0: all of them, clearing its backlog).
+	Skip(ctx context.Context, sub string, n int64) error
+	// Expire acknowledges, on subscription sub (every subscription when
+	// sub is ""), the messages the broker published more than seconds
+	// ago.
+	Expire(ctx context.Context, sub string, seconds int64) error
+	// Peek returns the nth (from 1) unacknowledged entry of the
+	// subscription, consuming nothing (meta.ErrNotFound past the end).
+	Peek(ctx context.Context, sub string, nth int) (Message, error)
+	// Message returns the entry of a message id (meta.ErrNotFound if the
+	// topic has none).
+	Message(ctx context.Context, id MessageID) (Message, error)
+	// LastMessageID is the id of the last message persisted.
+	LastMessageID() MessageID
+	// MessageIDAt returns the id of the first message the broker
+	// published at or after ms (meta.ErrNotFound: none).
+	MessageIDAt(ctx context.Context, ms int64) (MessageID, error)
+	// Unload closes the topic on this broker; its clients reconnect and
+	// it loads again on its next use.
+	Unload(ctx context.Context) error
+}
+
+// MessageID is Pulsar's message id JSON. LedgerID < 0 means Earliest and
+// LedgerID math.MaxInt64 Latest (pulsaradmin's utils.Earliest, Latest).
+type MessageID struct {
+	LedgerID       int64 `json:"ledgerId"`
+	EntryID        int64 `json:"entryId"`
+	PartitionIndex int   `json:"partitionIndex"`
+}
+
+// Earliest and Latest report what pulsaradmin means by them.
+func (id MessageID) Earliest() bool { return id.LedgerID < 0 }
+func (id MessageID) Latest() bool   { return id.LedgerID == math.MaxInt64 }
+
+// Message is a stored entry as peek and get-message-by-id answer it: the
+// message (for a batch, its whole payload of single messages) and what
+// its metadata says.
+type Message struct {
+	ID MessageID
+	// PublishMs is the producer's publish time (the message's metadata),
+	// BrokerPublishMs the broker's (what seek and expiry go by).
+	PublishMs       int64
+	BrokerPublishMs int64
+	EventTimeMs     int64
+	Key             string
+	ProducerName    string
+	SequenceID      int64
+	Properties      map[string]string
+	// BatchSize is the number of messages of a batch (0: not a batch).
+	BatchSize int
+	Payload   []byte
 }
 
 // Failover is the active-region decision as the admin API sees it.
@@ -553,12 +625,18 @@ func (s *Server) Handler() http.Handler {
 		}
 		return t.SubscriptionNames(), nil
 	})
+	// The body is the message id the subscription starts at (Pulsar's
+	// MessageIdImpl JSON); none: the end of the topic.
 	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(r *http.Request) (any, error) {
+		at := MessageID{LedgerID: math.MaxInt64, EntryID: math.MaxInt64, PartitionIndex: -1}
+		if err := readJSON(r, &at, true); err != nil {
+			return nil, err
+		}
 		t, err := s.topic(r, topic)
 		if err != nil {
 			return nil, err
 		}
-		return nil, t.CreateSubscription(r.Context(), r.PathValue("sub"))
+		return nil, t.CreateSubscription(r.Context(), r.PathValue("sub"), at)
 	})
 	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(r *http.Request) (any, error) {
 		t, err := s.topic(r, topic)
@@ -660,6 +738,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	s.schemaCheckHandlers(h, topic)
 	s.topicHandlers(h, ns, topic)
+	s.cursorHandlers(h, ns, topic)
 	s.namespaceHandlers(h, ns)
 	s.clusterHandlers(h)
 	s.unsupportedHandlers(h)

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/meridian-mq/meridian/broker/meta"
 )
 
-// Namespaces in Pulsar's shapes: policies with their bundles.
+// Namespaces in Pulsar's shapes: policies with their bundles, and the
+// namespace-wide cursor operations (clear backlog, unsubscribe) over the
+// topics loaded here.
 
 // bundlesData is Pulsar's BundlesData: the boundaries as "0x%08x".
 type bundlesData struct {
@@ -113,6 +116,28 @@ func readPartitions(r *http.Request) (int, error) {
 	return n, meta.BadRequest(json.Unmarshal(body, &n))
 }
 
+// parseBundle parses a bundle name "0xLOWER_0xUPPER" and checks that it
+// is one of the namespace's bundles.
+func (s *Server) parseBundle(ctx context.Context, ns, name string) (Bundle, error) {
+	lo, hi, ok := strings.Cut(name, "_")
+	l, err1 := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(lo), "0x"), 16, 32)
+	u, err2 := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(hi), "0x"), 16, 32)
+	if !ok || err1 != nil || err2 != nil || l >= u {
+		return Bundle{}, meta.BadRequest(fmt.Errorf("bundle %q: want 0xLOWER_0xUPPER, as listed by GET .../bundles", name))
+	}
+	bd := Bundle{Lower: uint32(l), Upper: uint32(u)}
+	bs, err := s.cfg.Broker.Bundles(ctx, ns)
+	if err != nil {
+		return Bundle{}, err
+	}
+	for i := 0; i+1 < len(bs); i++ {
+		if bs[i] == bd.Lower && bs[i+1] == bd.Upper {
+			return bd, nil
+		}
+	}
+	return Bundle{}, fmt.Errorf("%w: bundle %s of namespace %s (its bundles: %v)", meta.ErrNotFound, name, ns, newBundlesData(bs).Boundaries)
+}
+
 func (s *Server) namespaceHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
 	exists := func(r *http.Request) error {
 		_, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
@@ -127,5 +152,83 @@ func (s *Server) namespaceHandlers(h func(string, func(*http.Request) (any, erro
 			return nil, err
 		}
 		return newBundlesData(bs), nil
+	})
+	bundleOp := func(r *http.Request) (Bundle, error) {
+		if err := exists(r); err != nil {
+			return Bundle{}, err
+		}
+		return s.parseBundle(r.Context(), ns(r), r.PathValue("bundle"))
+	}
+	// Namespace-wide cursor operations act on the namespace's topics
+	// loaded on this broker (a topic nobody uses is not loaded for it),
+	// as Pulsar's act on the topics of the bundles a broker owns.
+	each := func(r *http.Request, bd *Bundle, f func(Topic) error) error {
+		if err := exists(r); err != nil {
+			return err
+		}
+		var errs []error
+		for _, t := range s.cfg.Broker.LoadedTopics(ns(r)) {
+			if bd != nil {
+				tb, err := s.cfg.Broker.BundleOf(r.Context(), t.Name())
+				if err != nil || tb != *bd {
+					continue
+				}
+			}
+			if err := f(t); err != nil && !errors.Is(err, meta.ErrNotFound) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	clear := func(r *http.Request, sub string) func(Topic) error {
+		return func(t Topic) error {
+			for _, name := range t.SubscriptionNames() {
+				if sub == "" || name == sub {
+					if err := t.Skip(r.Context(), name, -1); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+	}
+	unsubscribe := func(r *http.Request) func(Topic) error {
+		return func(t Topic) error { return t.DeleteSubscription(r.Context(), r.PathValue("sub"), false) }
+	}
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/clearBacklog", func(r *http.Request) (any, error) {
+		return nil, each(r, nil, clear(r, ""))
+	})
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/clearBacklog/{sub}", func(r *http.Request) (any, error) {
+		return nil, each(r, nil, clear(r, r.PathValue("sub")))
+	})
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/unsubscribe/{sub}", func(r *http.Request) (any, error) {
+		return nil, each(r, nil, unsubscribe(r))
+	})
+	// One pattern for POST .../{bundle}/clearBacklog: a pattern with the
+	// literal would overlap .../clearBacklog/{sub} and
+	// .../permissions/{role} without either being more specific.
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/{bundle}/{op}", func(r *http.Request) (any, error) {
+		if r.PathValue("op") != "clearBacklog" {
+			return nil, noSuchCall(r)
+		}
+		bd, err := bundleOp(r)
+		if err != nil {
+			return nil, err
+		}
+		return nil, each(r, &bd, clear(r, ""))
+	})
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/{bundle}/clearBacklog/{sub}", func(r *http.Request) (any, error) {
+		bd, err := bundleOp(r)
+		if err != nil {
+			return nil, err
+		}
+		return nil, each(r, &bd, clear(r, r.PathValue("sub")))
+	})
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/{bundle}/unsubscribe/{sub}", func(r *http.Request) (any, error) {
+		bd, err := bundleOp(r)
+		if err != nil {
+			return nil, err
+		}
+		return nil, each(r, &bd, unsubscribe(r))
 	})
 }
