@@ -32,11 +32,7 @@ import (
 // the test fails when a listed call works (take it off the list) and when
 // an unlisted one does not. Each value is what the call answered when it
 // was listed.
-var compatKnownBroken = map[string]string{
-	"Namespaces().UnloadNamespaceBundle": "fails: code: 404 reason: 404 page not found",
-	"Namespaces().SplitNamespaceBundle":  "wrong: bundles <nil>",
-	"Namespaces().Unload":                "fails: code: 404 reason: 404 page not found",
-}
+var compatKnownBroken = map[string]string{}
 
 // compatResult is one row of the table.
 type compatResult struct {

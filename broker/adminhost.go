@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -272,6 +273,23 @@ func (a adminBroker) Bundles(ctx context.Context, ns string) ([]uint32, error) {
 	return bs, err
 }
 
+// adminBundle and internalBundle convert between Pulsar's bundle range
+// [lower, upper) (the last including 0xffffffff) and the broker's closed
+// one.
+func adminBundle(bd bundle) admin.Bundle {
+	if bd.upper == 0xffffffff {
+		return admin.Bundle{Lower: bd.lower, Upper: bd.upper}
+	}
+	return admin.Bundle{Lower: bd.lower, Upper: bd.upper + 1}
+}
+
+func internalBundle(ns string, bd admin.Bundle) bundle {
+	if bd.Upper == 0xffffffff {
+		return bundle{ns: ns, lower: bd.Lower, upper: bd.Upper}
+	}
+	return bundle{ns: ns, lower: bd.Lower, upper: bd.Upper - 1}
+}
+
 func (a adminBroker) BundleOf(ctx context.Context, tn meta.TopicName) (admin.Bundle, error) {
 	pol, err := a.b.meta.GetPolicies(ctx, tn.NamespaceName())
 	if err != nil {
@@ -284,11 +302,98 @@ func (a adminBroker) BundleOf(ctx context.Context, tn meta.TopicName) (admin.Bun
 	return adminBundle(bd), nil
 }
 
-// adminBundle converts the broker's closed bundle range to Pulsar's
-// [lower, upper) (the last including 0xffffffff).
-func adminBundle(bd bundle) admin.Bundle {
-	if bd.upper == 0xffffffff {
-		return admin.Bundle{Lower: bd.lower, Upper: bd.upper}
+// bundleTopics returns the loaded topics of a bundle.
+func (b *Broker) bundleTopics(bd bundle) []*Topic {
+	var out []*Topic
+	for _, t := range b.loadedTopics() {
+		t.mu.Lock()
+		in := t.bundle == bd
+		t.mu.Unlock()
+		if in {
+			out = append(out, t)
+		}
 	}
-	return admin.Bundle{Lower: bd.lower, Upper: bd.upper + 1}
+	return out
+}
+
+// ownedBy answers for a bundle another broker owns: ask that broker.
+func ownedBy(bd bundle, bi BrokerInfo) error {
+	return meta.StatusError{Status: http.StatusPreconditionFailed, Err: fmt.Errorf("bundle %s is owned by broker %s: ask it (%s)", adminBundle(bd), bi.ID, bi.AdminURL)}
+}
+
+func (a adminBroker) UnloadBundle(ctx context.Context, ns string, abd admin.Bundle) error {
+	pol, err := a.b.meta.GetPolicies(ctx, ns)
+	if err != nil {
+		return err
+	}
+	own := a.b.own
+	if own == nil || a.b.ownershipFor(pol) != own {
+		return meta.StatusError{Status: http.StatusMethodNotAllowed, Err: fmt.Errorf("the bundles of namespace %s (stretched) are not unloaded through the admin API", ns)}
+	}
+	bd := internalBundle(ns, abd)
+	if !own.owns(bd) {
+		bi, ok, err := own.owner(ctx, bd)
+		if err != nil {
+			return err
+		}
+		if ok && bi.ID != a.b.cfg.BrokerID {
+			return ownedBy(bd, bi)
+		}
+		return nil // nobody owns it: nothing is loaded
+	}
+	a.b.moveBundle(ctx, bd, a.b.bundleTopics(bd), "")
+	return nil
+}
+
+func (a adminBroker) SplitBundle(ctx context.Context, ns string, abd admin.Bundle, unload bool) error {
+	pol, err := a.b.meta.GetPolicies(ctx, ns)
+	if err != nil {
+		return err
+	}
+	if a.b.own == nil || a.b.ownershipFor(pol) != a.b.own {
+		return meta.StatusError{Status: http.StatusMethodNotAllowed, Err: fmt.Errorf("the bundles of namespace %s (stretched) are not split through the admin API", ns)}
+	}
+	bd := internalBundle(ns, abd)
+	if bd.upper-bd.lower < 2 {
+		return meta.StatusError{Status: http.StatusPreconditionFailed, Err: fmt.Errorf("bundle %s is too small to split", abd)}
+	}
+	// The owner splits (as Pulsar's): an unowned bundle is acquired first.
+	mine, owner, err := a.b.own.acquire(ctx, bd)
+	if err != nil {
+		return fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+	}
+	if !mine {
+		return ownedBy(bd, owner)
+	}
+	mid := bd.lower + (bd.upper-bd.lower)/2 + 1
+	a.b.split(ctx, bd, a.b.bundleTopics(bd))
+	bs, _, err := a.b.boundaries(ctx, ns, pol)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(bs, mid) {
+		return meta.StatusError{Status: http.StatusConflict, Err: fmt.Errorf("bundle %s was not split: the namespace's bundles changed meanwhile; try again", abd)}
+	}
+	if unload {
+		for _, h := range []bundle{{ns: ns, lower: bd.lower, upper: mid - 1}, {ns: ns, lower: mid, upper: bd.upper}} {
+			if a.b.own.owns(h) {
+				a.b.moveBundle(ctx, h, a.b.bundleTopics(h), "")
+			}
+		}
+	}
+	return nil
+}
+
+func (a adminBroker) UnloadNamespace(ctx context.Context, ns string) error {
+	// The bundles of the region's ownership (moveBundle releases there);
+	// a stretched namespace's are held in the global store.
+	if a.b.own == nil {
+		return nil
+	}
+	for _, bd := range a.b.own.ownedBundles() {
+		if bd.ns == ns {
+			a.b.moveBundle(ctx, bd, a.b.bundleTopics(bd), "")
+		}
+	}
+	return nil
 }

@@ -64,6 +64,15 @@ type Broker interface {
 	Bundles(ctx context.Context, ns string) ([]uint32, error)
 	// BundleOf returns the bundle holding the topic.
 	BundleOf(ctx context.Context, tn meta.TopicName) (Bundle, error)
+	// UnloadBundle closes the bundle's topics on this broker and gives the
+	// bundle up (meta.ErrNotFound for a range that is not a bundle;
+	// another broker's bundle: a StatusError naming it).
+	UnloadBundle(ctx context.Context, ns string, bd Bundle) error
+	// SplitBundle splits a bundle in two at the middle of its range, and
+	// with unload gives both halves up.
+	SplitBundle(ctx context.Context, ns string, bd Bundle, unload bool) error
+	// UnloadNamespace unloads every bundle of ns this broker owns.
+	UnloadNamespace(ctx context.Context, ns string) error
 }
 
 // BrokerInfo is a broker as the admin API shows it.

@@ -12,9 +12,9 @@ import (
 	"github.com/meridian-mq/meridian/broker/meta"
 )
 
-// Namespaces in Pulsar's shapes: policies with their bundles, and the
-// namespace-wide cursor operations (clear backlog, unsubscribe) over the
-// topics loaded here.
+// Namespaces in Pulsar's shapes: policies with their bundles, bundle
+// unload and split, the namespace unload, and the namespace-wide cursor
+// operations (clear backlog, unsubscribe) over the topics loaded here.
 
 // bundlesData is Pulsar's BundlesData: the boundaries as "0x%08x".
 type bundlesData struct {
@@ -153,12 +153,38 @@ func (s *Server) namespaceHandlers(h func(string, func(*http.Request) (any, erro
 		}
 		return newBundlesData(bs), nil
 	})
+	h("PUT /admin/v2/namespaces/{tenant}/{ns}/unload", func(r *http.Request) (any, error) {
+		if err := exists(r); err != nil {
+			return nil, err
+		}
+		return nil, s.cfg.Broker.UnloadNamespace(r.Context(), ns(r))
+	})
+	// The bundle operations: PUT .../{bundle}/unload, PUT .../{bundle}/split
+	// (?unload=true gives the halves up), POST .../{bundle}/clearBacklog
+	// [/{sub}], POST .../{bundle}/unsubscribe/{sub}.
 	bundleOp := func(r *http.Request) (Bundle, error) {
 		if err := exists(r); err != nil {
 			return Bundle{}, err
 		}
 		return s.parseBundle(r.Context(), ns(r), r.PathValue("bundle"))
 	}
+	h("PUT /admin/v2/namespaces/{tenant}/{ns}/{bundle}/{op}", func(r *http.Request) (any, error) {
+		op := r.PathValue("op")
+		if op != "unload" && op != "split" {
+			return nil, noSuchCall(r)
+		}
+		bd, err := bundleOp(r)
+		if err != nil {
+			return nil, err
+		}
+		if op == "unload" {
+			return nil, s.cfg.Broker.UnloadBundle(r.Context(), ns(r), bd)
+		}
+		if alg := r.URL.Query().Get("splitAlgorithmName"); alg != "" && alg != "range_equally_divide" {
+			return nil, unsupported("bundle split algorithm %q: Meridian splits a bundle at the middle of its range (range_equally_divide)", alg)
+		}
+		return nil, s.cfg.Broker.SplitBundle(r.Context(), ns(r), bd, r.URL.Query().Get("unload") == "true")
+	})
 	// Namespace-wide cursor operations act on the namespace's topics
 	// loaded on this broker (a topic nobody uses is not loaded for it),
 	// as Pulsar's act on the topics of the bundles a broker owns.

@@ -22,7 +22,7 @@ func unsupported(format string, a ...any) error {
 
 // noSuchCall is the answer to a path the admin API does not serve.
 func noSuchCall(r *http.Request) error {
-	return fmt.Errorf("%w: Meridian's admin API has no %s %s (docs/admin.md lists what it serves)", meta.ErrNotFound, r.Method, r.URL.Path)
+	return meta.StatusError{Status: http.StatusNotFound, Err: fmt.Errorf("Meridian's admin API has no %s %s (docs/admin.md lists what it serves)", r.Method, r.URL.Path)}
 }
 
 // topicPolicies are Pulsar's topic-level policies (pulsaradmin's
