@@ -540,6 +540,14 @@ func (s *Server) Handler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
+		// pulsaradmin's CreateWithProperties sends the properties.
+		var props map[string]string
+		if err := readJSON(r, &props, true); err != nil {
+			return nil, err
+		}
+		if len(props) > 0 {
+			return nil, noTopicProperties()
+		}
 		if ok, err := s.cfg.Meta.TopicExists(r.Context(), tn); err != nil {
 			return nil, err
 		} else if ok {

@@ -134,6 +134,7 @@ func (s *Server) clusterHandlers(h func(string, func(*http.Request) (any, error)
 	}
 	h("POST /admin/v2/brokers/configuration/{name}/{value}", noDynamic)
 	h("DELETE /admin/v2/brokers/configuration/{name}", noDynamic)
+	h("GET /admin/v2/brokers/configuration/runtime", noDynamic)
 	h("GET /admin/v2/brokers/leaderBroker", func(r *http.Request) (any, error) {
 		return nil, unsupported("Meridian has no leader broker: each broker splits and balances its own bundles (broker/balance.go)")
 	})

@@ -102,13 +102,17 @@ func readPartitions(r *http.Request) (int, error) {
 	}
 	if strings.HasPrefix(t, "{") {
 		var md struct {
-			Partitions *int `json:"partitions"`
+			Partitions *int              `json:"partitions"`
+			Properties map[string]string `json:"properties"`
 		}
 		if err := json.Unmarshal(body, &md); err != nil {
 			return 0, meta.BadRequest(err)
 		}
 		if md.Partitions == nil {
 			return 0, meta.BadRequest(errors.New(`partitioned topic metadata without "partitions"`))
+		}
+		if len(md.Properties) > 0 {
+			return 0, noTopicProperties()
 		}
 		return *md.Partitions, nil
 	}

@@ -31,13 +31,23 @@ func TestUnservedCallsAnswerWithAReason(t *testing.T) {
 		{"PUT", "/admin/v2/clusters/east", 405, "register"},
 		{"GET", "/admin/v2/clusters/east/failureDomains", 405, "failure domains"},
 		{"POST", "/admin/v2/brokers/configuration/x/1", 405, "dynamic"},
+		{"GET", "/admin/v2/clusters/east/peers", 405, "peer clusters"},
+		{"GET", "/admin/v2/namespaces/t/ns/permissions/subscription", 405, "subscription permissions"},
+		{"POST", "/admin/v2/namespaces/t/ns/persistence/bookieAffinity", 405, "bookie affinity"},
+		{"DELETE", "/admin/v2/namespaces/t/ns/0x00000000_0x40000000", 405, "bundle"},
+		{"GET", "/admin/v2/brokers/configuration/runtime", 405, "dynamic"},
+		{"PUT", "/admin/v2/persistent/t/ns/x/partitions", 405, "topic properties"},
 		{"GET", "/admin/v2/no/such/thing", 404, "has no GET /admin/v2/no/such/thing"},
 		{"PATCH", "/admin/v2/tenants/x", 404, "has no PATCH"},
 	} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, strings.NewReader("")))
-		var body struct{ Reason string }
-		if rec.Code != c.code || json.Unmarshal(rec.Body.Bytes(), &body) != nil || !strings.Contains(body.Reason, c.reason) {
+		body := ""
+		if strings.HasSuffix(c.path, "/partitions") {
+			body = `{"partitions":2,"properties":{"k":"v"}}`
+		}
+		h.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, strings.NewReader(body)))
+		var answer struct{ Reason string }
+		if rec.Code != c.code || json.Unmarshal(rec.Body.Bytes(), &answer) != nil || !strings.Contains(answer.Reason, c.reason) {
 			t.Errorf("%s %s: %d %q, want %d with a reason containing %q", c.method, c.path, rec.Code, rec.Body.String(), c.code, c.reason)
 		}
 	}

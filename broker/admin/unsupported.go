@@ -25,6 +25,10 @@ func noSuchCall(r *http.Request) error {
 	return meta.StatusError{Status: http.StatusNotFound, Err: fmt.Errorf("Meridian's admin API has no %s %s (docs/admin.md lists what it serves)", r.Method, r.URL.Path)}
 }
 
+// noTopicProperties refuses a topic created with properties: Meridian
+// keeps none, and storing nothing while answering success would lose them.
+func noTopicProperties() error { return unsupported("%s", topicFeatures["properties"]) }
+
 // topicPolicies are Pulsar's topic-level policies (pulsaradmin's
 // TopicPolicies and the Topics() calls over them).
 var topicPolicies = []string{
@@ -89,6 +93,20 @@ func (s *Server) unsupportedHandlers(h func(string, func(*http.Request) (any, er
 			})
 		}
 	}
+	noSubPermissions := func(r *http.Request) (any, error) {
+		return nil, unsupported("Meridian does not enforce subscription permissions: grant consume on the namespace (Namespaces().GrantNamespacePermission)")
+	}
+	h("GET /admin/v2/namespaces/{tenant}/{ns}/permissions/subscription", noSubPermissions)
+	h("POST /admin/v2/namespaces/{tenant}/{ns}/permissions/subscription/{sub}", noSubPermissions)
+	h("DELETE /admin/v2/namespaces/{tenant}/{ns}/permissions/{sub}/{role}", noSubPermissions)
+	for _, m := range []string{"GET", "POST", "DELETE"} {
+		h(m+" /admin/v2/namespaces/{tenant}/{ns}/persistence/bookieAffinity", func(r *http.Request) (any, error) {
+			return nil, unsupported("Meridian has no bookie affinity groups: placement is rack- and region-aware from the bookies' labels")
+		})
+	}
+	h("DELETE /admin/v2/namespaces/{tenant}/{ns}/{bundle}", func(r *http.Request) (any, error) {
+		return nil, unsupported("Meridian does not delete a namespace's bundle: delete its topics, or the namespace")
+	})
 	// Meridian's schema check is always Pulsar's BACKWARD.
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/schemaCompatibilityStrategy", func(r *http.Request) (any, error) {
 		if _, err := s.cfg.Meta.GetPolicies(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns")); err != nil {
@@ -116,8 +134,8 @@ func (s *Server) unsupportedHandlers(h func(string, func(*http.Request) (any, er
 		"/admin/v2/resource-quotas/": "Meridian has no resource quotas",
 		"/admin/v2/resource-quotas":  "Meridian has no resource quotas",
 		"/admin/v2/bookies/":         "Meridian's bookies register themselves: see meridian admin storage",
-		"/admin/v2/clusters/{cluster}/": "Meridian has no namespace isolation policies or failure domains: " +
-			"placement is rack- and region-aware from the bookies' labels",
+		"/admin/v2/clusters/{cluster}/": "Meridian has no peer clusters, namespace isolation policies or failure domains: " +
+			"a namespace replicates to its replication_clusters, and placement is rack- and region-aware from the bookies' labels",
 	}
 	for p, why := range prefixes {
 		h(p, func(r *http.Request) (any, error) { return nil, unsupported("%s", why) })
