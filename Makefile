@@ -10,10 +10,38 @@ PROTOS := proto/bookiepb/bookie.proto proto/metapb/meta.proto proto/pulsarpb/pul
 
 # Pure packages run with the race detector; multi-process integration tests
 # without it (on 2 cores it slows processes enough to trip timeouts).
-RACE_PKGS := ./rack/... ./cluster/... ./bookie/ ./bookie/digest/ ./proto/... ./broker/codec/ ./broker/meta/ ./broker/entry/ ./broker/security/ ./broker/admin/ ./broker/failoverctl/ ./broker/replication/ ./broker/stretched/ ./replicator/ ./failover/ ./drill/... ./internal/wanproxy/ ./internal/ports/ ./internal/procstop/ ./internal/grpcpool/ ./internal/bench/ ./internal/authtoken/ ./internal/tlsutil/ ./internal/ratelog/ ./internal/clientopts/
+# One package a line, so that branches adding packages merge cleanly.
+RACE_PKGS :=
+RACE_PKGS += ./rack/...
+RACE_PKGS += ./cluster/...
+RACE_PKGS += ./bookie/
+RACE_PKGS += ./bookie/digest/
+RACE_PKGS += ./proto/...
+RACE_PKGS += ./broker/codec/
+RACE_PKGS += ./broker/meta/
+RACE_PKGS += ./broker/entry/
+RACE_PKGS += ./broker/security/
+RACE_PKGS += ./broker/admin/
+RACE_PKGS += ./broker/failoverctl/
+RACE_PKGS += ./broker/replication/
+RACE_PKGS += ./broker/stretched/
+RACE_PKGS += ./broker/dispatch/
+RACE_PKGS += ./replicator/...
+RACE_PKGS += ./failover/
+RACE_PKGS += ./drill/...
+RACE_PKGS += ./internal/wanproxy/
+RACE_PKGS += ./internal/ports/
+RACE_PKGS += ./internal/procstop/
+RACE_PKGS += ./internal/grpcpool/
+RACE_PKGS += ./internal/bench/
+RACE_PKGS += ./internal/authtoken/
+RACE_PKGS += ./internal/tlsutil/
+RACE_PKGS += ./internal/ratelog/
+RACE_PKGS += ./internal/clientopts/
+RACE_PKGS += ./internal/clock/...
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/netfault/ ./internal/testutil/ ./internal/up/ ./cmd/... ./internal/georep/
 
-.PHONY: build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak clean
+.PHONY: build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meridian
@@ -122,6 +150,11 @@ drill-all: build
 # failed run's logs are kept under soak-out/.
 soak:
 	$(GO) run ./tools/soak -time $${SOAK_TIME:-2h}
+
+# The packages the CI targets test (internal/testutil's
+# TestEveryTestedPackageRunsInCI holds that no package's tests are left out).
+print-test-pkgs:
+	@echo $(RACE_PKGS) $(PROC_PKGS)
 
 clean:
 	rm -rf bin

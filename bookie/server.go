@@ -152,6 +152,13 @@ func (s *Server) MetricsAddr() string {
 	return s.metricsLis.Addr().String()
 }
 
+// maxConcurrentStreams bounds the streams one connection may hold open at
+// once (gRPC's default is unbounded: a caller could open streams until the
+// bookie runs out of memory). A ledger client uses one add stream per
+// bookie connection and one stream per read in flight; a broker's reads
+// beyond the bound wait for a stream to end, they do not fail.
+const maxConcurrentStreams = 4096
+
 // Start listens on cfg.ListenAddr (and cfg.MetricsAddr), serves, and
 // registers the bookie (writable or read-only) in the Registry.
 //
@@ -221,7 +228,8 @@ func (s *Server) listen() error {
 		// Ledger clients ping idle connections every 10 s to notice a dead
 		// bookie; gRPC's default policy (5 min) would answer that with
 		// GOAWAY "too_many_pings" and break every add stream.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams)}
 	opts = append(opts, grpcpool.TransportServerOptions()...)
 	var tlsSrc *tlsutil.Source
 	if s.cfg.TLS.Enabled() {

@@ -29,7 +29,7 @@ func (b *Broker) deleteTopic(ctx context.Context, tn meta.TopicName, force bool)
 		t.mu.Lock()
 		busy := len(t.producers) > 0
 		for _, s := range t.subs {
-			busy = busy || len(s.consumers) > 0
+			busy = busy || s.consumerCount() > 0
 		}
 		t.mu.Unlock()
 		if busy {

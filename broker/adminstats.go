@@ -82,21 +82,19 @@ func (t *Topic) stats() admin.TopicStats {
 	avg := t.avgEntryBytes()
 	for _, s := range subs {
 		s.mu.Lock()
-		ss := admin.SubscriptionStats{Type: subTypeName(s.typ), UnackedMessages: len(s.pending), Consumers: []admin.ConsumerStats{},
+		typ := s.subType()
+		ss := admin.SubscriptionStats{Type: subTypeName(typ), UnackedMessages: s.core.Pending(), Consumers: []admin.ConsumerStats{},
 			IsDurable: s.durable}
-		if single := s.typ == pb.CommandSubscribe_Exclusive || s.typ == pb.CommandSubscribe_Failover; single {
-			if a := s.activeLocked(); a != nil {
-				ss.ActiveConsumerName = a.name
+		active, hasActive := s.core.Active()
+		hasActive = hasActive && (typ == pb.CommandSubscribe_Exclusive || typ == pb.CommandSubscribe_Failover)
+		unacked := s.core.Unacked()
+		for _, cv := range s.core.Consumers() {
+			if hasActive && cv.ID == active {
+				ss.ActiveConsumerName = cv.Name
 			}
-		}
-		for _, c := range s.consumers {
-			cs := admin.ConsumerStats{ConsumerName: c.name, AvailablePermit: c.permits, Address: c.conn.nc.RemoteAddr().String(),
-				ClientVersion: c.conn.clientVersion, ConnectedSince: pulsarTime(c.since)}
-			for _, pe := range s.pending {
-				if pe.c == c {
-					cs.UnackedMessages += pe.size
-				}
-			}
+			c := s.consumers[cv.ID]
+			cs := admin.ConsumerStats{ConsumerName: cv.Name, AvailablePermit: cv.Permits, Address: c.conn.nc.RemoteAddr().String(),
+				ClientVersion: c.conn.clientVersion, ConnectedSince: pulsarTime(c.since), UnackedMessages: unacked[cv.ID]}
 			cs.MsgRateOut, cs.MsgThroughputOut = c.out.rate(now)
 			cs.MsgOutCounter, cs.BytesOutCounter = c.out.totals()
 			ss.Consumers = append(ss.Consumers, cs)

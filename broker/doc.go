@@ -10,8 +10,8 @@
 //	broker/            the root: Config, Broker (Start, Close), the Pulsar
 //	                   listener and connections (conn.go, handlers.go,
 //	                   connauth.go), topics and producers with
-//	                   deduplication (topic.go), subscriptions and
-//	                   dispatch (subscription.go), ownership of bundles and
+//	                   deduplication (topic.go), subscriptions (the
+//	                   dispatch shell, subscription.go), ownership of bundles and
 //	                   lookups (ownership.go, balance.go), namespace
 //	                   policies enforced on loaded topics (policies.go),
 //	                   and the glue each room talks to (adminhost.go,
@@ -24,6 +24,9 @@
 //	broker/replication the geo-replication shell over the replicator core
 //	broker/stretched   stretched placement: ledgers over bookies of several
 //	                   regions, degraded placement after a region loss
+//	broker/dispatch    the pure dispatch core: which consumer receives
+//	                   which entry for each subscription type, permits,
+//	                   replay and redelivery, Key_Shared ordering
 //	broker/meta        the floor every room stands on: names, tenants,
 //	                   namespaces and their policies, schemas, the failover
 //	                   record, shared errors

@@ -21,7 +21,7 @@ import (
 const module = "github.com/meridian-mq/meridian"
 
 var (
-	rooms = []string{"broker/admin", "broker/security", "broker/failoverctl", "broker/replication", "broker/stretched"}
+	rooms = []string{"broker/admin", "broker/security", "broker/failoverctl", "broker/replication", "broker/stretched", "broker/dispatch"}
 	floor = []string{"broker/meta", "broker/entry", "broker/codec", "broker/mledger"}
 	// The composition root is imported only by the binary that wires it
 	// and the tools that run it in process.
@@ -114,7 +114,7 @@ func TestPureCoresLinkNoInfrastructure(t *testing.T) {
 		t.Skip("runs go list")
 	}
 	banned := []string{"go.etcd.io/", "github.com/hashicorp/serf", "github.com/hashicorp/memberlist", "github.com/cockroachdb/pebble", "google.golang.org/grpc"}
-	for _, pkg := range []string{"rack", "replicator", "failover", "cluster/health", "bookie/digest"} {
+	for _, pkg := range []string{"rack", "replicator", "failover", "cluster/health", "bookie/digest", "broker/dispatch"} {
 		cmd := exec.Command("go", "list", "-deps", "./"+pkg)
 		cmd.Dir = ".."
 		out, err := cmd.CombinedOutput()
@@ -128,6 +128,18 @@ func TestPureCoresLinkNoInfrastructure(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The dispatch core imports nothing of the module (its Position has
+// mledger.Position's fields instead): the subscription shell drives it.
+func TestDispatchCoreImportsNothingOfTheModule(t *testing.T) {
+	imports := productImports(t)
+	if _, ok := imports["broker/dispatch"]; !ok {
+		t.Fatal("broker/dispatch not found")
+	}
+	if ps := imports["broker/dispatch"]; len(ps) > 0 {
+		t.Errorf("broker/dispatch imports %v", ps)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/dispatch"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 )
@@ -215,16 +216,7 @@ func (t *Topic) positionBefore(p mledger.Position) mledger.Position {
 func (s *Subscription) forgetThrough(p mledger.Position) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for pos := range s.pending {
-		if !p.Less(pos) {
-			s.dropPendingLocked(pos)
-		}
-	}
-	for pos := range s.replay {
-		if !p.Less(pos) {
-			delete(s.replay, pos)
-		}
-	}
+	s.core.ForgetThrough(dispatch.Position(p))
 	if rp := s.cursor.ReadPosition(); !p.Less(rp) {
 		s.cursor.SetReadPosition(s.topic.ml.Next(p))
 	}

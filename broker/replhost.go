@@ -175,9 +175,7 @@ func (l replLog) HasConsumers(sub string) bool {
 	if s == nil {
 		return false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.consumers) > 0
+	return s.consumerCount() > 0
 }
 
 func (l replLog) InBundle(ctx context.Context, tn meta.TopicName) (bool, error) {

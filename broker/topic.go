@@ -52,7 +52,7 @@ type Topic struct {
 	lastPublishMs int64
 	// perEntry: messages per entry dispatched (a moving average, as
 	// math.Float64bits; 0 until the first), so a dispatch reads about as
-	// many entries as its consumers have permits for (Subscription.toRead).
+	// many entries as its consumers have permits for (dispatch.EntriesFor).
 	perEntry atomic.Uint64
 
 	// Identity across regions (entry.go, replicator/doc.go), under mu and

@@ -188,6 +188,9 @@ type Replication interface {
 // meta.ErrAuthorization (security.Guard).
 type Authorizer interface {
 	AuthorizeAdmin(r *http.Request, pattern string) error
+	// AuthorizeSecret checks a request for a secret (the gossip keyring):
+	// never granted to an unauthenticated caller.
+	AuthorizeSecret(r *http.Request) error
 }
 
 // Config configures a Server. Read once by New.

@@ -200,65 +200,14 @@ func regionLossFailover(t *testing.T, pause bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	sent := map[int]time.Time{}     // index → send time
-	receipts := map[int]time.Time{} // index → receipt time
-	received := map[int]time.Time{} // index → first receive time
-	dups := 0
-	stop, stopProducing := make(chan struct{}), make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stopProducing:
-				return
-			case <-time.After(interval):
-			}
-			mu.Lock()
-			sent[i] = time.Now()
-			mu.Unlock()
-			p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "k/%d/east", i)},
-				func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
-					if err == nil {
-						mu.Lock()
-						receipts[i] = time.Now()
-						mu.Unlock()
-					}
-				})
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			m, err := c.Receive(ctx)
-			cancel()
-			if err == nil {
-				// Cumulative acks: the Go client drops a message whose id
-				// is at or below its last cumulative ack, so ids issued in
-				// west after the failover must sort above east's (issue
-				// 5, test 7).
-				c.AckCumulative(m)
-				_, i, _ := parsePayload(m.Payload())
-				mu.Lock()
-				if _, ok := received[i]; !ok {
-					received[i] = time.Now()
-				} else {
-					dups++
-				}
-				mu.Unlock()
-			}
-			// A message taken off the queue is recorded before stopping:
-			// it is not delivered again.
-			select {
-			case <-stop:
-				return
-			default:
-			}
-		}
-	}()
+	// Cumulative acks: the Go client drops a message whose id is at or
+	// below its last cumulative ack, so ids issued in west after the
+	// failover must sort above east's (issue 5, test 7).
+	l := startLoad(p, c, interval, fixedPhase("east"), func(m pulsar.Message) { c.AckCumulative(m) })
+	tl := l.tl
+	mu := &tl.mu
+	// index → send time, receipt time, first receive time
+	sent, receipts, received := tl.sentAt, tl.receiptAt, tl.firstAt
 	time.Sleep(2 * time.Second)
 	// Restart east's broker: east's topic moves to a new ledger, whose id
 	// is above the one west has been appending replicated entries to since
@@ -322,7 +271,7 @@ func regionLossFailover(t *testing.T, pause bool) {
 		}
 	}
 	// Stop producing; let the consumer drain what was receipted.
-	close(stopProducing)
+	l.stopProducing()
 	for drain := time.Now().Add(30 * time.Second); time.Now().Before(drain); time.Sleep(200 * time.Millisecond) {
 		mu.Lock()
 		r, g := afterKill()
@@ -331,10 +280,10 @@ func regionLossFailover(t *testing.T, pause bool) {
 			break
 		}
 	}
-	close(stop)
-	wg.Wait()
+	l.stop()
 	mu.Lock()
 	defer mu.Unlock()
+	dups := tl.dups
 	after, delivered := afterKill()
 	if after < 300 || delivered < 300 {
 		t.Fatalf("within 90 s of the kill, west receipted %d and delivered %d messages sent after it (want 300 each)", after, delivered)

@@ -135,7 +135,11 @@ func TestGossipKeyRotationThroughAdmin(t *testing.T) {
 	admin := d.region("east").AdminURL
 	cli := func(args ...string) {
 		t.Helper()
-		base := []string{"admin", "--url", admin, "--tls-trust-certs-file", d.e.TLSTrustCertsFile, "gossip", "keys"}
+		// The keyring is a secret: the operator authenticates with the
+		// deployment's client certificate (authentication is off here).
+		cf := up.ClientFiles(d.dir)
+		base := []string{"admin", "--url", admin, "--tls-trust-certs-file", d.e.TLSTrustCertsFile,
+			"--tls-cert-file", cf.CertFile, "--tls-key-file", cf.KeyFile, "gossip", "keys"}
 		var out bytes.Buffer
 		cmd := exec.Command(testutil.MeridianBinary(t), append(base, args...)...)
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -144,6 +148,15 @@ func TestGossipKeyRotationThroughAdmin(t *testing.T) {
 		}
 		if strings.Contains(out.String(), newB64) || strings.Contains(out.String(), oldB64) {
 			t.Fatalf("meridian %v printed a key: %s", args, out.String())
+		}
+	}
+	// Without credentials the keyring is neither shown nor changed.
+	for _, args := range [][]string{{"list"}, {"install", "--key-file", keyFile}} {
+		var out bytes.Buffer
+		cmd := exec.Command(testutil.MeridianBinary(t), append([]string{"admin", "--url", admin, "--tls-trust-certs-file", d.e.TLSTrustCertsFile, "gossip", "keys"}, args...)...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err == nil || !strings.Contains(out.String(), "403") || strings.Contains(out.String(), oldB64) {
+			t.Fatalf("meridian admin gossip keys %v without credentials: err %v, output %s; want a 403", args, err, out.String())
 		}
 	}
 	for _, step := range [][]string{{"install", "--key-file", keyFile}, {"use", "--key-file", keyFile}, {"remove", "--key-file", oldFile}} {

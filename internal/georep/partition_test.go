@@ -386,47 +386,14 @@ func failback(t *testing.T, quarantine bool) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	tl := newTally()
 	var mu sync.Mutex // guards phase
 	phase := "east"
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			mu.Lock()
-			ph := phase
-			mu.Unlock()
-			p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "k/%d/%s", i, ph)}, tl.send(i, ph))
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			m, err := c.Receive(ctx)
-			cancel()
-			if err == nil {
-				c.Ack(m)
-				_, i, _ := parsePayload(m.Payload())
-				tl.receive(i)
-			}
-			// A message taken off the queue is recorded before stopping:
-			// it is not delivered again (a receipted message dropped here
-			// once showed up as never delivered).
-			select {
-			case <-stop:
-				return
-			default:
-			}
-		}
-	}()
+	l := startLoad(p, c, 10*time.Millisecond, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return phase
+	}, func(m pulsar.Message) { c.Ack(m) })
+	tl := l.tl
 	countPhase := tl.count
 	time.Sleep(2 * time.Second)
 	var backlog int64
@@ -511,8 +478,7 @@ func failback(t *testing.T, quarantine bool) {
 	if n := d.publishers("east", "public/fb/t"); n != 1 {
 		t.Fatalf("east serves %d producers after the switch-back", n)
 	}
-	close(stop)
-	wg.Wait()
+	l.stop()
 	// Drain: the consumer (now in east) must have every receipted message,
 	// the last sends' included (their receipts may still be on the way: a
 	// send times out after 10 s).

@@ -2,6 +2,7 @@ package georep
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -27,9 +28,12 @@ type tally struct {
 	mu        sync.Mutex
 	inflight  int // sends whose callback has not run
 	lastSent  int
-	receipted map[int]string // index → the phase it was sent in
+	sentAt    map[int]time.Time // index → when it was handed to SendAsync
+	receipted map[int]string    // index → the phase it was sent in
 	receiptAt map[int]time.Time
 	received  map[int]bool
+	firstAt   map[int]time.Time // index → when the consumer first received it
+	dups      int               // receptions of a message received before
 
 	// hook, when set (TestTallyWaitsForLateReceipts), runs where drain
 	// waits for sends ("settling") and where it has found nothing missing
@@ -38,7 +42,8 @@ type tally struct {
 }
 
 func newTally() *tally {
-	return &tally{receipted: map[int]string{}, receiptAt: map[int]time.Time{}, received: map[int]bool{}}
+	return &tally{sentAt: map[int]time.Time{}, receipted: map[int]string{}, receiptAt: map[int]time.Time{},
+		received: map[int]bool{}, firstAt: map[int]time.Time{}}
 }
 
 // send records that message i is about to be sent in phase ph and returns
@@ -47,6 +52,7 @@ func (tl *tally) send(i int, ph string) func(pulsar.MessageID, *pulsar.ProducerM
 	tl.mu.Lock()
 	tl.inflight++
 	tl.lastSent = i
+	tl.sentAt[i] = time.Now()
 	tl.mu.Unlock()
 	return func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
 		tl.mu.Lock()
@@ -59,10 +65,16 @@ func (tl *tally) send(i int, ph string) func(pulsar.MessageID, *pulsar.ProducerM
 	}
 }
 
-// receive records that the consumer received message i.
+// receive records that the consumer received message i (again: a
+// duplicate).
 func (tl *tally) receive(i int) {
 	tl.mu.Lock()
-	tl.received[i] = true
+	if tl.received[i] {
+		tl.dups++
+	} else {
+		tl.received[i] = true
+		tl.firstAt[i] = time.Now()
+	}
 	tl.mu.Unlock()
 }
 
@@ -95,6 +107,76 @@ func (tl *tally) at(point string) {
 		tl.hook(point)
 	}
 }
+
+// load is the end-to-end workload the failover tests share: one producer
+// sending message i every interval (payload "k/i/PHASE", the phase its
+// phase function names at the send), one consumer receiving each message
+// and acknowledging it with ack, both accounted in tl.
+type load struct {
+	tl           *tally
+	stopP, stopC chan struct{}
+	wgP, wgC     sync.WaitGroup
+}
+
+func startLoad(p pulsar.Producer, c pulsar.Consumer, interval time.Duration, phase func() string, ack func(pulsar.Message)) *load {
+	l := &load{tl: newTally(), stopP: make(chan struct{}), stopC: make(chan struct{})}
+	l.wgP.Add(1)
+	go func() {
+		defer l.wgP.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-l.stopP:
+				return
+			case <-time.After(interval):
+			}
+			ph := phase()
+			p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "k/%d/%s", i, ph)}, l.tl.send(i, ph))
+		}
+	}()
+	l.wgC.Add(1)
+	go func() {
+		defer l.wgC.Done()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			m, err := c.Receive(ctx)
+			cancel()
+			if err == nil {
+				ack(m)
+				_, i, _ := parsePayload(m.Payload())
+				l.tl.receive(i)
+			}
+			// A message taken off the queue is recorded before stopping:
+			// it is not delivered again (a receipted message dropped here
+			// once showed up as never delivered).
+			select {
+			case <-l.stopC:
+				return
+			default:
+			}
+		}
+	}()
+	return l
+}
+
+// stopProducing stops the producer's sends; the consumer goes on.
+func (l *load) stopProducing() {
+	select {
+	case <-l.stopP:
+	default:
+		close(l.stopP)
+	}
+	l.wgP.Wait()
+}
+
+// stop stops the producer and the consumer and waits for both.
+func (l *load) stop() {
+	l.stopProducing()
+	close(l.stopC)
+	l.wgC.Wait()
+}
+
+// fixedPhase is a phase function that always names ph.
+func fixedPhase(ph string) func() string { return func() string { return ph } }
 
 // settle waits up to timeout until every send is answered and returns how
 // many are not.

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -81,52 +80,10 @@ func TestFailoverOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	sent, receipts, received := map[int]time.Time{}, map[int]time.Time{}, map[int]bool{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			mu.Lock()
-			sent[i] = time.Now()
-			mu.Unlock()
-			p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "k/%d/x", i)},
-				func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
-					if err == nil {
-						mu.Lock()
-						receipts[i] = time.Now()
-						mu.Unlock()
-					}
-				})
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			m, err := c.Receive(ctx)
-			cancel()
-			if err == nil {
-				c.Ack(m)
-				_, i, _ := parsePayload(m.Payload())
-				mu.Lock()
-				received[i] = true
-				mu.Unlock()
-			}
-			select {
-			case <-stop:
-				return
-			default:
-			}
-		}
-	}()
+	l := startLoad(p, c, 10*time.Millisecond, fixedPhase("x"), func(m pulsar.Message) { c.Ack(m) })
+	tl := l.tl
+	mu := &tl.mu
+	sent, receipts, received := tl.sentAt, tl.receiptAt, tl.received
 	time.Sleep(3 * time.Second)
 	mu.Lock()
 	before := len(receipts)
@@ -164,8 +121,7 @@ func TestFailoverOverTLS(t *testing.T) {
 	r, _ := after()
 	mu.Unlock()
 	t.Logf("first %v after the kill: %d receipted", time.Since(killed).Round(time.Millisecond), r)
-	close(stop)
-	wg.Wait()
+	l.stop()
 	// The receipts still on the way land first (their callbacks run before
 	// Flush returns): one landing after the drain below saw nothing missing
 	// would read as a message never received (issue 32).
@@ -180,9 +136,7 @@ func TestFailoverOverTLS(t *testing.T) {
 		if m, err := c.Receive(ctx); err == nil {
 			c.Ack(m)
 			_, i, _ := parsePayload(m.Payload())
-			mu.Lock()
-			received[i] = true
-			mu.Unlock()
+			tl.receive(i)
 		}
 		cancel()
 		mu.Lock()

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -357,14 +361,35 @@ func (d *Deployment) WriteEndpoints() error {
 	return os.Rename(tmp, filepath.Join(d.Plan.Options.DataDir, "endpoints.json"))
 }
 
-// startControl serves POST /restart?name=NAME for `meridian up --restart`.
+// controlTokenFile holds the bearer token the control endpoint wants
+// (DIR/control.token, 0600): only who can read the deployment's data
+// directory restarts its processes.
+func controlTokenFile(dir string) string { return filepath.Join(dir, "control.token") }
+
+// startControl serves POST /restart?name=NAME for `meridian up --restart`,
+// to callers presenting the token of controlTokenFile.
 func (d *Deployment) startControl() error {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return err
+	}
+	token := hex.EncodeToString(raw)
+	tf := controlTokenFile(d.Plan.Options.DataDir)
+	_ = os.Remove(tf) // a new file, created 0600: never an old one others may read
+	if err := os.WriteFile(tf, []byte(token), 0o600); err != nil {
+		return fmt.Errorf("up: control token: %w", err)
+	}
 	lis, err := net.Listen("tcp", d.Plan.Control)
 	if err != nil {
 		return fmt.Errorf("up: control listener: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /restart", func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			http.Error(w, "the control token (DIR/control.token) is required", http.StatusUnauthorized)
+			return
+		}
 		if err := d.Restart(r.Context(), r.URL.Query().Get("name")); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -433,8 +458,17 @@ func RequestRestart(dir, name string) error {
 	if err := json.Unmarshal(b, &e); err != nil {
 		return err
 	}
+	token, err := os.ReadFile(controlTokenFile(dir))
+	if err != nil {
+		return fmt.Errorf("up: control token: %w", err)
+	}
+	req, err := http.NewRequest(http.MethodPost, e.ControlURL+"/restart?name="+url.QueryEscape(name), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	c := http.Client{Timeout: 2 * time.Minute}
-	resp, err := c.Post(e.ControlURL+"/restart?name="+name, "", nil)
+	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("up: control %s: %w", e.ControlURL, err)
 	}

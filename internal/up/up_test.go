@@ -147,6 +147,25 @@ func TestUpTwoRegions(t *testing.T) {
 		return health()[victim] == "failed"
 	})
 
+	// The control endpoint restarts nothing for a caller without the
+	// token of DIR/control.token (0600).
+	for _, auth := range []string{"", "Bearer wrong"} {
+		req, _ := http.NewRequest(http.MethodPost, e.ControlURL+"/restart?name="+victim, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("control endpoint with Authorization %q: HTTP %d, want 401", auth, resp.StatusCode)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(dir, "control.token")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("control token file: %v %v", st, err)
+	}
 	// A killed bookie comes back through the control endpoint, on the same data.
 	if err := up.RequestRestart(dir, victim); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package replication
+package transport
 
 import (
 	"sync"
@@ -6,12 +6,12 @@ import (
 	"github.com/meridian-mq/meridian/replicator"
 )
 
-// maxPipelinedBatches bounds the batches of one replication stream whose
+// MaxPipelinedBatches bounds the batches of one replication stream whose
 // writes are in flight on the target; the stream stops taking batches past
 // it (the sender's own bound, MaxInflightBatches, is 8 by default).
-const maxPipelinedBatches = 64
+const MaxPipelinedBatches = 64
 
-// replyQueue sends a replication stream's replies in the order its
+// ReplyQueue sends a replication stream's replies in the order its
 // batches arrived, although their writes complete later (pipelined
 // apply): each batch pushes a slot on arrival and fills it when its write
 // is persisted (or at once when it has nothing to write); the filled slots
@@ -20,39 +20,39 @@ const maxPipelinedBatches = 64
 // with everything before them (the managed ledger persists in order).
 //
 // The first error (a failed write, a failed send) is kept: later replies
-// are not sent, and failed is closed so the stream's loop ends. After
-// close nothing is sent (the stream's handler has returned).
-type replyQueue struct {
+// are not sent, and Failed is closed so the stream's loop ends. After
+// Close nothing is sent (the stream's handler has returned).
+type ReplyQueue struct {
 	send func(replicator.Ack) error
 
 	mu      sync.Mutex
 	cond    *sync.Cond // q shrank, sending ended, failed or closed
-	q       []*replySlot
+	q       []*ReplySlot
 	sending bool // a goroutine is sending the head's replies
 	closed  bool
 	first   error
 	failed  chan struct{} // closed with the first error
 }
 
-type replySlot struct {
-	q      *replyQueue
+type ReplySlot struct {
+	q      *ReplyQueue
 	filled bool
 	acks   []replicator.Ack
 	err    error
 }
 
-func newReplyQueue(send func(replicator.Ack) error) *replyQueue {
-	rq := &replyQueue{send: send, failed: make(chan struct{})}
+func NewReplyQueue(send func(replicator.Ack) error) *ReplyQueue {
+	rq := &ReplyQueue{send: send, failed: make(chan struct{})}
 	rq.cond = sync.NewCond(&rq.mu)
 	return rq
 }
 
-// push adds the next batch's slot, first waiting while
-// maxPipelinedBatches are in flight.
-func (rq *replyQueue) push() *replySlot {
-	s := &replySlot{q: rq}
+// Push adds the next batch's slot, first waiting while
+// MaxPipelinedBatches are in flight.
+func (rq *ReplyQueue) Push() *ReplySlot {
+	s := &ReplySlot{q: rq}
 	rq.mu.Lock()
-	for len(rq.q) >= maxPipelinedBatches && rq.first == nil && !rq.closed {
+	for len(rq.q) >= MaxPipelinedBatches && rq.first == nil && !rq.closed {
 		rq.cond.Wait()
 	}
 	rq.q = append(rq.q, s)
@@ -60,9 +60,9 @@ func (rq *replyQueue) push() *replySlot {
 	return s
 }
 
-// done fills the slot with its replies (sent in order) and, if err, the
+// Done fills the slot with its replies (sent in order) and, if err, the
 // error that ends the stream after them.
-func (s *replySlot) done(acks []replicator.Ack, err error) {
+func (s *ReplySlot) Done(acks []replicator.Ack, err error) {
 	rq := s.q
 	rq.mu.Lock()
 	s.filled, s.acks, s.err = true, acks, err
@@ -103,8 +103,8 @@ func firstNonNil(errs ...error) error {
 	return nil
 }
 
-// wait blocks until every pushed slot is sent, or the queue failed.
-func (rq *replyQueue) wait() {
+// Wait blocks until every pushed slot is sent, or the queue failed.
+func (rq *ReplyQueue) Wait() {
 	rq.mu.Lock()
 	defer rq.mu.Unlock()
 	for (len(rq.q) > 0 || rq.sending) && rq.first == nil && !rq.closed {
@@ -112,9 +112,9 @@ func (rq *replyQueue) wait() {
 	}
 }
 
-// close stops all sending and waits for a send in progress to end; the
+// Close stops all sending and waits for a send in progress to end; the
 // stream's handler calls it before it returns.
-func (rq *replyQueue) close() {
+func (rq *ReplyQueue) Close() {
 	rq.mu.Lock()
 	defer rq.mu.Unlock()
 	rq.closed = true
@@ -124,8 +124,11 @@ func (rq *replyQueue) close() {
 	}
 }
 
-// err is the first error, if any.
-func (rq *replyQueue) err() error {
+// Failed is closed with the first error.
+func (rq *ReplyQueue) Failed() <-chan struct{} { return rq.failed }
+
+// Err is the first error, if any.
+func (rq *ReplyQueue) Err() error {
 	rq.mu.Lock()
 	defer rq.mu.Unlock()
 	return rq.first
