@@ -220,6 +220,26 @@ func TestPulsarAdminCompat(t *testing.T) {
 	})
 	c.refused("Brokers().GetLeaderBroker", func() error { _, err := adm.Brokers().GetLeaderBroker(); return err })
 	c.works("Brokers().HealthCheck", func() error { return adm.Brokers().HealthCheck() })
+	c.works("Brokers().HealthCheckWithTopicVersion", func() error {
+		return adm.Brokers().HealthCheckWithTopicVersion(utils.TopicVersionV2)
+	})
+	c.works("Brokers().GetAllDynamicConfigurations", func() error {
+		got, err := adm.Brokers().GetAllDynamicConfigurations()
+		if err != nil {
+			return err
+		}
+		if got == nil || len(got) != 0 {
+			return wrongf("%v, want an empty map: Meridian has no dynamic configuration", got)
+		}
+		return nil
+	})
+	c.refused("Brokers().DeleteDynamicConfiguration", func() error {
+		return adm.Brokers().DeleteDynamicConfiguration("dispatchThrottlingRatePerTopicInMsg")
+	})
+	c.refused("Brokers().GetRuntimeConfigurations", func() error {
+		_, err := adm.Brokers().GetRuntimeConfigurations()
+		return err
+	})
 	c.works("Brokers().GetDynamicConfigurationNames", func() error {
 		got, err := adm.Brokers().GetDynamicConfigurationNames()
 		if err != nil {
@@ -286,6 +306,20 @@ func TestPulsarAdminCompat(t *testing.T) {
 		}
 		if p.Bundles == nil || p.Bundles.NumBundles != 8 || len(p.Bundles.Boundaries) != 9 {
 			return wrongf("bundles %+v, want 8", p.Bundles)
+		}
+		return nil
+	})
+	c.works("Namespaces().CreateNsWithBundlesData", func() error {
+		bd := &utils.BundlesData{NumBundles: 2, Boundaries: []string{"0x00000000", "0x80000000", "0xffffffff"}}
+		if err := adm.Namespaces().CreateNsWithBundlesData("compat/b2", bd); err != nil {
+			return err
+		}
+		p, err := adm.Namespaces().GetPolicies("compat/b2")
+		if err != nil {
+			return err
+		}
+		if p.Bundles == nil || p.Bundles.NumBundles != 2 || !slices.Equal(p.Bundles.Boundaries, bd.Boundaries) {
+			return wrongf("bundles %+v, want %+v", p.Bundles, bd)
 		}
 		return nil
 	})
@@ -462,7 +496,19 @@ func TestPulsarAdminCompat(t *testing.T) {
 		}
 		return nil
 	})
-	c.works("Namespaces().RemovePersistence", func() error { return adm.Namespaces().RemovePersistence(pol) })
+	c.works("Namespaces().RemovePersistence", func() error {
+		if err := adm.Namespaces().RemovePersistence(pol); err != nil {
+			return err
+		}
+		got, err := adm.Namespaces().GetPersistence(pol)
+		if err != nil {
+			return err
+		}
+		if got != nil && *got == persist {
+			return wrongf("after remove: still %+v", got)
+		}
+		return nil
+	})
 	c.works("Namespaces().GetNamespaceReplicationClusters", func() error {
 		got, err := adm.Namespaces().GetNamespaceReplicationClusters(ns)
 		if err != nil {
@@ -474,7 +520,25 @@ func TestPulsarAdminCompat(t *testing.T) {
 		return nil
 	})
 	c.works("Namespaces().SetNamespaceReplicationClusters", func() error {
-		return adm.Namespaces().SetNamespaceReplicationClusters(pol, []string{cluster})
+		if err := adm.Namespaces().SetNamespaceReplicationClusters(pol, []string{cluster}); err != nil {
+			return err
+		}
+		got, err := adm.Namespaces().GetNamespaceReplicationClusters(pol)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(got, []string{cluster}) {
+			return wrongf("after set: %v, want [%s]", got, cluster)
+		}
+		return nil
+	})
+	c.invalid("Namespaces().SetNamespaceReplicationClusters(unknown region)", func() error {
+		return adm.Namespaces().SetNamespaceReplicationClusters(pol, []string{cluster, "nowhere"})
+	}, func() error {
+		if got, err := adm.Namespaces().GetNamespaceReplicationClusters(pol); err != nil || !slices.Equal(got, []string{cluster}) {
+			return fmt.Errorf("replication clusters are now %v (%v)", got, err)
+		}
+		return nil
 	})
 	c.works("Namespaces().GrantNamespacePermission", func() error {
 		return adm.Namespaces().GrantNamespacePermission(*nsName, "app", []utils.AuthAction{"produce", "consume"})
@@ -641,12 +705,29 @@ func TestPulsarAdminCompat(t *testing.T) {
 		if len(ts.Publishers) != 1 || !within(ts.Publishers[0].MsgRateIn, rate) || ts.Publishers[0].ProducerName != prod.Name() {
 			bad = append(bad, fmt.Sprintf("publishers %+v", ts.Publishers))
 		}
+		// The namespace sets no deduplication: Meridian's default is on.
+		if ts.DeDuplicationStatus != "Enabled" {
+			bad = append(bad, fmt.Sprintf("deduplicationStatus %q, want Enabled (Meridian's default)", ts.DeDuplicationStatus))
+		}
+		if ts.Replication == nil || len(ts.Replication) != 0 {
+			bad = append(bad, fmt.Sprintf("replication %v, want {} (no other region)", ts.Replication))
+		}
 		sub := ts.Subscriptions["durable"]
 		if sub.MsgBacklog != n || !sub.IsDurable {
 			bad = append(bad, fmt.Sprintf("subscription durable: msgBacklog %d isDurable %v, want %d true", sub.MsgBacklog, sub.IsDurable, n))
 		}
 		if len(bad) > 0 {
 			return wrongf("%s", strings.Join(bad, "; "))
+		}
+		return nil
+	})
+	c.works("Topics().GetStatsWithOption", func() error {
+		ts, err := adm.Topics().GetStatsWithOption(st, utils.GetStatsOptions{GetPreciseBacklog: true, SubscriptionBacklogSize: true})
+		if err != nil {
+			return err
+		}
+		if ts.MsgCounterIn != n || ts.Subscriptions["durable"].MsgBacklog != n || ts.Subscriptions["durable"].BacklogSize <= 0 {
+			return wrongf("msgInCounter %d, durable %+v, want %d and a backlog of %d", ts.MsgCounterIn, ts.Subscriptions["durable"], n, n)
 		}
 		return nil
 	})
@@ -676,10 +757,15 @@ func TestPulsarAdminCompat(t *testing.T) {
 		if ts.MsgCounterOut != n || ts.MsgRateOut <= 0 || ts.MsgThroughputOut <= 0 {
 			bad = append(bad, fmt.Sprintf("msgOutCounter %d msgRateOut %.1f msgThroughputOut %.0f, want %d and rates > 0 (read at ~%.0f/s)", ts.MsgCounterOut, ts.MsgRateOut, ts.MsgThroughputOut, n, readRate))
 		}
+		// What was read is what was produced: the bytes per message out are
+		// those in.
+		if per := ts.MsgThroughputOut / max(ts.MsgRateOut, 1e-9); per < float64(len(payload(0))) || per > 2*float64(len(payload(0))) {
+			bad = append(bad, fmt.Sprintf("msgThroughputOut/msgRateOut = %.0f bytes a message, want ~%d", per, len(payload(0))))
+		}
 		if sub.MsgBacklog != 0 || sub.MsgOutCounter != n || sub.MsgRateOut <= 0 || !sub.IsDurable || sub.SubType != "Exclusive" {
 			bad = append(bad, fmt.Sprintf("subscription reader: %+v", sub))
 		}
-		if len(sub.Consumers) != 1 || sub.Consumers[0].MsgOutCounter != n || sub.Consumers[0].ConsumerName == "" {
+		if len(sub.Consumers) != 1 || sub.Consumers[0].MsgOutCounter != n || sub.Consumers[0].ConsumerName == "" || sub.Consumers[0].MsgRateOut <= 0 {
 			bad = append(bad, fmt.Sprintf("consumers %+v", sub.Consumers))
 		}
 		if len(bad) > 0 {
@@ -811,6 +897,10 @@ func TestPulsarAdminCompat(t *testing.T) {
 		if ts.Subscriptions["durable"].MsgBacklog != n {
 			return wrongf("after unload: backlog %d, want %d", ts.Subscriptions["durable"].MsgBacklog, n)
 		}
+		// Its counters restart with the load, as Pulsar's do.
+		if ts.MsgCounterIn != 0 {
+			return wrongf("after unload: msgInCounter %d: the topic was not reloaded", ts.MsgCounterIn)
+		}
 		return nil
 	})
 	prod.Close()
@@ -839,6 +929,16 @@ func TestPulsarAdminCompat(t *testing.T) {
 		// have names of their own.
 		if ps.Metadata.Partitions != 4 || len(ps.Partitions) != 4 || in != 40 || ps.MsgRateIn <= 0 || len(ps.Publishers) != 4 {
 			return wrongf("metadata %+v partitions %d msgInCounter %d msgRateIn %.1f publishers %d", ps.Metadata, len(ps.Partitions), in, ps.MsgRateIn, len(ps.Publishers))
+		}
+		return nil
+	})
+	c.works("Topics().GetPartitionedStatsWithOption", func() error {
+		ps, err := adm.Topics().GetPartitionedStatsWithOption(part, false, utils.GetStatsOptions{GetPreciseBacklog: true})
+		if err != nil {
+			return err
+		}
+		if ps.Metadata.Partitions != 4 || len(ps.Partitions) != 0 || ps.MsgRateIn <= 0 || ps.StorageSize <= 0 {
+			return wrongf("metadata %+v partitions %d msgRateIn %.1f storageSize %d, want 4, none listed (perPartition false), > 0, > 0", ps.Metadata, len(ps.Partitions), ps.MsgRateIn, ps.StorageSize)
 		}
 		return nil
 	})
@@ -940,6 +1040,16 @@ func TestPulsarAdminCompat(t *testing.T) {
 		}
 		if m == nil || string(m.Payload) != payload(42) {
 			return wrongf("%+v, want %q", m, payload(42))
+		}
+		return nil
+	})
+	c.works("Subscriptions().GetMessagesByID", func() error {
+		ms, err := adm.Subscriptions().GetMessagesByID(cur, ids[43].LedgerID(), ids[43].EntryID())
+		if err != nil {
+			return err
+		}
+		if len(ms) != 1 || string(ms[0].Payload) != payload(43) || ms[0].Properties["k"] != "v" {
+			return wrongf("%d messages, want one: %q", len(ms), payload(43))
 		}
 		return nil
 	})
@@ -1065,8 +1175,30 @@ func TestPulsarAdminCompat(t *testing.T) {
 		return nil
 	})
 
-	// Bundles.
+	// Bundles. An unload is seen in the topic's counters, which restart
+	// when it loads again: one message is produced before each.
+	bp, err := client.CreateProducer(pulsar.ProducerOptions{Topic: stName, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bp.Close()
+	produceOne := func() error {
+		if _, err := bp.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("one")}); err != nil {
+			return err
+		}
+		ts, err := adm.Topics().GetStats(st)
+		if err != nil {
+			return err
+		}
+		if ts.MsgCounterIn != 1 {
+			return wrongf("before the unload: msgInCounter %d, want 1", ts.MsgCounterIn)
+		}
+		return nil
+	}
 	c.works("Namespaces().UnloadNamespaceBundle", func() error {
+		if err := produceOne(); err != nil {
+			return err
+		}
 		br, err := adm.Topics().GetBundleRange(st)
 		if err != nil {
 			return err
@@ -1074,8 +1206,14 @@ func TestPulsarAdminCompat(t *testing.T) {
 		if err := adm.Namespaces().UnloadNamespaceBundle(ns, br); err != nil {
 			return err
 		}
-		_, err = adm.Topics().GetStats(st)
-		return err
+		ts, err := adm.Topics().GetStats(st)
+		if err != nil {
+			return err
+		}
+		if ts.MsgCounterIn != 0 {
+			return wrongf("after the bundle unload the topic was not reloaded: msgInCounter %d", ts.MsgCounterIn)
+		}
+		return nil
 	})
 	c.works("Namespaces().SplitNamespaceBundle", func() error {
 		p, err := adm.Namespaces().GetPolicies(ns)
@@ -1098,6 +1236,9 @@ func TestPulsarAdminCompat(t *testing.T) {
 		return nil
 	})
 	c.works("Namespaces().Unload", func() error {
+		if err := produceOne(); err != nil {
+			return err
+		}
 		if err := adm.Namespaces().Unload(ns); err != nil {
 			return err
 		}
@@ -1118,6 +1259,10 @@ func TestPulsarAdminCompat(t *testing.T) {
 	c.refused("Topics().Terminate", func() error { _, err := adm.Topics().Terminate(st); return err })
 	c.refused("Topics().Compact", func() error { return adm.Topics().Compact(st) })
 	c.refused("Topics().Offload", func() error { return adm.Topics().Offload(st, utils.Latest) })
+	c.refused("Topics().CreateWithProperties", func() error {
+		return adm.Topics().CreateWithProperties(tn("props"), 0, map[string]string{"owner": "ops"})
+	})
+	c.refused("Topics().GetProperties", func() error { _, err := adm.Topics().GetProperties(st); return err })
 	c.refused("Topics().GetPermissions", func() error { _, err := adm.Topics().GetPermissions(st); return err })
 	c.refused("Topics().GrantPermission", func() error {
 		return adm.Topics().GrantPermission(st, "app", []utils.AuthAction{"produce"})
