@@ -574,6 +574,23 @@ func TestPulsarAdminCompat(t *testing.T) {
 		return adm.Namespaces().SetDispatchRate(*polName, utils.DispatchRate{DispatchThrottlingRateInMsg: 10, RatePeriodInSecond: 1})
 	})
 
+	c.works("Namespaces().GetSchemaCompatibilityStrategy", func() error {
+		got, err := adm.Namespaces().GetSchemaCompatibilityStrategy(*polName)
+		if err != nil {
+			return err
+		}
+		if got != utils.SchemaCompatibilityStrategyBackward {
+			return wrongf("%q, want BACKWARD (the only strategy Meridian has)", got)
+		}
+		return nil
+	})
+	c.works("Namespaces().SetSchemaCompatibilityStrategy(BACKWARD)", func() error {
+		return adm.Namespaces().SetSchemaCompatibilityStrategy(*polName, utils.SchemaCompatibilityStrategyBackward)
+	})
+	c.refused("Namespaces().SetSchemaCompatibilityStrategy(FULL)", func() error {
+		return adm.Namespaces().SetSchemaCompatibilityStrategy(*polName, utils.SchemaCompatibilityStrategyFull)
+	})
+
 	// Topics.
 	tn := func(local string) utils.TopicName {
 		n, err := utils.GetTopicName("persistent://" + ns + "/" + local)

@@ -816,6 +816,14 @@ func writeAdmin(w http.ResponseWriter, v any, err error) {
 		raw.writeHTTP(w)
 		return
 	}
+	// As Jackson writes it, without json.Encoder's trailing newline:
+	// pulsaradmin reads some answers as text ("BACKWARD" with its quotes
+	// removed) and a newline would be part of the value.
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(v)
+	w.Write(b)
 }
