@@ -902,6 +902,21 @@ func TestPulsarAdminCompat(t *testing.T) {
 		}
 		return nil
 	})
+	c.works("Brokers().GetOwnedNamespaces", func() error {
+		br, err := adm.Topics().GetBundleRange(st)
+		if err != nil {
+			return err
+		}
+		got, err := adm.Brokers().GetOwnedNamespaces(cluster, strings.TrimPrefix(s.AdminURL, "http://"))
+		if err != nil {
+			return err
+		}
+		// Pulsar's keys are the owned bundles, "tenant/ns/0xLOWER_0xUPPER".
+		if o, ok := got[ns+"/"+br]; !ok || !o.IsActive {
+			return wrongf("%v, want the bundle %s/%s active", got, ns, br)
+		}
+		return nil
+	})
 	c.works("Topics().Unload", func() error {
 		if err := adm.Topics().Unload(st); err != nil {
 			return err

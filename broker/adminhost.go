@@ -246,7 +246,7 @@ func (a adminBroker) HealthCheck(ctx context.Context) error {
 	return nil
 }
 
-func (a adminBroker) OwnedNamespaces() []string {
+func (a adminBroker) OwnedBundles() []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, own := range []*ownership{a.b.own, a.b.gown} {
@@ -254,9 +254,9 @@ func (a adminBroker) OwnedNamespaces() []string {
 			continue
 		}
 		for _, bd := range own.ownedBundles() {
-			if !seen[bd.ns] {
-				seen[bd.ns] = true
-				out = append(out, bd.ns)
+			if name := bd.ns + "/" + adminBundle(bd).String(); !seen[name] {
+				seen[name] = true
+				out = append(out, name)
 			}
 		}
 	}

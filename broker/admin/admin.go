@@ -54,9 +54,9 @@ type Broker interface {
 	// HealthCheck reports whether this broker serves: registered, its
 	// metadata readable.
 	HealthCheck(ctx context.Context) error
-	// OwnedNamespaces lists the namespaces with a bundle this broker
-	// owns.
-	OwnedNamespaces() []string
+	// OwnedBundles lists the bundles this broker owns, as Pulsar names
+	// them: "tenant/ns/0xLOWER_0xUPPER".
+	OwnedBundles() []string
 
 	// Bundles returns a namespace's bundle boundaries in this region,
 	// ascending from 0 to 0xffffffff (bundle i is [b[i], b[i+1]), the last

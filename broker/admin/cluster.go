@@ -119,8 +119,9 @@ func (s *Server) clusterHandlers(h func(string, func(*http.Request) (any, error)
 			return nil, meta.StatusError{Status: http.StatusPreconditionFailed, Err: fmt.Errorf("this broker is %s: ask %s for its namespaces", hostPort(s.cfg.Broker.Self().AdminURL), b)}
 		}
 		out := map[string]any{}
-		for _, ns := range s.cfg.Broker.OwnedNamespaces() {
-			out[ns] = map[string]any{"broker_assignment": "shared", "is_controlled": false, "is_active": true}
+		// Pulsar's keys are the owned bundles, not the namespaces.
+		for _, bd := range s.cfg.Broker.OwnedBundles() {
+			out[bd] = map[string]any{"broker_assignment": "shared", "is_controlled": false, "is_active": true}
 		}
 		return out, nil
 	})
