@@ -1376,6 +1376,47 @@ func TestPulsarAdminCompat(t *testing.T) {
 		}
 		return nil
 	})
+	payloadDef := `{"type":"record","name":"R","fields":[{"name":"a","type":"int"},{"name":"d","type":"int","default":1}]}`
+	post := utils.PostSchemaPayload{SchemaType: "JSON", Schema: payloadDef, Properties: map[string]string{"p": "2"}}
+	c.works("Schemas().TestCompatibilityWithPostSchemaPayload", func() error {
+		yes, err := adm.Schemas().TestCompatibilityWithPostSchemaPayload(sch, post)
+		if err != nil {
+			return err
+		}
+		bad := post
+		bad.Schema = `{"type":"record","name":"R","fields":[{"name":"a","type":"string"}]}`
+		no, err := adm.Schemas().TestCompatibilityWithPostSchemaPayload(sch, bad)
+		if err != nil {
+			return err
+		}
+		if !yes.IsCompatibility || no.IsCompatibility {
+			return wrongf("a field with a default: %+v; a changed type: %+v", yes, no)
+		}
+		return nil
+	})
+	c.works("Schemas().CreateSchemaByPayload", func() error {
+		if err := adm.Schemas().CreateSchemaByPayload(sch, post); err != nil {
+			return err
+		}
+		got, err := adm.Schemas().GetSchemaInfoWithVersion(sch)
+		if err != nil {
+			return err
+		}
+		if got.Version != 1 || got.SchemaInfo == nil || string(got.SchemaInfo.Schema) != payloadDef || got.SchemaInfo.Properties["p"] != "2" {
+			return wrongf("%+v, want version 1 with the posted schema", got)
+		}
+		return nil
+	})
+	c.works("Schemas().GetVersionByPayload", func() error {
+		v, err := adm.Schemas().GetVersionByPayload(sch, post)
+		if err != nil {
+			return err
+		}
+		if v != 1 {
+			return wrongf("version %d, want 1", v)
+		}
+		return nil
+	})
 	c.works("Schemas().DeleteSchema", func() error {
 		if err := adm.Schemas().DeleteSchema(sch); err != nil {
 			return err
@@ -1383,6 +1424,21 @@ func TestPulsarAdminCompat(t *testing.T) {
 		var re rest.Error
 		if _, err := adm.Schemas().GetSchemaInfo(sch); !errors.As(err, &re) || re.Code != http.StatusNotFound {
 			return wrongf("after delete: %v, want 404", err)
+		}
+		return nil
+	})
+
+	c.works("Schemas().ForceDeleteSchema", func() error {
+		fs := "persistent://" + ns + "/schema-force"
+		if err := adm.Schemas().CreateSchemaBySchemaInfo(fs, info); err != nil {
+			return err
+		}
+		if err := adm.Schemas().ForceDeleteSchema(fs); err != nil {
+			return err
+		}
+		var re rest.Error
+		if _, err := adm.Schemas().GetSchemaInfo(fs); !errors.As(err, &re) || re.Code != http.StatusNotFound {
+			return wrongf("after force delete: %v, want 404", err)
 		}
 		return nil
 	})
