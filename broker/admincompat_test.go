@@ -195,6 +195,10 @@ func TestPulsarAdminCompat(t *testing.T) {
 	c.refused("Clusters().Create", func() error {
 		return adm.Clusters().Create(utils.ClusterData{Name: "elsewhere", ServiceURL: "http://elsewhere:8080"})
 	})
+	c.refused("Clusters().Update", func() error {
+		return adm.Clusters().Update(utils.ClusterData{Name: cluster, ServiceURL: "http://elsewhere:8080"})
+	})
+	c.refused("Clusters().GetPeerClusters", func() error { _, err := adm.Clusters().GetPeerClusters(cluster); return err })
 	c.refused("Clusters().Delete", func() error { return adm.Clusters().Delete(cluster) })
 
 	// Brokers.
@@ -1190,6 +1194,53 @@ func TestPulsarAdminCompat(t *testing.T) {
 		}
 		if b := ts.Subscriptions["durable"].MsgBacklog; b != 0 {
 			return wrongf("backlog of %s/durable is %d, want 0", stName, b)
+		}
+		return nil
+	})
+	curBundle := func() (string, error) { return adm.Topics().GetBundleRange(cur) }
+	c.works("Namespaces().ClearNamespaceBundleBacklogForSubscription", func() error {
+		if err := adm.Subscriptions().ResetCursorToTimestamp(cur, "earliest", 0); err != nil {
+			return err
+		}
+		br, err := curBundle()
+		if err != nil {
+			return err
+		}
+		if err := adm.Namespaces().ClearNamespaceBundleBacklogForSubscription(*nsName, br, "earliest"); err != nil {
+			return err
+		}
+		return wantBacklog("earliest", 0)
+	})
+	c.works("Namespaces().ClearNamespaceBundleBacklog", func() error {
+		if err := adm.Subscriptions().ResetCursorToTimestamp(cur, "earliest", 0); err != nil {
+			return err
+		}
+		br, err := curBundle()
+		if err != nil {
+			return err
+		}
+		if err := adm.Namespaces().ClearNamespaceBundleBacklog(*nsName, br); err != nil {
+			return err
+		}
+		return wantBacklog("earliest", 0)
+	})
+	c.works("Namespaces().UnsubscribeNamespaceBundle", func() error {
+		if err := adm.Subscriptions().Create(cur, "bundlesub", utils.Earliest); err != nil {
+			return err
+		}
+		br, err := curBundle()
+		if err != nil {
+			return err
+		}
+		if err := adm.Namespaces().UnsubscribeNamespaceBundle(*nsName, br, "bundlesub"); err != nil {
+			return err
+		}
+		got, err := adm.Subscriptions().List(cur)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(got, "bundlesub") || !slices.Contains(got, "earliest") {
+			return wrongf("after unsubscribing bundlesub: %v", got)
 		}
 		return nil
 	})
