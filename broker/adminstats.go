@@ -7,6 +7,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/admin"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/broker/replication"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
 
@@ -47,10 +48,25 @@ func subTypeName(t pb.CommandSubscribe_SubType) string {
 	return t.String()
 }
 
+// replicatorStats is Pulsar's replication section of a topic's stats:
+// its sender to each remote region.
+func replicatorStats(sts []replication.Status) map[string]admin.ReplicatorStats {
+	out := map[string]admin.ReplicatorStats{}
+	for _, s := range sts {
+		rs := admin.ReplicatorStats{Connected: s.Connected, ReplicationBacklog: s.BacklogEntries,
+			ReplicationDelayInSeconds: int64(s.SecondsBehind)}
+		if s.Connected {
+			rs.OutboundConnection = s.Target
+		}
+		out[s.Remote] = rs
+	}
+	return out
+}
+
 func (t *Topic) stats() admin.TopicStats {
 	now := time.Now()
 	st := admin.TopicStats{StorageSize: t.ml.TotalSizeBytes(), Entries: t.ml.NumberOfEntries(), Publishers: []admin.PublisherStats{},
-		Subscriptions: map[string]admin.SubscriptionStats{}, Replication: map[string]any{}, DeduplicationStatus: "Disabled"}
+		Subscriptions: map[string]admin.SubscriptionStats{}, Replication: replicatorStats(t.repl.Status()), DeduplicationStatus: "Disabled"}
 	if t.dedupEnabled() {
 		st.DeduplicationStatus = "Enabled"
 	}

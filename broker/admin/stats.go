@@ -23,9 +23,30 @@ type TopicStats struct {
 	Entries              int64                        `json:"entries"`
 	Publishers           []PublisherStats             `json:"publishers"`
 	Subscriptions        map[string]SubscriptionStats `json:"subscriptions"`
-	Replication          map[string]any               `json:"replication"`
+	Replication          map[string]ReplicatorStats   `json:"replication"`
 	DeduplicationStatus  string                       `json:"deduplicationStatus"`
 	LastPublishTimestamp int64                        `json:"lastPublishTimestamp,omitempty"`
+}
+
+// ReplicatorStats is TopicStats.replication[region]: the topic's sender
+// to that region. Meridian meters no replication rates yet: the rates are
+// 0 (see docs/admin.md); the backlog, connection and delay are the
+// sender's.
+type ReplicatorStats struct {
+	Connected        bool    `json:"connected"`
+	MsgRateIn        float64 `json:"msgRateIn"`
+	MsgRateOut       float64 `json:"msgRateOut"`
+	MsgThroughputIn  float64 `json:"msgThroughputIn"`
+	MsgThroughputOut float64 `json:"msgThroughputOut"`
+	MsgRateExpired   float64 `json:"msgRateExpired"`
+	// ReplicationBacklog counts the entries not yet acknowledged by the
+	// remote region.
+	ReplicationBacklog        int64  `json:"replicationBacklog"`
+	ReplicationDelayInSeconds int64  `json:"replicationDelayInSeconds"`
+	InboundConnection         string `json:"inboundConnection"`
+	InboundConnectedSince     string `json:"inboundConnectedSince"`
+	OutboundConnection        string `json:"outboundConnection"`
+	OutboundConnectedSince    string `json:"outboundConnectedSince"`
 }
 
 // PublisherStats is one producer of TopicStats.
@@ -177,7 +198,7 @@ type PartitionedTopicStats struct {
 	BacklogSize      int64                        `json:"backlogSize"`
 	Publishers       []PublisherStats             `json:"publishers"`
 	Subscriptions    map[string]SubscriptionStats `json:"subscriptions"`
-	Replication      map[string]any               `json:"replication"`
+	Replication      map[string]ReplicatorStats   `json:"replication"`
 	Metadata         struct {
 		Partitions int `json:"partitions"`
 	} `json:"metadata"`
@@ -234,6 +255,23 @@ func (p *PartitionedTopicStats) add(name string, st TopicStats, perPartition boo
 		agg.NonContiguousDeletedMessagesRanges += ss.NonContiguousDeletedMessagesRanges
 		agg.Consumers = append(agg.Consumers, ss.Consumers...)
 		p.Subscriptions[sub] = agg
+	}
+	// A region's sender per partition: backlogs add up, the delay is the
+	// largest, connected only if every partition's sender is.
+	for region, rs := range st.Replication {
+		agg, ok := p.Replication[region]
+		if !ok {
+			agg = ReplicatorStats{Connected: true, OutboundConnection: rs.OutboundConnection}
+		}
+		agg.Connected = agg.Connected && rs.Connected
+		agg.MsgRateIn += rs.MsgRateIn
+		agg.MsgRateOut += rs.MsgRateOut
+		agg.MsgThroughputIn += rs.MsgThroughputIn
+		agg.MsgThroughputOut += rs.MsgThroughputOut
+		agg.MsgRateExpired += rs.MsgRateExpired
+		agg.ReplicationBacklog += rs.ReplicationBacklog
+		agg.ReplicationDelayInSeconds = max(agg.ReplicationDelayInSeconds, rs.ReplicationDelayInSeconds)
+		p.Replication[region] = agg
 	}
 	if perPartition {
 		p.Partitions[name] = st

@@ -200,7 +200,7 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 		}
 		per := r.URL.Query().Get("perPartition") != "false"
 		ps := PartitionedTopicStats{Publishers: []PublisherStats{}, Subscriptions: map[string]SubscriptionStats{},
-			Replication: map[string]any{}, Partitions: map[string]TopicStats{}}
+			Replication: map[string]ReplicatorStats{}, Partitions: map[string]TopicStats{}}
 		ps.Metadata.Partitions = n
 		for i := 0; i < n; i++ {
 			name := tn.PartitionName(i).String()

@@ -112,26 +112,7 @@ func (svc *Service) replicationStatus(filter string) []Status {
 		if filter != "" && name != filter && t.name.NamespaceName() != filter && !strings.HasPrefix(name, filter+"-partition-") {
 			continue
 		}
-		t.mu.Lock()
-		r := t.repl
-		t.mu.Unlock()
-		if r == nil {
-			continue
-		}
-		now := svc.clock.Now()
-		r.mu.Lock()
-		for _, s := range r.senders {
-			if st := s.status.Load(); st != nil {
-				v := *st
-				if v.SecondsBehind > 0 {
-					// The oldest unacknowledged entry is as old as then,
-					// plus the time since.
-					v.SecondsBehind += max(0, now.Sub(v.asOf)).Seconds()
-				}
-				out = append(out, v)
-			}
-		}
-		r.mu.Unlock()
+		out = append(out, t.senderStatus()...)
 	}
 	slices.SortFunc(out, func(a, b Status) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
@@ -139,6 +120,44 @@ func (svc *Service) replicationStatus(filter string) []Status {
 		}
 		return strings.Compare(a.Remote, b.Remote)
 	})
+	return out
+}
+
+// Status returns the status of the topic's senders, one per remote
+// region it replicates to (none if it does not replicate), by region.
+func (t *Topic) Status() []Status {
+	if t == nil {
+		return nil
+	}
+	out := t.senderStatus()
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Remote, b.Remote) })
+	return out
+}
+
+// senderStatus returns the status the topic's senders last published,
+// their SecondsBehind brought up to now.
+func (t *Topic) senderStatus() []Status {
+	t.mu.Lock()
+	r := t.repl
+	t.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	now := t.svc.clock.Now()
+	var out []Status
+	r.mu.Lock()
+	for _, s := range r.senders {
+		if st := s.status.Load(); st != nil {
+			v := *st
+			if v.SecondsBehind > 0 {
+				// The oldest unacknowledged entry is as old as then,
+				// plus the time since.
+				v.SecondsBehind += max(0, now.Sub(v.asOf)).Seconds()
+			}
+			out = append(out, v)
+		}
+	}
+	r.mu.Unlock()
 	return out
 }
 
