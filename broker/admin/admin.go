@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -290,6 +291,28 @@ func (s *Server) topic(r *http.Request, topic func(*http.Request) (meta.TopicNam
 	return s.cfg.Broker.Topic(r.Context(), tn.String(), false)
 }
 
+// ownerRedirect is where to send a topic's call that reached a broker not
+// owning the topic (meta.NotOwnerError): the same path and query on the
+// owner's admin API, with authoritative=true, as Pulsar redirects. A call
+// that was already redirected is not sent on again (the owner moved, or
+// the brokers disagree for now): it fails with the error (503).
+func ownerRedirect(r *http.Request, err error) (string, bool) {
+	var no meta.NotOwnerError
+	if !errors.As(err, &no) || no.OwnerAdminURL == "" || r.URL.Query().Get("authoritative") == "true" {
+		return "", false
+	}
+	owner, perr := url.Parse(no.OwnerAdminURL)
+	if perr != nil || owner.Host == "" {
+		return "", false
+	}
+	loc := *r.URL
+	loc.Scheme, loc.Host = owner.Scheme, owner.Host
+	q := loc.Query()
+	q.Set("authoritative", "true")
+	loc.RawQuery = q.Encode()
+	return loc.String(), true
+}
+
 // Handler returns the admin API's handler.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -312,6 +335,10 @@ func (s *Server) Handler() http.Handler {
 				return
 			}
 			v, err := f(r)
+			if loc, ok := ownerRedirect(r, err); ok {
+				http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
+				return
+			}
 			writeAdmin(w, v, err)
 		})
 	}
