@@ -38,6 +38,7 @@ RACE_PKGS += ./internal/authtoken/
 RACE_PKGS += ./internal/tlsutil/
 RACE_PKGS += ./internal/ratelog/
 RACE_PKGS += ./internal/clientopts/
+RACE_PKGS += ./internal/ratemeter/
 RACE_PKGS += ./internal/clock/...
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/netfault/ ./internal/testutil/ ./internal/up/ ./cmd/... ./internal/georep/
 

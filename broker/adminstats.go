@@ -19,8 +19,8 @@ import (
 // countOut counts an entry of n messages and size bytes sent to c.
 func (s *Subscription) countOut(c *Consumer, n, size int) {
 	now := time.Now()
-	s.out.add(now, int64(n), int64(size))
-	c.out.add(now, int64(n), int64(size))
+	s.out.Add(now, int64(n), int64(size))
+	c.out.Add(now, int64(n), int64(size))
 }
 
 // pulsarTime formats a time as Pulsar's stats do (connectedSince).
@@ -54,7 +54,7 @@ func replicatorStats(sts []replication.Status) map[string]admin.ReplicatorStats 
 	out := map[string]admin.ReplicatorStats{}
 	for _, s := range sts {
 		rs := admin.ReplicatorStats{Connected: s.Connected, ReplicationBacklog: s.BacklogEntries,
-			ReplicationDelayInSeconds: int64(s.SecondsBehind)}
+			ReplicationDelayInSeconds: int64(s.SecondsBehind), MsgRateOut: s.MsgRateOut, MsgThroughputOut: s.MsgThroughputOut}
 		if s.Connected {
 			rs.OutboundConnection = s.Target
 		}
@@ -70,11 +70,11 @@ func (t *Topic) stats() admin.TopicStats {
 	if t.dedupEnabled() {
 		st.DeduplicationStatus = "Enabled"
 	}
-	st.MsgRateIn, st.MsgThroughputIn = t.in.rate(now)
+	st.MsgRateIn, st.MsgThroughputIn = t.in.Rate(now)
 	if st.MsgRateIn > 0 {
 		st.AverageMsgSize = st.MsgThroughputIn / st.MsgRateIn
 	}
-	_, st.BytesInCounter = t.in.totals()
+	_, st.BytesInCounter = t.in.Totals()
 	t.mu.Lock()
 	for p := range t.producers {
 		ps := admin.PublisherStats{AccessMode: "Shared", ProducerName: p.name, ProducerID: p.id, Address: p.conn.nc.RemoteAddr().String(),
@@ -82,7 +82,7 @@ func (t *Topic) stats() admin.TopicStats {
 		if p.exclusive {
 			ps.AccessMode = "Exclusive"
 		}
-		ps.MsgRateIn, ps.MsgThroughputIn = p.in.rate(now)
+		ps.MsgRateIn, ps.MsgThroughputIn = p.in.Rate(now)
 		if ps.MsgRateIn > 0 {
 			ps.AverageMsgSize = ps.MsgThroughputIn / ps.MsgRateIn
 		}
@@ -111,13 +111,13 @@ func (t *Topic) stats() admin.TopicStats {
 			c := s.consumers[cv.ID]
 			cs := admin.ConsumerStats{ConsumerName: cv.Name, AvailablePermit: cv.Permits, Address: c.conn.nc.RemoteAddr().String(),
 				ClientVersion: c.conn.clientVersion, ConnectedSince: pulsarTime(c.since), UnackedMessages: unacked[cv.ID]}
-			cs.MsgRateOut, cs.MsgThroughputOut = c.out.rate(now)
-			cs.MsgOutCounter, cs.BytesOutCounter = c.out.totals()
+			cs.MsgRateOut, cs.MsgThroughputOut = c.out.Rate(now)
+			cs.MsgOutCounter, cs.BytesOutCounter = c.out.Totals()
 			ss.Consumers = append(ss.Consumers, cs)
 		}
 		s.mu.Unlock()
-		ss.MsgRateOut, ss.MsgThroughputOut = s.out.rate(now)
-		ss.MsgOutCounter, ss.BytesOutCounter = s.out.totals()
+		ss.MsgRateOut, ss.MsgThroughputOut = s.out.Rate(now)
+		ss.MsgOutCounter, ss.BytesOutCounter = s.out.Totals()
 		ss.MsgBacklog = s.cursor.Backlog()
 		ss.MsgBacklogNoDelayed = ss.MsgBacklog
 		ss.BacklogSize = ss.MsgBacklog * avg
@@ -169,7 +169,7 @@ func (t *Topic) internalStats() admin.InternalStats {
 	// Counted per subscription: what it dispatched.
 	out := map[string]int64{}
 	for _, s := range t.subscriptions() {
-		out[s.name], _ = s.out.totals()
+		out[s.name], _ = s.out.Totals()
 	}
 	for _, c := range t.ml.Cursors() {
 		acked := c.AckedRanges()

@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/security"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -24,7 +25,7 @@ type Consumer struct {
 	conn *conn
 	sub  *Subscription
 	// out meters the messages sent to it; since is when it subscribed.
-	out   rateMeter
+	out   ratemeter.Meter
 	since time.Time
 }
 
@@ -48,7 +49,7 @@ type Subscription struct {
 	cursor  *mledger.Cursor
 	durable bool
 	// out meters the messages dispatched (admin stats).
-	out rateMeter
+	out ratemeter.Meter
 
 	mu        sync.Mutex
 	core      *dispatch.Core

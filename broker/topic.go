@@ -16,6 +16,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -48,7 +49,7 @@ type Topic struct {
 	msgsIn    int64 // messages persisted since the topic was loaded
 	// in meters the messages persisted (admin stats); lastPublishMs is
 	// the broker's publish time of the last one.
-	in            rateMeter
+	in            ratemeter.Meter
 	lastPublishMs int64
 	// perEntry: messages per entry dispatched (a moving average, as
 	// math.Float64bits; 0 until the first), so a dispatch reads about as
@@ -384,7 +385,7 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 
 // publishMetered is publish that also counts the persisted message on in
 // (its producer's meter; nil: none).
-func (t *Topic) publishMetered(producerName string, in *rateMeter, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
+func (t *Topic) publishMetered(producerName string, in *ratemeter.Meter, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
 	msg := fm.Msg()
 	highest := seq + int64(max(numMsgs, 1)) - 1
 	t.mu.Lock()
@@ -474,9 +475,9 @@ func (t *Topic) publishMetered(producerName string, in *rateMeter, seq int64, nu
 		}
 		if err == nil {
 			now := time.Now()
-			t.in.add(now, int64(max(numMsgs, 1)), int64(len(msg)))
+			t.in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))
 			if in != nil {
-				in.add(now, int64(max(numMsgs, 1)), int64(len(msg)))
+				in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))
 			}
 			t.b.metrics.msgsIn.Add(float64(max(numMsgs, 1)))
 			t.b.metrics.bytesIn.Add(float64(len(msg)))
@@ -727,7 +728,7 @@ type Producer struct {
 	schemaVersion []byte
 	pending       chan struct{} // bounds SENDs not yet persisted
 	// in meters its messages persisted; since is when it was created.
-	in    rateMeter
+	in    ratemeter.Meter
 	since time.Time
 }
 

@@ -3,7 +3,7 @@ package admin
 // The stats answers, in Pulsar's JSON (the field names of pulsaradmin's
 // utils.TopicStats, PersistentTopicInternalStats, ManagedLedgerInfo and
 // PartitionedTopicStats). Rates are per second over the broker's last
-// stats interval (the root's rateMeter); counters count since the topic
+// stats interval (internal/ratemeter); counters count since the topic
 // was loaded on this broker, as Pulsar's reset on an unload.
 
 // TopicStats is GET .../stats.
@@ -29,9 +29,10 @@ type TopicStats struct {
 }
 
 // ReplicatorStats is TopicStats.replication[region]: the topic's sender
-// to that region. Meridian meters no replication rates yet: the rates are
-// 0 (see docs/admin.md); the backlog, connection and delay are the
-// sender's.
+// to that region: its backlog, connection, delay and the rate it sends
+// at (msgRateOut, msgThroughputOut). The inbound rates (msgRateIn,
+// msgThroughputIn) and msgRateExpired are not metered: 0 (see
+// docs/admin.md).
 type ReplicatorStats struct {
 	Connected        bool    `json:"connected"`
 	MsgRateIn        float64 `json:"msgRateIn"`

@@ -29,6 +29,11 @@ type Status struct {
 	OverQuota      bool    `json:"overQuota"`
 	NeedsResync    string  `json:"needsResync,omitempty"`
 	LastError      string  `json:"lastError,omitempty"`
+	// MsgRateOut and MsgThroughputOut: entries and payload bytes a second
+	// sent to the remote region, as the broker's stats rates are
+	// (internal/ratemeter); at the time of the read.
+	MsgRateOut       float64 `json:"msgRateOut"`
+	MsgThroughputOut float64 `json:"msgThroughputOut"`
 
 	// asOf is when the sender published it: SecondsBehind grows from
 	// then on until the next (a sender asleep publishes nothing).
@@ -149,6 +154,7 @@ func (t *Topic) senderStatus() []Status {
 	for _, s := range r.senders {
 		if st := s.status.Load(); st != nil {
 			v := *st
+			v.MsgRateOut, v.MsgThroughputOut = s.out.Rate(now)
 			if v.SecondsBehind > 0 {
 				// The oldest unacknowledged entry is as old as then,
 				// plus the time since.

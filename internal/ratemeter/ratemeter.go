@@ -1,17 +1,20 @@
-package broker
+// Package ratemeter meters messages and bytes as the admin API's stats
+// report them (the broker's topics, producers, subscriptions and
+// consumers; the replication senders).
+package ratemeter
 
 import (
 	"sync"
 	"time"
 )
 
-// rateMeter counts messages and bytes and answers their rates as
+// Meter counts messages and bytes and answers their rates as
 // Pulsar's stats do: per second over the last complete stats interval
 // (Pulsar: statsUpdateFrequencyInSecs, 60 s; here statsInterval, 10 s),
 // or, before the first interval ended, since the first message. Lazy: no
 // goroutine or timer, the interval rolls over when it is read or added
 // to. Safe for concurrent use.
-type rateMeter struct {
+type Meter struct {
 	mu sync.Mutex
 	// cur counts since curStart; prev is the last complete interval.
 	curStart            time.Time
@@ -31,8 +34,8 @@ const statsInterval = 10 * time.Second
 // first message alone is not a burst of thousands a second.
 const minRateSpan = time.Second
 
-// add counts msgs messages of bytes bytes at now.
-func (m *rateMeter) add(now time.Time, msgs, bytes int64) {
+// Add counts msgs messages of bytes bytes at now.
+func (m *Meter) Add(now time.Time, msgs, bytes int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rollLocked(now)
@@ -46,7 +49,7 @@ func (m *rateMeter) add(now time.Time, msgs, bytes int64) {
 }
 
 // rollLocked closes the intervals that ended before now.
-func (m *rateMeter) rollLocked(now time.Time) {
+func (m *Meter) rollLocked(now time.Time) {
 	if m.curStart.IsZero() {
 		return
 	}
@@ -64,8 +67,8 @@ func (m *rateMeter) rollLocked(now time.Time) {
 	m.curStart = m.curStart.Add(elapsed / statsInterval * statsInterval)
 }
 
-// rate returns messages and bytes per second at now.
-func (m *rateMeter) rate(now time.Time) (msgsPerSec, bytesPerSec float64) {
+// Rate returns messages and bytes per second at now.
+func (m *Meter) Rate(now time.Time) (msgsPerSec, bytesPerSec float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rollLocked(now)
@@ -80,8 +83,8 @@ func (m *rateMeter) rate(now time.Time) (msgsPerSec, bytesPerSec float64) {
 	return float64(m.curMsgs) / s, float64(m.curBytes) / s
 }
 
-// totals returns the messages and bytes counted since the meter was made.
-func (m *rateMeter) totals() (msgs, bytes int64) {
+// Totals returns the messages and bytes counted since the meter was made.
+func (m *Meter) Totals() (msgs, bytes int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.msgs, m.bytes
