@@ -63,12 +63,13 @@ func (b *Broker) newAdmin() *admin.Server {
 		Broker: adminBroker{b}, Failover: adminBroker{b}, Replication: adminBroker{b},
 		Health: b.cfg.Health, Metrics: append(prometheus.Gatherers{b.metrics.reg}, b.cfg.ExtraMetrics...),
 		Logger: b.log, DefaultRetention: defaultRetention(b.cfg.ManagedLedger),
+		PeerHTTP: func(timeout time.Duration) *http.Client { return &http.Client{Timeout: timeout} },
 	}
 	if b.cfg.Security.GossipKeys != nil {
 		cfg.GossipKeys = b.cfg.Security.GossipKeys
 	}
 	if b.guard != nil {
-		cfg.Auth, cfg.Listen = b.guard, b.guard.ListenAdmin
+		cfg.Auth, cfg.Listen, cfg.PeerHTTP = b.guard, b.guard.ListenAdmin, b.guard.PeerHTTP
 	}
 	return admin.New(cfg)
 }

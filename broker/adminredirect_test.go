@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -17,7 +18,8 @@ import (
 // topic is redirected (307) to the owner's admin API, as Pulsar does, so
 // pulsaradmin pointed at any broker of the region works: stats, creating
 // a subscription, skipping, peeking and the last message id, through the
-// broker that does not own the topic.
+// broker that does not own the topic; partitioned stats through either
+// broker, whichever owns which partition.
 func TestAdminRedirectsToOwner(t *testing.T) {
 	r := testutil.StartRegion(t, "east", "r1", "r1", "r2", "r2")
 	b1 := r.AddBroker("broker-1")
@@ -82,5 +84,49 @@ func TestAdminRedirectsToOwner(t *testing.T) {
 	}
 	if got := brokers[ownerOf(t, r)]; got != owner {
 		t.Fatalf("owner is now %s, was %s", got.ID, owner.ID)
+	}
+
+	// Partitioned stats: the asked broker reads the partitions it owns
+	// and asks the owners of the others; through either broker the sum is
+	// the same.
+	parted := topicName(t) + "-parted"
+	ptn, _ := utils.GetTopicName(parted)
+	if err := adm.Topics().Create(*ptn, 4); err != nil {
+		t.Fatal(err)
+	}
+	pp, err := client.CreateProducer(pulsar.ProducerOptions{Topic: parted, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pp.Close()
+	for i := 0; i < 40; i++ {
+		if _, err := pp.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("p"), Key: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kvs, _, err := r.Store.List(context.Background(), "/ownership/public/default/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]int{}
+	for _, kv := range kvs {
+		var bi struct{ ID string }
+		json.Unmarshal(kv.Value, &bi)
+		owners[bi.ID]++
+	}
+	t.Logf("bundles of public/default by owner: %v", owners)
+	for _, b := range []*testutil.BrokerProc{b1, b2} {
+		a, _ := pulsaradmin.NewClient(&pulsaradmin.Config{WebServiceURL: b.AdminURL()})
+		ps, err := a.Topics().GetPartitionedStats(*ptn, true)
+		if err != nil {
+			t.Fatalf("partitioned stats through %s: %v", b.ID, err)
+		}
+		var in int64
+		for _, p := range ps.Partitions {
+			in += p.MsgCounterIn
+		}
+		if len(ps.Partitions) != 4 || in != 40 {
+			t.Errorf("partitioned stats through %s: %d partitions, msgInCounter %d; want 4, 40", b.ID, len(ps.Partitions), in)
+		}
 	}
 }

@@ -219,6 +219,9 @@ type Config struct {
 	// DefaultRetention is the broker's retention for a namespace that sets
 	// none (GET .../retention answers it then, as Pulsar does).
 	DefaultRetention meta.Retention
+	// PeerHTTP is the client for another broker of the region's admin API
+	// (partitioned stats of partitions it owns); nil: not asked.
+	PeerHTTP func(timeout time.Duration) *http.Client
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -208,6 +209,16 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 			if errors.Is(err, meta.ErrTopicNotFound) {
 				continue // registered by its creation, never written: no stats
 			}
+			var no meta.NotOwnerError
+			if errors.As(err, &no) && no.OwnerAdminURL != "" && s.cfg.PeerHTTP != nil {
+				// Another broker owns it: its stats are the owner's.
+				st, err := s.peerTopicStats(r, no.OwnerAdminURL, name)
+				if err != nil {
+					return nil, fmt.Errorf("partition %s, from its owner %s: %w", name, no.OwnerAdminURL, err)
+				}
+				ps.add(name, st, per)
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("partition %s: %w", name, err)
 			}
@@ -231,4 +242,35 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 		}
 		return messageAnswer(m), nil
 	})
+}
+
+// peerTopicStats asks the broker at ownerAdminURL for the stats of topic,
+// which it owns, with the caller's credentials (its Authorization header)
+// and authoritative=true, so that it answers itself or fails.
+func (s *Server) peerTopicStats(r *http.Request, ownerAdminURL, topic string) (TopicStats, error) {
+	u := strings.TrimSuffix(ownerAdminURL, "/") + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://") + "/stats?authoritative=true"
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u, nil)
+	if err != nil {
+		return TopicStats{}, err
+	}
+	if a := r.Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
+	resp, err := s.cfg.PeerHTTP(10 * time.Second).Do(req)
+	if err != nil {
+		return TopicStats{}, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminBody))
+	if err != nil {
+		return TopicStats{}, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return TopicStats{}, meta.StatusError{Status: resp.StatusCode, Err: fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))}
+	}
+	var st TopicStats
+	if err := json.Unmarshal(body, &st); err != nil {
+		return TopicStats{}, fmt.Errorf("%w: stats of %s: %v", meta.ErrServiceNotReady, topic, err)
+	}
+	return st, nil
 }
