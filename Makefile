@@ -39,6 +39,7 @@ RACE_PKGS += ./internal/tlsutil/
 RACE_PKGS += ./internal/ratelog/
 RACE_PKGS += ./internal/httpserve/
 RACE_PKGS += ./internal/clientopts/
+RACE_PKGS += ./internal/ratemeter/
 RACE_PKGS += ./internal/clock/...
 RACE_PKGS += ./internal/healthz/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./tools/netfault/ ./tools/testutil/ ./tools/up/ ./cmd/... ./tools/georep/

@@ -482,7 +482,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn meta.TopicName, create bool) 
 	if mine, owner, err := b.ownershipFor(pol).acquire(ctx, bd); err != nil {
 		return nil, fmt.Errorf("%w: bundle %s: %v", meta.ErrServiceNotReady, bd, err)
 	} else if !mine {
-		return nil, fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)
+		return nil, meta.NotOwnerError{OwnerAdminURL: owner.AdminURL, Err: fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)}
 	}
 	if tn.Partition < 0 {
 		if n, err := b.meta.Partitions(ctx, tn); err != nil {
@@ -571,6 +571,7 @@ func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProdu
 		id: m.GetProducerId(), name: name, conn: c, topic: t,
 		exclusive: m.GetProducerAccessMode() != pb.ProducerAccessMode_Shared,
 		pending:   make(chan struct{}, b.cfg.MaxPendingSendsPerProducer),
+		since:     time.Now(),
 	}
 	if m.Schema != nil {
 		v, err := t.schemaFor(ctx, m.Schema)

@@ -16,6 +16,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -46,6 +47,10 @@ type Topic struct {
 	lastBatch int   // messages in the last entry appended (GET_LAST_MESSAGE_ID)
 	quotaErr  error // set while a backlog quota blocks producers
 	msgsIn    int64 // messages persisted since the topic was loaded
+	// in meters the messages persisted (admin stats); lastPublishMs is
+	// the broker's publish time of the last one.
+	in            ratemeter.Meter
+	lastPublishMs int64
 	// perEntry: messages per entry dispatched (a moving average, as
 	// math.Float64bits; 0 until the first), so a dispatch reads about as
 	// many entries as its consumers have permits for (dispatch.EntriesFor).
@@ -204,6 +209,21 @@ func (t *Topic) load(ctx context.Context) error {
 		}
 	}
 	t.nextSeq = t.localSeq
+	// Every durable subscription stored with the topic is one of its
+	// subscriptions from the load on, with consumers or not (as Pulsar's):
+	// the admin API lists it and its backlog, TTL and backlog quotas apply
+	// to it. (They appeared only once a consumer came back: after a
+	// restart or an unload, a subscription nobody consumed was missing
+	// from the stats and its messages never expired.)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.ml.Cursors() {
+		if replication.IsCursor(c.Name()) || t.subs[c.Name()] != nil {
+			continue
+		}
+		t.subs[c.Name()] = newSubscription(t, c.Name(), 0, c, true)
+		t.b.metrics.subscriptions.Inc()
+	}
 	return nil
 }
 
@@ -360,6 +380,12 @@ func (t *Topic) removeProducer(p *Producer) {
 // persisted message it runs at once with the original position (or -1:-1
 // when that is no longer remembered).
 func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
+	t.publishMetered(producerName, nil, seq, numMsgs, fm, cb)
+}
+
+// publishMetered is publish that also counts the persisted message on in
+// (its producer's meter; nil: none).
+func (t *Topic) publishMetered(producerName string, in *ratemeter.Meter, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
 	msg := fm.Msg()
 	highest := seq + int64(max(numMsgs, 1)) - 1
 	t.mu.Lock()
@@ -431,6 +457,7 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 			st.remember(seq, highest, pos)
 			t.lastBatch = max(numMsgs, 1)
 			t.msgsIn += int64(max(numMsgs, 1))
+			t.lastPublishMs = start.UnixMilli()
 			t.sinceSnap++
 			if t.sinceSnap >= t.b.cfg.DedupSnapshotInterval {
 				t.sinceSnap = 0
@@ -447,6 +474,11 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 			go t.writeSnapshot(context.Background(), snap)
 		}
 		if err == nil {
+			now := time.Now()
+			t.in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))
+			if in != nil {
+				in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))
+			}
 			t.b.metrics.msgsIn.Add(float64(max(numMsgs, 1)))
 			t.b.metrics.bytesIn.Add(float64(len(msg)))
 			t.notifySubs()
@@ -695,6 +727,9 @@ type Producer struct {
 	exclusive     bool
 	schemaVersion []byte
 	pending       chan struct{} // bounds SENDs not yet persisted
+	// in meters its messages persisted; since is when it was created.
+	in    ratemeter.Meter
+	since time.Time
 }
 
 // publish handles one SEND; receipts go back in send order because the
@@ -703,7 +738,7 @@ func (p *Producer) publish(m *pb.CommandSend, msg entry.Framed) {
 	p.pending <- struct{}{} // back-pressure: blocks the connection's reader when full
 	seq := m.GetSequenceId()
 	n := int(m.GetNumMessages())
-	p.topic.publish(p.name, int64(seq), n, msg, func(pos mledger.Position, err error) {
+	p.topic.publishMetered(p.name, &p.in, int64(seq), n, msg, func(pos mledger.Position, err error) {
 		<-p.pending
 		if errors.Is(err, errDropSilently) {
 			return
