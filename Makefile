@@ -26,19 +26,21 @@ RACE_PKGS += ./broker/failoverctl/
 RACE_PKGS += ./broker/replication/
 RACE_PKGS += ./broker/stretched/
 RACE_PKGS += ./broker/dispatch/
-RACE_PKGS += ./replicator/
+RACE_PKGS += ./replicator/...
 RACE_PKGS += ./failover/
 RACE_PKGS += ./drill/...
-RACE_PKGS += ./internal/wanproxy/
+RACE_PKGS += ./tools/wanproxy/
 RACE_PKGS += ./internal/ports/
 RACE_PKGS += ./internal/procstop/
 RACE_PKGS += ./internal/grpcpool/
-RACE_PKGS += ./internal/bench/
+RACE_PKGS += ./tools/bench/
 RACE_PKGS += ./internal/authtoken/
 RACE_PKGS += ./internal/tlsutil/
 RACE_PKGS += ./internal/ratelog/
 RACE_PKGS += ./internal/clientopts/
-PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./internal/netfault/ ./internal/testutil/ ./internal/up/ ./cmd/... ./internal/georep/
+RACE_PKGS += ./internal/clock/...
+RACE_PKGS += ./internal/healthz/
+PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./tools/netfault/ ./tools/testutil/ ./tools/up/ ./cmd/... ./tools/georep/
 
 .PHONY: build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
 
@@ -106,7 +108,7 @@ bench-failover:
 	  MERIDIAN_TEST_FAILOVER_DELAY=500ms MERIDIAN_TEST_CLIENT_MAX_BACKOFF=500ms RUNS=$${RUNS:-5} scripts/failover-rto.sh
 	# The tuned settings must not flap: the split-view test with them.
 	MERIDIAN_TEST_GOSSIP_PROFILE=fast MERIDIAN_TEST_FAILOVER_LEASE_TTL=2s MERIDIAN_TEST_FAILOVER_DELAY=500ms \
-	  $(GO) test -count=$${SPLIT_RUNS:-3} -p 1 -v -run 'TestSplitViewsNeverOverlap$$' ./internal/georep/
+	  $(GO) test -count=$${SPLIT_RUNS:-3} -p 1 -v -run 'TestSplitViewsNeverOverlap$$' ./tools/georep/
 
 # What each client setting buys when a region dies silently (~45 min):
 # the drill region-blackhole-default-client once per pulsar-client-go
@@ -150,7 +152,7 @@ drill-all: build
 soak:
 	$(GO) run ./tools/soak -time $${SOAK_TIME:-2h}
 
-# The packages the CI targets test (internal/testutil's
+# The packages the CI targets test (tools/testutil's
 # TestEveryTestedPackageRunsInCI holds that no package's tests are left out).
 print-test-pkgs:
 	@echo $(RACE_PKGS) $(PROC_PKGS)

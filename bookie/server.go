@@ -15,6 +15,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/meridian-mq/meridian/internal/grpcpool"
+	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -57,6 +59,9 @@ type Server struct {
 	diskErrShown bool // guarded by diskMu
 	diskUsed     atomic.Uint64
 	diskTotal    atomic.Uint64
+
+	health     *healthz.Checker // /healthz, /readyz on the metrics port
+	diskTurned func()           // the disk loop's turn, for /healthz
 
 	regMu        sync.Mutex // serializes Register calls
 	registered   bool       // Start registered; guarded by regMu
@@ -119,6 +124,7 @@ func New(cfg Config, reg Registry) (*Server, error) {
 	}
 	s.cookie = cookie
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.health, s.diskTurned = s.newHealth()
 	s.checkDisk()
 	return s, nil
 }
@@ -151,6 +157,43 @@ func (s *Server) MetricsAddr() string {
 	}
 	return s.metricsLis.Addr().String()
 }
+
+// newHealth returns the bookie's answers to a prober (internal/healthz),
+// served on its metrics port: live while the disk loop turns; ready when
+// registered (the last registration update went through), writable (not
+// read-only: disk full, decommissioning) and not stopping.
+func (s *Server) newHealth() (*healthz.Checker, func()) {
+	h := healthz.New()
+	turned := h.Loop("disk-loop", 2*s.cfg.DiskCheckInterval+30*time.Second)
+	h.Ready("registration", func(context.Context) error {
+		if s.reg == nil {
+			return nil
+		}
+		s.regMu.Lock()
+		defer s.regMu.Unlock()
+		switch {
+		case !s.registered:
+			return errors.New("not registered")
+		case s.regDirty:
+			return errors.New("a registration update is failing")
+		}
+		return nil
+	})
+	h.Ready("writable", func(context.Context) error {
+		if s.store.ReadOnly() || s.draining.Load() {
+			return errors.New("read-only")
+		}
+		return nil
+	})
+	return h, turned
+}
+
+// maxConcurrentStreams bounds the streams one connection may hold open at
+// once (gRPC's default is unbounded: a caller could open streams until the
+// bookie runs out of memory). A ledger client uses one add stream per
+// bookie connection and one stream per read in flight; a broker's reads
+// beyond the bound wait for a stream to end, they do not fail.
+const maxConcurrentStreams = 4096
 
 // Start listens on cfg.ListenAddr (and cfg.MetricsAddr), serves, and
 // registers the bookie (writable or read-only) in the Registry.
@@ -221,7 +264,8 @@ func (s *Server) listen() error {
 		// Ledger clients ping idle connections every 10 s to notice a dead
 		// bookie; gRPC's default policy (5 min) would answer that with
 		// GOAWAY "too_many_pings" and break every add stream.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams)}
 	opts = append(opts, grpcpool.TransportServerOptions()...)
 	var tlsSrc *tlsutil.Source
 	if s.cfg.TLS.Enabled() {
@@ -247,6 +291,10 @@ func (s *Server) listen() error {
 	if mlis != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+		rl := ratelog.New(s.log, time.Minute)
+		s.health.Register(mux, func(endpoint string, err error) {
+			rl.Log(slog.LevelWarn, endpoint, "bookie: health probe answered red", "endpoint", endpoint, "err", err)
+		})
 		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		s.metricsLis = mlis
 		serve := mlis
@@ -323,6 +371,7 @@ func (s *Server) diskLoop() {
 		case <-t.C:
 		case <-s.diskTrigger:
 		}
+		s.diskTurned()
 		s.refresh()
 	}
 }
@@ -425,6 +474,7 @@ func (s *Server) Close() error {
 	s.closed = true
 	started := s.started
 	s.mu.Unlock()
+	s.health.Drain("stopping")
 
 	var errs []error
 	if started && s.reg != nil {

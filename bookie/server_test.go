@@ -22,7 +22,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 )
@@ -792,5 +794,41 @@ func TestServerReadEntries(t *testing.T) {
 	}
 	if r := read(6, 100, 0); r.GetStatus() != bookiepb.Status_NO_SUCH_ENTRY || len(r.GetEntries()) != 0 {
 		t.Fatalf("read from the gap: %v %v, want NO_SUCH_ENTRY", r.GetStatus(), ids(r))
+	}
+}
+
+// One connection holds at most maxConcurrentStreams streams at once: the
+// next waits until one ends (gRPC's default would let a caller open
+// streams until the bookie ran out of memory).
+func TestServerBoundsStreamsPerConnection(t *testing.T) {
+	_, c := startServer(t, testConfig(t, t.TempDir()), nil)
+	// One call first, so the client has the server's settings.
+	addOne(t, c, addReq(1, 7, 0, -1, []byte("x")))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cancels := make([]context.CancelFunc, 0, maxConcurrentStreams)
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := 0; i < maxConcurrentStreams; i++ {
+		sctx, scancel := context.WithCancel(ctx)
+		cancels = append(cancels, scancel)
+		if _, err := c.AddEntries(sctx); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err := c.AddEntries(wctx)
+	wcancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("stream %d opened past the bound (err %v)", maxConcurrentStreams+1, err)
+	}
+	cancels[0]() // one ends: the next gets its place
+	wctx, wcancel = context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if _, err := c.AddEntries(wctx); err != nil {
+		t.Fatalf("after a stream ended: %v", err)
 	}
 }

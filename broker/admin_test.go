@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // The admin API and `meridian admin` over it, with a partitioned topic

@@ -117,7 +117,7 @@ func (b *Broker) newAdmin() *admin.Server {
 		Addr: b.cfg.AdminAddr, Cluster: b.cfg.Cluster, Meta: b.meta,
 		Broker: adminBroker{b}, Failover: adminBroker{b}, Replication: adminBroker{b},
 		Health: b.cfg.Health, Metrics: append(prometheus.Gatherers{b.metrics.reg}, b.cfg.ExtraMetrics...),
-		Logger: b.log,
+		Probes: b.health, Logger: b.log,
 	}
 	if b.cfg.Security.GossipKeys != nil {
 		cfg.GossipKeys = b.cfg.Security.GossipKeys

@@ -20,6 +20,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/broker/stretched"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/healthz"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
 
@@ -43,6 +44,10 @@ type Broker struct {
 	lis       net.Listener
 	admin     *admin.Server
 	serverURL string
+
+	health       *healthz.Checker          // probes.go
+	policyTurned func()                    // the policy loop's turn, for /healthz
+	registered   atomic.Pointer[ownership] // own, once Start registered it
 
 	mu     sync.Mutex
 	topics map[string]*topicSlot
@@ -82,6 +87,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.metrics = newMetrics(cfg.Cluster, b)
 	b.guard = security.New(cfg.Security, b.meta, cfg.Cluster, b.metrics.reg)
+	b.health, b.policyTurned = newHealth(cfg, b.registered.Load)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -153,6 +159,7 @@ func (b *Broker) Start() error {
 		}
 		return err
 	}
+	b.registered.Store(b.own)
 	b.fo.StartControl()
 	b.meta.Watch()
 	b.bundles = cluster.WatchPrefix(b.cfg.Store, "/bundles/")
@@ -227,6 +234,11 @@ func (b *Broker) Close(ctx context.Context) error {
 		return nil
 	}
 	b.closed = true
+	// Not ready from now on (a load balancer takes the broker out of
+	// rotation), before any bundle is handed over.
+	if b.health != nil {
+		b.health.Drain("stopping")
+	}
 	conns := make([]*conn, 0, len(b.conns))
 	for c := range b.conns {
 		conns = append(conns, c)

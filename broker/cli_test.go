@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/meridian-mq/meridian/broker/meta"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // The CLI against a real `meridian standalone`.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // These tests run the unmodified pulsar-client-go against a real

@@ -13,8 +13,8 @@ import (
 	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
 )
 

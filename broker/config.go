@@ -130,6 +130,10 @@ type Config struct {
 	// failover of active-standby namespaces (failoverctl.go): the gossip
 	// view of every region.
 	HealthView func() cluster.HealthView
+	// HealthChanges, if set, delivers each new gossip view
+	// (cluster.Membership.Subscribe), so the failover controller steps on a
+	// change of a region's health at once rather than at its next poll.
+	HealthChanges func() (<-chan cluster.HealthView, func())
 	// FailoverLease: the rules of the regions' leases (zero: failover's
 	// defaults, a 5 s TTL).
 	FailoverLease failover.LeaseRules

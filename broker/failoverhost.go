@@ -17,7 +17,7 @@ func (b *Broker) newFailoverShell() *failoverctl.Shell {
 	cfg := failoverctl.Config{
 		Cluster: b.cfg.Cluster, BrokerID: b.cfg.BrokerID,
 		Store: b.cfg.Store, GlobalStore: b.cfg.GlobalStore, Meta: b.meta,
-		HealthView: b.cfg.HealthView, FailoverLease: b.cfg.FailoverLease,
+		HealthView: b.cfg.HealthView, HealthChanges: b.cfg.HealthChanges, FailoverLease: b.cfg.FailoverLease,
 		PublishProbe: b.cfg.PublishProbe, ProbeInterval: b.cfg.ProbeInterval, ProbeTimeout: b.cfg.ProbeTimeout,
 		ManagedLedger: b.cfg.ManagedLedger,
 		Probed:        b.metrics.probe,

@@ -23,8 +23,8 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/meridian-mq/meridian/broker/codec"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )

@@ -25,7 +25,7 @@ var (
 	floor = []string{"broker/meta", "broker/entry", "broker/codec", "broker/mledger"}
 	// The composition root is imported only by the binary that wires it
 	// and the tools that run it in process.
-	rootImporters = []string{"cmd/meridian", "internal/bench"}
+	rootImporters = []string{"cmd/meridian", "tools/bench"}
 )
 
 // productImports returns, by package directory (relative to the module
@@ -151,5 +151,29 @@ func TestLayoutCheckSeesImports(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join("..", "go.mod")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// internal/ holds the low-level libraries every layer may use (tokens,
+// TLS, gRPC buffers, clocks, ports, rate-limited logs), tools/ what sits
+// above everything (the deployment runner, benchmarks, test harnesses,
+// fault proxies). So an internal library imports no other package of the
+// module but internal ones, and no product package imports a tool: only
+// the binary, the drills and other tools do (tests may import either).
+func TestLibrariesAndToolsKeepTheirSides(t *testing.T) {
+	imports := productImports(t)
+	toolUsers := []string{"cmd/", "tools/", "drill"}
+	for dir, ps := range imports {
+		for _, p := range ps {
+			if strings.HasPrefix(dir, "internal/") && !strings.HasPrefix(p, "internal/") {
+				t.Errorf("the library %s imports %s, which sits above it", dir, p)
+			}
+			if strings.HasPrefix(p, "tools/") && !slices.ContainsFunc(toolUsers, func(u string) bool { return strings.HasPrefix(dir, u) }) {
+				t.Errorf("the product package %s imports the tool %s", dir, p)
+			}
+		}
+	}
+	if !slices.Contains(imports["tools/bench"], "broker") || !slices.Contains(imports["bookie"], "internal/grpcpool") {
+		t.Fatalf("the import walk missed known imports: tools/bench %v, bookie %v", imports["tools/bench"], imports["bookie"])
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/meridian-mq/meridian/bookie/ledger"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 func adminCall(t *testing.T, method, url string, body any) (int, []byte) {

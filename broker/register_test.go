@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // A broker whose registration in the global store failed at start (the

@@ -18,9 +18,9 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/internal/authtoken"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
 )
 

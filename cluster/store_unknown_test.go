@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // admin talks to a deployment's brokers' admin APIs.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/up"
 )
 
 // smallDisk is a process's data directory on a tmpfs of its own, which a

@@ -19,10 +19,10 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/drill/check"
-	"github.com/meridian-mq/meridian/internal/netfault"
 	"github.com/meridian-mq/meridian/internal/procstop"
-	"github.com/meridian-mq/meridian/internal/up"
-	"github.com/meridian-mq/meridian/internal/wanproxy"
+	"github.com/meridian-mq/meridian/tools/netfault"
+	"github.com/meridian-mq/meridian/tools/up"
+	"github.com/meridian-mq/meridian/tools/wanproxy"
 )
 
 // Options control a run.

@@ -1,7 +1,7 @@
 // Package drill runs disaster drills: a drill file (YAML, see scenarios/)
 // names a topology, a workload of unmodified pulsar-client-go producers and
 // consumers, a schedule of real faults and the expectations the run must
-// meet. Run starts the topology as separate OS processes (internal/up),
+// meet. Run starts the topology as separate OS processes (tools/up),
 // runs the workload while it applies the faults, heals, drains, and judges
 // every acknowledged message against what the consumers received
 // (drill/check), then writes report.json, report.md and timeline.svg.

@@ -108,8 +108,11 @@
 //     NewSender(cfg, cursor, now), then Appended(log end) at once.
 //  2. Call Appended whenever the log grows (LogEnd: last position, last
 //     local sequence number, cumulative local bytes), and Tick with the
-//     current time at Ready.WakeAt or periodically (every 100 ms is
-//     plenty; ticks are cheap).
+//     current time at Sender.WakeAt (Ready.WakeAt as of the last input)
+//     and whenever convenient (after an input; ticks are cheap). Sleep
+//     otherwise: no periodic tick is needed, because time moves the
+//     Sender only through Tick and a Tick acts on everything due by then
+//     (wake_test.go holds it).
 //  3. After any input, if HasReady, take Ready and act on all of it (steps
 //     4 to 8).
 //  4. Ready.Read: read the entries after Read.After (at most MaxEntries,
@@ -158,8 +161,11 @@
 //
 //  1. Track(seq, now) once a local entry is persisted locally; hold the
 //     producer's receipt.
-//  2. Feed Acked(region, sender's Ready.Acked) and Tick(now); release the
-//     receipts of every entry through SyncReady.ReceiptThrough.
+//  2. Feed Acked(region, sender's Ready.Acked), and Tick(now) at
+//     SyncReady.WakeAt (the tracker's own clock or earlier: at once);
+//     release the receipts of every entry through
+//     SyncReady.ReceiptThrough. Take Ready after every input: its WakeAt
+//     replaces the previous one. No periodic tick is needed.
 //  3. Apply the failover decisions: RemoveRegion(region, epoch) when a
 //     region of the sync set is declared failed, AddRegion when it comes
 //     back and caught up.
@@ -185,16 +191,19 @@
 // next read fails with ErrTrimmed and R needs a resync), hold everything,
 // or resync now.
 //
-// # The shell (broker/replication)
+// # The shell (broker/replication, replicator/transport)
 //
 // One bidirectional gRPC stream per (topic, remote region) carries
-// Batches one way and Acks the other; the transport only moves bytes, and
-// a broken stream turns into SendFailed for the batches in flight. One
-// goroutine per Sender loops: wait for an input (log notification, reply,
-// read result), feed it, act on Ready; it also ticks every 100 ms rather
-// than sleeping until Ready's WakeAt (moving it onto WakeAt is the next
-// step of the broker's layout). The target's stream handler feeds its
-// Appliers and appends through the topic. Ownership changes move both
-// ends; nothing is lost because both restart from durable state and
-// resend/deduplicate by sequence number.
+// Batches one way and Acks the other; the transport (replicator/transport:
+// the Hello/Welcome/Redirect handshake, the endpoint registry, the
+// conversions to the protocol, the target's reply queue) only moves
+// bytes, and a broken stream turns into SendFailed for the batches in
+// flight. One goroutine per Sender steps on every input (log
+// notification, reply, stream error) and at the Sender's WakeAt: it
+// feeds the input and the time, acts on Ready, and sleeps on an injected
+// clock until the next WakeAt or input — no periodic tick. The sync
+// receipts' goroutine sleeps likewise until SyncReady.WakeAt. The
+// target's stream handler feeds its Appliers and appends through the
+// topic. Ownership changes move both ends; nothing is lost because both
+// restart from durable state and resend/deduplicate by sequence number.
 package replicator

@@ -677,6 +677,15 @@ func (s *Sender) Ready() Ready {
 	return rd
 }
 
+// WakeAt is the earliest time at which a Tick lets the sender make
+// progress (Ready.WakeAt, as of the last input): the end of a backoff, a
+// rate-limit refill, a read retry, an ack timeout, the quota's age limit.
+// Zero: until the next input, no Tick does anything. Time moves the
+// sender only through Tick, and a Tick acts on everything due by then, so
+// a shell that sleeps until WakeAt or the next input needs no periodic
+// tick.
+func (s *Sender) WakeAt() time.Time { return s.wakeAt() }
+
 func (s *Sender) wakeAt() time.Time {
 	var at time.Time
 	consider := func(t time.Time) {

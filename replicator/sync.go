@@ -86,7 +86,12 @@ type SyncReady struct {
 	// decreases; 0 or unchanged means nothing new.
 	ReceiptThrough uint64
 	Events         []SyncEvent
-	// WakeAt, if non-zero: when a Tick would let the policy act.
+	// WakeAt, if non-zero: when a Tick lets the policy act — the oldest
+	// waiting entry's timeout, or the tracker's clock (tick at once) when
+	// that timeout has passed and a region holding the entry back has not
+	// been acted on yet (the entry became the oldest only after its
+	// timeout). Zero: until the next input, no Tick does anything. The
+	// shell sleeps until WakeAt or an input; it needs no periodic tick.
 	WakeAt time.Time
 }
 
@@ -264,10 +269,26 @@ func (t *SyncTracker) release() {
 func (t *SyncTracker) Ready() SyncReady {
 	rd := t.rd
 	t.rd = SyncReady{}
-	if t.cfg.Timeout > 0 && len(t.waiting) > 0 {
-		if at := t.waiting[0].at.Add(t.cfg.Timeout); at.After(t.now) {
-			rd.WakeAt = at
-		}
-	}
+	rd.WakeAt = t.wakeAt()
 	return rd
+}
+
+// wakeAt is SyncReady.WakeAt: the first time at which Tick would act on
+// the oldest waiting entry (Tick acts on no other).
+func (t *SyncTracker) wakeAt() time.Time {
+	if t.cfg.Timeout <= 0 || len(t.waiting) == 0 {
+		return time.Time{}
+	}
+	w := t.waiting[0]
+	if at := w.at.Add(t.cfg.Timeout); at.After(t.now) {
+		return at
+	}
+	for _, name := range t.names {
+		r := t.set[name]
+		if r.degraded || t.limit(name, r) >= w.seq || (t.cfg.Policy == SyncStrict && r.stalled) {
+			continue // holds nothing back, or already acted on
+		}
+		return t.now
+	}
+	return time.Time{}
 }

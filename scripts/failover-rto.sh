@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 out=$(mktemp)
 go test -count="$RUNS" -p 1 -timeout 60m -v \
-  -run 'TestAutomaticFailoverOnRegionLoss$|TestAutomaticFailoverOnSilentOutage$' ./internal/georep/ | tee "$out" | grep -E 'RTO|_test.go:[0-9]+: |^(--- |FAIL|ok)' || true
+  -run 'TestAutomaticFailoverOnRegionLoss$|TestAutomaticFailoverOnSilentOutage$' ./tools/georep/ | tee "$out" | grep -E 'RTO|_test.go:[0-9]+: |^(--- |FAIL|ok)' || true
 python3 - "$out" <<'PY'
 import re, statistics, sys
 rows = {}

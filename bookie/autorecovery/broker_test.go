@@ -21,10 +21,10 @@ import (
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/meridian-mq/meridian/rack"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
 )
 

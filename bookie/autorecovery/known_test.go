@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // waitStatusAfter waits for a status published at least d after now, so

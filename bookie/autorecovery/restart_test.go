@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 var threeRacks = []string{"r1", "r2", "r3"}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
 )
 

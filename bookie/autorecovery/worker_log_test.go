@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // A worker whose repairs all fail (here: no bookie is left to copy to)

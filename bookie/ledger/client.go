@@ -284,6 +284,9 @@ func (o *CreateOptions) normalize() error {
 	return o.Placement.Validate(o.EnsembleSize, o.WriteQuorum, o.AckQuorum)
 }
 
+// WritableBookies returns how many bookies new ensembles may use now.
+func (c *Client) WritableBookies() int { return len(c.cfg.Bookies.Writable()) }
+
 // candidates returns the writable bookies as placement candidates.
 func (c *Client) candidates() ([]rack.Bookie, map[string]*metapb.BookieRegistration) {
 	regs := c.cfg.Bookies.Writable()

@@ -17,8 +17,8 @@ import (
 	"github.com/meridian-mq/meridian/bookie"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // TestMain lets this test binary double as a writer process (kill -9'd by

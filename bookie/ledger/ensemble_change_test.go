@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // Test 1 of the storage issue: E=3 Qw=3 Qa=2 over 4 bookie processes on 2

@@ -11,7 +11,7 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // runWriter keeps adding to w until it fails, recording acknowledged ids.

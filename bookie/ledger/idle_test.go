@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/metapb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // An idle writer replaces a member of its ensemble that turned read-only

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/metapb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // ReadRange reads a run of a closed ledger with few requests (batch reads

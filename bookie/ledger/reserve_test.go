@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // CreateOptions.Reserve runs with the ledger's id before the ledger exists

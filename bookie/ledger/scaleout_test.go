@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/metapb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/metapb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // A metadata compare-and-swap that etcd answers "request timed out" may

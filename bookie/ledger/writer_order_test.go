@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // Callbacks run in call order, refusals included: an oversize add refused

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -86,6 +88,9 @@ type Replication interface {
 // meta.ErrAuthorization (security.Guard).
 type Authorizer interface {
 	AuthorizeAdmin(r *http.Request, pattern string) error
+	// AuthorizeSecret checks a request for a secret (the gossip keyring):
+	// never granted to an unauthenticated caller.
+	AuthorizeSecret(r *http.Request) error
 }
 
 // Config configures a Server. Read once by New.
@@ -106,6 +111,9 @@ type Config struct {
 	Auth Authorizer
 	// Health, if set, answers GET /admin/v2/meridian/health.
 	Health func() any
+	// Probes, if set, answers GET /healthz, /readyz and /status.html,
+	// with no credentials (internal/healthz).
+	Probes *healthz.Checker
 	// Metrics is served on /metrics.
 	Metrics prometheus.Gatherer
 	// GossipKeys, if set, serves /admin/v2/meridian/gossip/keys.
@@ -193,6 +201,12 @@ func (s *Server) Handler() http.Handler {
 		}
 		metricsHandler.ServeHTTP(w, r)
 	})
+	if s.cfg.Probes != nil {
+		rl := ratelog.New(s.log(), time.Minute)
+		s.cfg.Probes.Register(mux, func(endpoint string, err error) {
+			rl.Log(slog.LevelWarn, endpoint, "health probe answered red", "endpoint", endpoint, "err", err)
+		})
+	}
 	h := func(pattern string, f func(r *http.Request) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)

@@ -34,14 +34,22 @@ type gossipKeyRequest struct {
 // adminRuleFor).
 func (s *Server) securityHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string) {
 	s.permissionHandlers(h, ns)
-	kr := func() (GossipKeyring, error) {
+	// The keyring is a secret: never served to an unauthenticated caller,
+	// whatever the authorization setting (no Auth: refused).
+	kr := func(r *http.Request) (GossipKeyring, error) {
+		if s.cfg.Auth == nil {
+			return nil, meta.StatusError{Status: http.StatusForbidden, Err: errors.New("serving the gossip keyring needs authentication")}
+		}
+		if err := s.cfg.Auth.AuthorizeSecret(r); err != nil {
+			return nil, err
+		}
 		if s.cfg.GossipKeys == nil {
 			return nil, fmt.Errorf("%w: this broker does not gossip", meta.ErrNotFound)
 		}
 		return s.cfg.GossipKeys, nil
 	}
 	h("GET /admin/v2/meridian/gossip/keys", func(r *http.Request) (any, error) {
-		k, err := kr()
+		k, err := kr(r)
 		if err != nil {
 			return nil, err
 		}
@@ -52,7 +60,7 @@ func (s *Server) securityHandlers(h func(string, func(*http.Request) (any, error
 		return map[string]any{"members": st.Members, "keys": st.Keys, "primaryKeys": st.PrimaryKeys}, nil
 	})
 	h("POST /admin/v2/meridian/gossip/keys", func(r *http.Request) (any, error) {
-		k, err := kr()
+		k, err := kr(r)
 		if err != nil {
 			return nil, err
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/meridian-mq/meridian/broker/meta"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -16,6 +16,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
+	"github.com/meridian-mq/meridian/internal/clock"
 )
 
 // Automatic failover: the shell of failover.Core (failover/doc.go, "The
@@ -23,9 +24,12 @@ import (
 // through the region's store under its broker lease — runs one Core per
 // active-standby namespace:
 //
-//   - inputs every 250 ms: the gossip health view of every region, the
-//     namespace's record (failover.go's watch) and lease key from the
-//     global store, and the region's lease as the controller holds it;
+//   - inputs: the gossip health view of every region (stepped on each
+//     change), the namespace's record (failover.go's watch) and lease key
+//     from the global store (watched, and read at each step), and the
+//     region's lease as the controller holds it; the loop sleeps until an
+//     input changes, the Core's Output.Wake, a renewal falls due, or
+//     controlPoll (250 ms) passed;
 //   - proposals are committed by compare-and-swap of the record's epoch;
 //   - the region's lease is a key /failover-lease/NS {holder, epoch} in the
 //     global store bound to an etcd lease the controller grants, creates
@@ -80,6 +84,7 @@ type nsControl struct {
 	renewed  time.Time
 	ttl      time.Duration
 	lastKind failover.Kind
+	wake     time.Time // the Core's last Output.Wake
 
 	judgedAt  time.Time
 	judging   atomic.Bool                  // a publishCaughtUp runs
@@ -154,7 +159,7 @@ func (sh *Shell) avoidUnreachableRegions() {
 // watchLeases wakes the control loop whenever a region's lease key
 // changes in the global store: a dead region's lease expiring is what a
 // crash failover waits for last, and the next step must not wait for its
-// tick (250 ms).
+// poll (controlPoll).
 func (sh *Shell) watchLeases() {
 	defer sh.wg.Done()
 	for sh.ctx.Err() == nil {
@@ -273,13 +278,67 @@ func (sh *Shell) watchServing() {
 	}
 }
 
+// controlPoll is the longest the controller goes without a step: its
+// inputs that announce no change (the lease key's value is read, the
+// policies listed, the controller key checked) are polled at this pace.
+// Between polls it steps on every change of a region's gossip health, of
+// the records and lease keys (watched), at its Core's Output.Wake and when
+// a lease renewal falls due.
+const controlPoll = 250 * time.Millisecond
+
+// minControlGap spaces steps that are due at once (a renewal that keeps
+// timing out stays due), so the loop never spins.
+const minControlGap = 20 * time.Millisecond
+
+// nextControlStep returns when the controller steps next, at most poll
+// after now: at the earliest Core's Wake and renewal due among cores,
+// and never sooner than minControlGap.
+func nextControlStep(now time.Time, poll, renewEvery time.Duration, cores map[string]*nsControl) time.Time {
+	at := now.Add(poll)
+	for _, c := range cores {
+		if !c.wake.IsZero() && c.wake.Before(at) {
+			at = c.wake
+		}
+		if c.leaseID != 0 {
+			if due := c.renewed.Add(renewEvery); due.Before(at) {
+				at = due
+			}
+		}
+	}
+	if floor := now.Add(minControlGap); at.Before(floor) {
+		at = floor
+	}
+	return at
+}
+
+// healthSignature is what of a gossip view the Core reads (each region's
+// health, its problems, its suspect members): a view that changes only
+// tags or probe times the Core would not act on (brokers republish their
+// probe tag every second) does not cost a step.
+func healthSignature(v cluster.HealthView) string {
+	var b strings.Builder
+	for _, r := range v.Regions() {
+		rh := v.Region(r)
+		fmt.Fprintf(&b, "%s:%t:%d:%s|", r, rh.Healthy(), len(rh.Suspect("")), strings.Join(rh.Problems(), ";"))
+	}
+	return b.String()
+}
+
 // controlLoop: while this broker is its region's controller, step every
-// active-standby namespace's Core.
+// active-standby namespace's Core — at once on an input, else when
+// nextControlStep says, sleeping on the shell's clock in between.
 func (sh *Shell) controlLoop() {
 	defer sh.wg.Done()
 	cores := map[string]*nsControl{}
-	tk := time.NewTicker(250 * time.Millisecond)
-	defer tk.Stop()
+	alarm := clock.NewAlarm(sh.cfg.Clock)
+	defer alarm.Stop()
+	var views <-chan cluster.HealthView
+	if sh.cfg.HealthChanges != nil {
+		ch, cancel := sh.cfg.HealthChanges()
+		defer cancel()
+		views = ch
+	}
+	var lastHealth string
 	var nsList []string
 	var listedAt time.Time
 	type listResult struct {
@@ -288,30 +347,43 @@ func (sh *Shell) controlLoop() {
 	}
 	listed := make(chan listResult, 1)
 	listing := false
+	next := sh.cfg.Clock.Now()
 	for {
 		select {
 		case <-sh.ctx.Done():
 			return
-		case <-tk.C:
+		case <-alarm.Set(next):
 		case <-sh.serving.nudge:
 			listedAt = time.Time{}
+		case v, ok := <-views:
+			if !ok {
+				views = nil
+				continue
+			}
+			if sig := healthSignature(v); sig != lastHealth {
+				lastHealth = sig
+			} else {
+				continue
+			}
 		case r := <-listed:
 			listing = false
 			if r.err == nil {
 				nsList = r.nss
 			}
 		}
+		now := sh.cfg.Clock.Now()
 		if !sh.isController() {
 			for ns, c := range cores {
 				sh.dropLease(ns, c)
 			}
 			cores = map[string]*nsControl{}
+			next = now.Add(controlPoll)
 			continue
 		}
-		if time.Since(listedAt) > 5*time.Second && !listing {
+		if now.Sub(listedAt) > 5*time.Second && !listing {
 			// Listed in the background: a global store that does not
 			// answer must not stall the steps of the namespaces known.
-			listing, listedAt = true, time.Now()
+			listing, listedAt = true, now
 			go func() {
 				l, err := sh.activeStandbyNamespaces()
 				select {
@@ -339,6 +411,7 @@ func (sh *Shell) controlLoop() {
 			sh.stepNamespace(ctx, ns, cores, sh.cfg.HealthView())
 			cancel()
 		}
+		next = nextControlStep(sh.cfg.Clock.Now(), controlPoll, sh.leaseRules().RenewEvery, cores)
 	}
 }
 
@@ -594,6 +667,7 @@ func (sh *Shell) stepNamespace(ctx context.Context, ns string, cores map[string]
 		in.Lease = failover.LocalLease{Epoch: c.epoch, RenewedAt: c.renewed, TTL: c.ttl}
 	}
 	out := c.core.Step(in)
+	c.wake = out.Wake
 	if out.Instruction.Kind != c.lastKind {
 		sh.log.Warn("failover: instruction", "namespace", ns, "instruction", out.String())
 		c.lastKind = out.Instruction.Kind

@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
+	"github.com/meridian-mq/meridian/internal/clock"
 )
 
 // Config configures a Shell. Read once by New.
@@ -29,6 +30,12 @@ type Config struct {
 	// HealthView, if set with a separate GlobalStore, turns on automatic
 	// failover (the controller): the gossip view of every region.
 	HealthView func() cluster.HealthView
+	// HealthChanges, if set, delivers each new gossip view
+	// (cluster.Membership.Subscribe): the controller steps as soon as a
+	// region's health changes instead of at its next poll.
+	HealthChanges func() (<-chan cluster.HealthView, func())
+	// Clock the controller sleeps on. Default clock.Real().
+	Clock clock.Clock
 	// FailoverLease: the rules of the regions' leases (zero: failover's
 	// defaults, a 5 s TTL).
 	FailoverLease failover.LeaseRules
@@ -119,6 +126,9 @@ type Shell struct {
 func New(cfg Config, host Host) *Shell {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
 	}
 	sh := &Shell{cfg: cfg, host: host, log: cfg.Logger, meta: cfg.Meta, badSince: map[string]time.Time{}}
 	sh.ctx, sh.stop = context.WithCancel(context.Background())

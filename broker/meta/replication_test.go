@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 func TestValidateReplication(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // TestMain lets this test binary double as a broker process holding a

@@ -13,7 +13,7 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker/mledger"
-	"github.com/meridian-mq/meridian/internal/testutil"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // Appends across several rollovers come back in order, at strictly

@@ -11,8 +11,8 @@ import (
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/proto/mlpb"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
 )
 

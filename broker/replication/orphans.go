@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
-
 	"github.com/meridian-mq/meridian/replicator"
 )
 

@@ -14,8 +14,10 @@ import (
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/clock"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
+	"github.com/meridian-mq/meridian/replicator/transport"
 )
 
 // Config configures a Service. Read once by NewService.
@@ -172,10 +174,23 @@ type Service struct {
 	addr       string // advertised host:port
 	serviceURL string // the broker's Pulsar service URL
 
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	dialer *transport.Dialer // the client connections to other regions
 
 	limiters sync.Map // namespace + remote region → *nsLimiter
+
+	// clock is what the senders and the sync receipts step and sleep on
+	// (clock.Real; a test's fake clock).
+	clock clock.Clock
+	hooks testHooks
+}
+
+// testHooks are set by tests only, before the first topic is made.
+type testHooks struct {
+	// senderIdle and syncIdle, if set, are called by a sender's (a sync
+	// state's) goroutine each time it goes to sleep, with when it wakes
+	// next (zero: only an input wakes it).
+	senderIdle func(rs *replSender, wake time.Time)
+	syncIdle   func(ss *syncState, wake time.Time)
 }
 
 // NewService returns the replication service of cfg over host; Start
@@ -200,7 +215,8 @@ func NewService(cfg Config, host Host, active ActiveRegions) *Service {
 	if m.Orphans == nil {
 		m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered_orphans"})
 	}
-	svc := &Service{cfg: cfg, host: host, active: active, log: cfg.Logger, metrics: m, conns: map[string]*grpc.ClientConn{}}
+	svc := &Service{cfg: cfg, host: host, active: active, log: cfg.Logger, metrics: m, dialer: transport.NewDialer(cfg.DialOptions...),
+		clock: clock.Real()}
 	svc.ctx, svc.cancel = context.WithCancel(context.Background())
 	return svc
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/internal/clock"
 	"github.com/meridian-mq/meridian/replicator"
 )
 
@@ -27,6 +28,10 @@ import (
 // log as not yet confirmed remotely (one waiting mark at its last local
 // sequence number) until the senders report them acknowledged, so a
 // producer resending to a new owner does not get an early receipt.
+//
+// Its goroutine (loop) obeys the tracker: it sleeps until the tracker's
+// WakeAt — taken from every Ready, under mu — and ticks it then; a Ready
+// with a new WakeAt kicks it to sleep again until that.
 type syncState struct {
 	mu      sync.Mutex
 	tr      *replicator.SyncTracker
@@ -35,6 +40,14 @@ type syncState struct {
 	svc     *Service
 	topic   string
 	stop    chan struct{}
+	clock   clock.Clock
+	// wakeAt is the tracker's WakeAt as of its last Ready; kick tells the
+	// loop it changed.
+	wakeAt time.Time
+	kick   chan struct{}
+	// idle, a test hook, is called each time the loop goes to sleep, with
+	// when it wakes next (zero: only a kick or stop wakes it).
+	idle func(wake time.Time)
 	// removed: regions the failover decision declared failed, out of the
 	// sync set since that epoch, until they catch up (acked >= tracked).
 	removed map[string]uint64
@@ -72,12 +85,16 @@ func (t *Topic) refreshSync() {
 		if eff.SyncOnUnreachable == meta.SyncDegrade {
 			cfg.Policy = replicator.SyncDegrade
 		}
-		ss := &syncState{tr: replicator.NewSyncTracker(cfg, remotes, 0, time.Now()), regions: remotes, svc: t.svc, topic: t.name.String(),
-			stop: make(chan struct{}), removed: map[string]uint64{}}
+		now := t.svc.clock.Now()
+		ss := &syncState{tr: replicator.NewSyncTracker(cfg, remotes, 0, now), regions: remotes, svc: t.svc, topic: t.name.String(),
+			stop: make(chan struct{}), removed: map[string]uint64{}, clock: t.svc.clock, kick: make(chan struct{}, 1)}
+		if h := t.svc.hooks.syncIdle; h != nil {
+			ss.idle = func(wake time.Time) { h(ss, wake) }
+		}
 		if localSeq > 0 {
-			ss.tr.Track(localSeq, time.Now())
+			ss.tr.Track(localSeq, now)
 			ss.tracked = localSeq
-			ss.tr.Ready()
+			ss.wakeAt = ss.tr.Ready().WakeAt // the load-time mark's timeout
 		}
 		if rec := t.svc.active.FailedOver(t.name.NamespaceName(), pol); rec.Previous != "" {
 			ss.mu.Lock()
@@ -106,17 +123,30 @@ func (t *Topic) stopSync() {
 	}
 }
 
-// loop ticks the tracker (timeouts act even while a sender is stuck
-// dialling an unreachable region).
+// loop ticks the tracker at its WakeAt (timeouts act even while a sender
+// is stuck dialling an unreachable region), and sleeps otherwise.
 func (ss *syncState) loop() {
-	tk := time.NewTicker(100 * time.Millisecond)
-	defer tk.Stop()
+	alarm := clock.NewAlarm(ss.clock)
+	defer alarm.Stop()
 	for {
+		// A kick pending is older than the wakeAt read below.
+		select {
+		case <-ss.kick:
+		default:
+		}
+		ss.mu.Lock()
+		wake := ss.wakeAt
+		ss.mu.Unlock()
+		ring := alarm.Set(wake)
+		if ss.idle != nil {
+			ss.idle(wake)
+		}
 		select {
 		case <-ss.stop:
 			return
-		case now := <-tk.C:
-			ss.tick(now)
+		case <-ss.kick:
+		case <-ring:
+			ss.tick(ss.clock.Now())
 		}
 	}
 }
@@ -131,7 +161,7 @@ func (t *Topic) syncState() *syncState {
 // persisted in the sync set (seq 0: behind every entry tracked so far).
 func (ss *syncState) hold(seq uint64, release func()) {
 	ss.mu.Lock()
-	now := time.Now()
+	now := ss.clock.Now()
 	if seq == 0 {
 		if ss.tr.Waiting() == 0 {
 			ss.mu.Unlock()
@@ -182,9 +212,17 @@ func (ss *syncState) tick(now time.Time) {
 }
 
 // stepLocked applies the tracker's decisions: the receipts to release
-// (returned, to run without the lock) and its events.
+// (returned, to run without the lock), its events, and when to tick it
+// next (wakeAt).
 func (ss *syncState) stepLocked() []func() {
 	rd := ss.tr.Ready()
+	if !rd.WakeAt.Equal(ss.wakeAt) {
+		ss.wakeAt = rd.WakeAt
+		select {
+		case ss.kick <- struct{}{}:
+		default:
+		}
+	}
 	for _, ev := range rd.Events {
 		ss.svc.metrics.Alerts.WithLabelValues("sync-" + ev.Kind.String()).Inc()
 		ss.svc.log.Warn("sync replication: "+ev.Kind.String(), "topic", ss.topic, "region", ev.Region, "seq", ev.Seq, "waited", ev.Waited)

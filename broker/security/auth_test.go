@@ -3,6 +3,7 @@ package security
 import (
 	"errors"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -75,5 +76,50 @@ func TestAuthenticate(t *testing.T) {
 	r := httptest.NewRequest("GET", "/admin/v2/tenants", nil)
 	if err := on.AuthorizeAdmin(r, "GET /admin/v2/tenants"); !errors.Is(err, meta.ErrAuthentication) {
 		t.Fatalf("admin request without a token: %v", err)
+	}
+}
+
+// The gossip keyring goes only to an authenticated caller: with token
+// authentication on, a super-user (authorization on or off); with it off,
+// nobody over plain http — never to an anonymous caller.
+func TestAuthorizeSecret(t *testing.T) {
+	req := func(token string) *http.Request {
+		r := httptest.NewRequest("GET", "/admin/v2/meridian/gossip/keys", nil)
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		return r
+	}
+	off := New(Config{}, nil, "test", prometheus.NewRegistry())
+	var se meta.StatusError
+	if err := off.AuthorizeSecret(req("")); !errors.As(err, &se) || se.Status != http.StatusForbidden {
+		t.Fatalf("authentication off, plain http: %v, want 403", err)
+	}
+	key, err := authtoken.NewSecretKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := authtoken.NewSecretVerifier(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := func(role string) string {
+		s, err := authtoken.CreateWithSecret(key, role, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, authz := range []bool{false, true} {
+		on := New(Config{Tokens: v, Authorization: authz, SuperUserRoles: []string{"admin"}}, nil, "test", prometheus.NewRegistry())
+		if err := on.AuthorizeSecret(req("")); !errors.Is(err, meta.ErrAuthentication) {
+			t.Errorf("authorization=%t, no token: %v", authz, err)
+		}
+		if err := on.AuthorizeSecret(req(tok("alice"))); !errors.Is(err, meta.ErrAuthorization) {
+			t.Errorf("authorization=%t, a user's token: %v, want refused", authz, err)
+		}
+		if err := on.AuthorizeSecret(req(tok("admin"))); err != nil {
+			t.Errorf("authorization=%t, a super-user's token: %v", authz, err)
+		}
 	}
 }

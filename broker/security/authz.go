@@ -266,3 +266,31 @@ func (g *Guard) AuthorizeAdmin(r *http.Request, pattern string) error {
 	}
 	return nil
 }
+
+// errSecretNeedsAuth: a secret (the gossip keyring) is asked for where no
+// caller is authenticated.
+var errSecretNeedsAuth = errors.New("serving the gossip keyring needs an authenticated caller: a super-user's token (token authentication on), or a client certificate from the deployment's CA (TLS on)")
+
+// AuthorizeSecret checks an admin request for a secret (the gossip
+// keyring, which lets its holder join or read the deployment's gossip):
+// with token authentication on, only a super-user, whether authorization
+// is on or not; with it off, only a caller presenting a client certificate
+// from the deployment's CA over https; never an anonymous one.
+func (g *Guard) AuthorizeSecret(r *http.Request) error {
+	if g.AuthnOn() {
+		role, err := g.adminRole(r)
+		if err != nil {
+			return err
+		}
+		if !g.isSuperUser(role) {
+			return g.notAuthorized(role, "manage the gossip keyring", "")
+		}
+		return nil
+	}
+	if g.TLSOn() {
+		if _, err := certRole(r.TLS); err == nil {
+			return nil
+		}
+	}
+	return meta.StatusError{Status: http.StatusForbidden, Err: errSecretNeedsAuth}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -142,11 +143,33 @@ func parseRelativeTime(s string) (time.Duration, error) {
 	return time.Duration(n) * unit, nil
 }
 
+// writeSecret writes a key to path, readable by its owner only. The bytes
+// go into a new file created 0600 beside path, which then replaces path:
+// a key is never written into an existing file while that file may still
+// be readable by others (os.WriteFile keeps an existing file's mode).
 func writeSecret(path string, b []byte) error {
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
 		return err
 	}
-	return os.Chmod(path, 0o600)
+	tmp := f.Name()
+	defer os.Remove(tmp) // a no-op once renamed
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // newPermissionCmds are `admin namespaces grant-permission|revoke-permission|permissions`.

@@ -9,8 +9,8 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
-	"github.com/meridian-mq/meridian/internal/testutil"
 	"github.com/meridian-mq/meridian/rack"
+	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
 // `meridian admin bookies list` shows every bookie with its rack, state,

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meridian-mq/meridian/internal/bench"
+	"github.com/meridian-mq/meridian/tools/bench"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -25,7 +25,7 @@ func newBenchCmd() *cobra.Command {
 	return cmd
 }
 
-// newGeorepBenchCmd: `bench georep`, a 2-region deployment (internal/up)
+// newGeorepBenchCmd: `bench georep`, a 2-region deployment (tools/up)
 // measured against a single-region namespace of the same run.
 func newGeorepBenchCmd() *cobra.Command {
 	var o bench.GeorepOptions

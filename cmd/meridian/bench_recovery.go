@@ -5,12 +5,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/meridian-mq/meridian/internal/bench"
+	"github.com/meridian-mq/meridian/tools/bench"
 	"github.com/spf13/cobra"
 )
 
 // newRecoveryBenchCmd: `bench recovery`, auto-recovery after a bookie loss
-// (internal/bench/recovery.go).
+// (tools/bench/recovery.go).
 func newRecoveryBenchCmd() *cobra.Command {
 	var o bench.RecoveryOptions
 	c := benchCmd("recovery", "Auto-recovery: time to full re-replication, copy throughput with and without the throttle, publish p99 during the copy vs before", nil, &o.Command,

@@ -175,6 +175,7 @@ func newBrokerCmd() *cobra.Command {
 			if m != nil {
 				bc.Security.GossipKeys = m
 				bc.HealthView = m.Snapshot // automatic failover of active-standby namespaces
+				bc.HealthChanges = m.Subscribe
 				bc.PublishProbe = func(ok bool, at time.Time) {
 					if err := m.SetTags(cluster.ProbeTags(ok, at)); err != nil {
 						log.Warn("publish write probe", "err", err)

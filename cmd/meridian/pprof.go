@@ -32,13 +32,14 @@ func startPprof() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	// No /debug/pprof/cmdline: the command line holds flags' values,
+	// which may be secrets (--token).
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	go func() { _ = http.Serve(l, mux) }()
 	f := filepath.Join(dir, strconv.Itoa(os.Getpid())+".addr")
-	if err := os.WriteFile(f, []byte(l.Addr().String()), 0o644); err != nil {
+	if err := os.WriteFile(f, []byte(l.Addr().String()), 0o600); err != nil {
 		fmt.Fprintln(os.Stderr, "meridian: pprof address file:", err)
 	}
 }

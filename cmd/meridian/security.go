@@ -36,6 +36,10 @@ type SecurityFileConfig struct {
 	// value is visible to every user of the machine in ps).
 	TokenSecretKey string `yaml:"token_secret_key"`
 	TokenPublicKey string `yaml:"token_public_key"`
+	// TokenAudience (broker): when set, a token is accepted only if its
+	// "aud" claim names it, as Pulsar's tokenAudience (a token minted for
+	// another deployment or service with the same key is refused).
+	TokenAudience string `yaml:"token_audience"`
 	// Authorization (broker): enforce roles' permissions.
 	Authorization bool `yaml:"authorization"`
 	// SuperUserRoles (broker): roles that may do everything.
@@ -74,6 +78,7 @@ func (s *securityFlags) registerBroker(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&s.fc.TokenSecretKey, "token-secret-key", "", "verify JWT tokens with this secret key (file:///path, as Pulsar's tokenSecretKey); turns authentication on")
 	f.StringVar(&s.fc.TokenPublicKey, "token-public-key", "", "verify JWT tokens with this public key (file:///path, RS256 or ES256, as Pulsar's tokenPublicKey); turns authentication on")
+	f.StringVar(&s.fc.TokenAudience, "token-audience", "", "accept only tokens whose aud claim names this audience (as Pulsar's tokenAudience; default: any)")
 	f.BoolVar(&s.fc.Authorization, "authorization", false, "enforce roles' permissions (super-users, tenant admins, namespace produce/consume grants); needs a token key")
 	f.StringVar(&s.superUsers, "superuser-roles", "", "roles that may do everything, comma-separated")
 	f.DurationVar(&s.fc.AuthRefreshCheck, "auth-refresh-check", 0, "how often connections' token expiry is checked (0: 60s); an expired token is challenged, then the connection closed")
@@ -95,6 +100,7 @@ func (s *securityFlags) merge(cmd *cobra.Command, file SecurityFileConfig) Secur
 	str("etcd-password-file", &out.EtcdPasswordFile, s.fc.EtcdPasswordFile)
 	str("token-secret-key", &out.TokenSecretKey, s.fc.TokenSecretKey)
 	str("token-public-key", &out.TokenPublicKey, s.fc.TokenPublicKey)
+	str("token-audience", &out.TokenAudience, s.fc.TokenAudience)
 	if f.Changed("authorization") {
 		out.Authorization = s.fc.Authorization
 	}
@@ -164,7 +170,7 @@ func (c SecurityFileConfig) brokerSecurity(src *tlsutil.Source) (security.Config
 		if err != nil {
 			return sc, err
 		}
-		sc.Tokens = v
+		sc.Tokens = v.WithAudience(c.TokenAudience)
 	}
 	return sc, nil
 }

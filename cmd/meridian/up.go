@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meridian-mq/meridian/internal/up"
+	"github.com/meridian-mq/meridian/tools/up"
 	"github.com/spf13/cobra"
 )
 

@@ -252,17 +252,36 @@ func sign(m jwt.SigningMethod, key any, subject string, expires time.Time) (stri
 }
 
 // Verifier checks tokens against one key. Safe for concurrent use; it
-// never changes after NewVerifier.
+// never changes after it is made (WithAudience returns a copy).
 type Verifier struct {
 	secret  []byte
 	public  crypto.PublicKey
 	methods []string
+	// audience, if set, must be in the token's "aud" claim (Pulsar's
+	// tokenAudience, with tokenAudienceClaim "aud").
+	audience string
 }
 
-// NewSecretVerifier verifies HS256/384/512 tokens signed with secret.
+// MaxIssuedAtSkew is how far in the future a token's "iat" may be (a
+// clock of the issuer slightly ahead): a token issued later than that is
+// refused as not issued yet — a forged or mis-minted one.
+const MaxIssuedAtSkew = time.Minute
+
+// WithAudience returns a verifier that also requires aud in a token's
+// "aud" claim ("" requires nothing: any audience, or none, is accepted).
+func (v *Verifier) WithAudience(aud string) *Verifier {
+	c := *v
+	c.audience = aud
+	return &c
+}
+
+// NewSecretVerifier verifies HS256/384/512 tokens signed with secret,
+// which must be at least 32 bytes (HS256's key size, as CreateWithSecret
+// and `pulsar tokens create-secret-key` require): a short secret is
+// guessed offline from any one token.
 func NewSecretVerifier(secret []byte) (*Verifier, error) {
-	if len(secret) == 0 {
-		return nil, errors.New("authtoken: empty secret key")
+	if len(secret) < SecretKeyBytes {
+		return nil, fmt.Errorf("authtoken: secret key of %d bytes: at least %d are needed", len(secret), SecretKeyBytes)
 	}
 	return &Verifier{secret: append([]byte(nil), secret...), methods: []string{"HS256", "HS384", "HS512"}}, nil
 }
@@ -324,7 +343,11 @@ func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
 		return Claims{}, ErrNoToken
 	}
 	var rc jwt.RegisteredClaims
-	p := jwt.NewParser(jwt.WithValidMethods(v.methods), jwt.WithTimeFunc(func() time.Time { return now }))
+	opts := []jwt.ParserOption{jwt.WithValidMethods(v.methods), jwt.WithTimeFunc(func() time.Time { return now })}
+	if v.audience != "" {
+		opts = append(opts, jwt.WithAudience(v.audience))
+	}
+	p := jwt.NewParser(opts...)
 	_, err := p.ParseWithClaims(token, &rc, func(t *jwt.Token) (any, error) {
 		if v.secret != nil {
 			return v.secret, nil
@@ -342,6 +365,8 @@ func (v *Verifier) Verify(token string, now time.Time) (Claims, error) {
 		return Claims{}, fmt.Errorf("%w: %s", ErrInvalid, describe(err))
 	case rc.Subject == "":
 		return Claims{}, fmt.Errorf("%w: no subject (sub) claim", ErrInvalid)
+	case rc.IssuedAt != nil && rc.IssuedAt.After(now.Add(MaxIssuedAtSkew)):
+		return Claims{}, fmt.Errorf("%w: issued in the future (iat %s)", ErrInvalid, rc.IssuedAt.UTC().Format(time.RFC3339))
 	}
 	c := Claims{Role: rc.Subject}
 	if rc.ExpiresAt != nil {
@@ -361,6 +386,8 @@ func describe(err error) string {
 		return "not valid yet (nbf)"
 	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
 		return "issued in the future (iat)"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience), errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "not for this audience (aud)"
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
 		return "unverifiable: algorithm does not match this broker's key"
 	default:

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -173,4 +174,80 @@ func FuzzVerify(f *testing.F) {
 			t.Fatal("accepted a token without a role")
 		}
 	})
+}
+
+// handMade signs payload (JSON) with secret as HS256, as Pulsar's tooling
+// does, built from the JWS spec.
+func handMade(secret []byte, payload string) string {
+	enc := base64.RawURLEncoding
+	signing := enc.EncodeToString([]byte(`{"alg":"HS256"}`)) + "." + enc.EncodeToString([]byte(payload))
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(signing))
+	return signing + "." + enc.EncodeToString(mac.Sum(nil))
+}
+
+// A secret key shorter than HS256's 32 bytes is refused: it could be
+// guessed offline from any one token it signed.
+func TestSecretVerifierWantsAtLeast32Bytes(t *testing.T) {
+	for _, n := range []int{0, 1, 16, 31} {
+		if _, err := NewSecretVerifier(make([]byte, n)); err == nil {
+			t.Errorf("a %d-byte secret key was accepted", n)
+		}
+	}
+	if _, err := NewSecretVerifier(make([]byte, 32)); err != nil {
+		t.Errorf("a 32-byte secret key: %v", err)
+	}
+}
+
+// With an audience configured (Pulsar's tokenAudience), a token must name
+// it in "aud" (a string or one of a list); without one, "aud" is ignored.
+func TestAudience(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	base, err := NewSecretVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := base.WithAudience("meridian-east")
+	for _, c := range []struct {
+		payload string
+		ok      bool
+	}{
+		{`{"sub":"u","aud":"meridian-east"}`, true},
+		{`{"sub":"u","aud":["other","meridian-east"]}`, true},
+		{`{"sub":"u","aud":"other"}`, false},
+		{`{"sub":"u"}`, false},
+	} {
+		_, err := v.Verify(handMade(secret, c.payload), now)
+		if (err == nil) != c.ok {
+			t.Errorf("%s with audience meridian-east: err %v, want accepted=%t", c.payload, err, c.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v is not ErrInvalid", c.payload, err)
+		}
+		if _, err := base.Verify(handMade(secret, c.payload), now); err != nil {
+			t.Errorf("%s without an audience configured: %v", c.payload, err)
+		}
+	}
+}
+
+// A token issued later than MaxIssuedAtSkew from now is refused; a clock
+// a little ahead is tolerated.
+func TestIssuedAtInTheFuture(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	v, _ := NewSecretVerifier(secret)
+	for _, c := range []struct {
+		iat time.Time
+		ok  bool
+	}{
+		{now.Add(-time.Hour), true},
+		{now.Add(30 * time.Second), true},
+		{now.Add(2 * time.Minute), false},
+		{now.Add(24 * 365 * time.Hour), false},
+	} {
+		tok := handMade(secret, `{"sub":"u","iat":`+strconv.FormatInt(c.iat.Unix(), 10)+`}`)
+		_, err := v.Verify(tok, now)
+		if (err == nil) != c.ok {
+			t.Errorf("iat %v from now: err %v, want accepted=%t", c.iat.Sub(now), err, c.ok)
+		}
+	}
 }

@@ -1,0 +1,188 @@
+package replication
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meridian-mq/meridian/replicator"
+)
+
+// Status of the senders, for the admin API and metrics.
+
+// Status is what admin and metrics show of a sender.
+type Status struct {
+	Topic          string  `json:"topic"`
+	Remote         string  `json:"remote"`
+	Connected      bool    `json:"connected"`
+	Target         string  `json:"target,omitempty"`
+	BacklogEntries int64   `json:"backlogEntries"`
+	BacklogBytes   int64   `json:"backlogBytes"`
+	SecondsBehind  float64 `json:"secondsBehind"`
+	AckedSeq       uint64  `json:"ackedSeq"`
+	LocalSeq       uint64  `json:"localSeq"`
+	Inflight       int     `json:"inflightBatches"`
+	OverQuota      bool    `json:"overQuota"`
+	NeedsResync    string  `json:"needsResync,omitempty"`
+	LastError      string  `json:"lastError,omitempty"`
+
+	// asOf is when the sender published it: SecondsBehind grows from
+	// then on until the next (a sender asleep publishes nothing).
+	asOf time.Time
+}
+
+// publishStatus publishes the sender's status as of now, and sets or
+// clears the backlog marker to match it.
+func (rs *replSender) publishStatus(now time.Time) {
+	s := rs.s.Status()
+	st := &Status{
+		Topic: rs.t.name.String(), Remote: rs.remote, Connected: rs.st != nil,
+		BacklogEntries: s.Backlog.Entries, BacklogBytes: s.Backlog.Bytes, SecondsBehind: s.Backlog.Age.Seconds(),
+		AckedSeq: s.Acked, Inflight: s.InflightBatches, OverQuota: s.OverQuota, asOf: now,
+	}
+	if rs.st != nil {
+		st.Target = rs.st.addr
+	}
+	if s.NeedsResync != replicator.ResyncNone {
+		st.NeedsResync = s.NeedsResync.String()
+	}
+	if e := rs.lastErr.Load(); e != nil {
+		st.LastError = *e
+	}
+	st.LocalSeq = rs.tlog.End().Seq
+	rs.status.Store(st)
+	rs.tlog.HoldRetention(s.HoldsRetention)
+	// A backlog marker in the region's store lets a broker that owns the
+	// topic later load it to replicate even if no client ever comes back.
+	// Cleared only after the remote region has been caught up for a while
+	// (an idle topic), set again at the first entry behind: a crash in the
+	// moment between a new entry and the marker's write is the one case a
+	// client (or a stream) must load the topic again.
+	behind := st.AckedSeq < st.LocalSeq
+	if behind {
+		rs.caughtUp = time.Time{}
+	} else if rs.caughtUp.IsZero() {
+		rs.caughtUp = now
+	}
+	if !behind && now.Sub(rs.caughtUp) < markerIdle {
+		behind = rs.marked // keep it for now
+	}
+	rs.markerRetry = time.Time{}
+	if behind != rs.marked {
+		ctx, cancel := context.WithTimeout(rs.ctx, 5*time.Second)
+		err := rs.tlog.SetBacklogged(ctx, behind)
+		cancel()
+		if err == nil {
+			rs.marked = behind
+		} else {
+			rs.markerRetry = now.Add(statusEvery)
+		}
+	}
+}
+
+// markerAt is when publishStatus must run again for the backlog marker:
+// to retry a failed write of it, or to clear it once the region has been
+// caught up for markerIdle (zero: no need).
+func (rs *replSender) markerAt() time.Time {
+	switch {
+	case !rs.markerRetry.IsZero():
+		return rs.markerRetry
+	case rs.marked && !rs.caughtUp.IsZero():
+		return rs.caughtUp.Add(markerIdle)
+	}
+	return time.Time{}
+}
+
+// markerDue reports whether the backlog marker needs publishStatus now.
+func (rs *replSender) markerDue(now time.Time) bool {
+	at := rs.markerAt()
+	return !at.IsZero() && !now.Before(at)
+}
+
+// replicationStatus lists the senders of the loaded topics, optionally of
+// one namespace or topic.
+func (svc *Service) replicationStatus(filter string) []Status {
+	var out []Status
+	for _, t := range svc.host.Topics() {
+		name := t.name.String()
+		if filter != "" && name != filter && t.name.NamespaceName() != filter && !strings.HasPrefix(name, filter+"-partition-") {
+			continue
+		}
+		t.mu.Lock()
+		r := t.repl
+		t.mu.Unlock()
+		if r == nil {
+			continue
+		}
+		now := svc.clock.Now()
+		r.mu.Lock()
+		for _, s := range r.senders {
+			if st := s.status.Load(); st != nil {
+				v := *st
+				if v.SecondsBehind > 0 {
+					// The oldest unacknowledged entry is as old as then,
+					// plus the time since.
+					v.SecondsBehind += max(0, now.Sub(v.asOf)).Seconds()
+				}
+				out = append(out, v)
+			}
+		}
+		r.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b Status) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Remote, b.Remote)
+	})
+	return out
+}
+
+// regionReplicationStatus is replicationStatus over every broker of the
+// region (asked through their admin APIs).
+func (svc *Service) regionReplicationStatus(ctx context.Context, filter string) ([]Status, error) {
+	out := svc.replicationStatus(filter)
+	if out == nil {
+		out = []Status{}
+	}
+	peers, err := svc.host.Peers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range peers {
+		if p.ID == svc.cfg.BrokerID || p.AdminURL == "" {
+			continue
+		}
+		u := p.AdminURL + "/admin/v2/meridian/replication?local=true&filter=" + url.QueryEscape(filter)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		// A broker that just died stays registered until its lease
+		// expires: skip what does not answer soon.
+		resp, err := svc.cfg.PeerHTTP(3 * time.Second).Do(req)
+		if err != nil {
+			svc.log.Debug("replication status: broker did not answer", "broker", p.ID, "err", err)
+			continue
+		}
+		var more []Status
+		err = json.NewDecoder(resp.Body).Decode(&more)
+		resp.Body.Close()
+		if err != nil {
+			svc.log.Debug("replication status: bad answer", "broker", p.ID, "err", err)
+			continue
+		}
+		out = append(out, more...)
+	}
+	slices.SortFunc(out, func(a, b Status) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Remote, b.Remote)
+	})
+	return out, nil
+}

@@ -1,0 +1,186 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/replicator"
+	"github.com/meridian-mq/meridian/replicator/transport"
+)
+
+// The target side: one Applier per (topic, origin region); a batch's
+// entries are appended through the topic and acknowledged in arrival
+// order once persisted.
+
+type applierSlot struct {
+	// order is held while a batch is received and its write handed to the
+	// managed ledger, so writes reach the log in handout order.
+	order sync.Mutex
+	// mu guards a and broken; the write callbacks take it (never order).
+	mu sync.Mutex
+	a  *replicator.Applier
+	// broken: a write failed; the writes handed out after it are void.
+	broken bool
+}
+
+// topicRepl is a topic's replication state.
+type topicRepl struct {
+	mu       sync.Mutex
+	appliers map[string]*applierSlot
+	senders  map[string]*replSender
+}
+
+func (t *Topic) replState() *topicRepl {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.repl == nil {
+		t.repl = &topicRepl{appliers: map[string]*applierSlot{}, senders: map[string]*replSender{}}
+	}
+	return t.repl
+}
+
+func (t *Topic) applierFor(origin string) (*applierSlot, error) {
+	r := t.replState()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.appliers[origin]; s != nil {
+		return s, nil
+	}
+	through := t.log.Applied(origin)
+	a, err := replicator.NewApplier(t.svc.cfg.Cluster, replicator.State{Origin: origin, Through: through})
+	if err != nil {
+		return nil, err
+	}
+	s := &applierSlot{a: a}
+	r.appliers[origin] = s
+	return s, nil
+}
+
+// freshAck raises a reply's Through to what the origin's applier holds
+// durable when the reply is sent: a reply computed when its batch arrived
+// (a duplicate, a nack) may be sent after the writes of earlier batches
+// were persisted, and must not report less than the acks before it.
+func (t *Topic) freshAck(a replicator.Ack) replicator.Ack {
+	r := t.replState()
+	r.mu.Lock()
+	slot := r.appliers[a.Origin]
+	r.mu.Unlock()
+	if slot == nil {
+		return a
+	}
+	slot.mu.Lock()
+	d := slot.a.State()
+	slot.mu.Unlock()
+	if d.Stream == a.Stream && d.Through > a.Through {
+		a.Through = d.Through
+	}
+	return a
+}
+
+// applyBatch applies one batch from an origin region: it queues the
+// batch's replies on rq, in arrival order, and hands the batch's write to
+// the managed ledger without waiting for it; the write's ack is released
+// when it is persisted. Batches of one origin are received and handed to
+// the log one at a time (slot.order), so the writes reach the log in the
+// order the applier handed them out, and the managed ledger persists them
+// in that order. An error is the stream's end (a malformed batch, or a
+// write that could not be started).
+func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
+	slot, err := t.applierFor(b.Origin)
+	if err != nil {
+		return err
+	}
+	slot.order.Lock()
+	defer slot.order.Unlock()
+	slot.mu.Lock()
+	if slot.broken {
+		// An earlier write of this applier failed: the ones after it are
+		// void (PersistFailed); the topic is reloading.
+		slot.mu.Unlock()
+		return fmt.Errorf("%w: %s: an earlier replicated write failed; the topic is reloading", meta.ErrTopicFenced, t.name)
+	}
+	res, err := slot.a.Receive(b)
+	slot.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	r := rq.Push()
+	var out []replicator.Ack
+	if res.Reply != nil {
+		out = append(out, *res.Reply)
+	}
+	if res.Duplicates > 0 {
+		t.svc.metrics.Duplicates.Add(float64(res.Duplicates))
+	}
+	if res.Regressed {
+		t.svc.log.Error("replication: this region lost entries it had acknowledged", "topic", t.name.String(), "origin", b.Origin)
+	}
+	w := res.Write
+	if w == nil {
+		r.Done(out, nil)
+		return nil
+	}
+	// failed voids w (and, in the applier, every write after it).
+	failed := func(err error) {
+		slot.mu.Lock()
+		slot.a.PersistFailed(w)
+		slot.broken = true
+		slot.mu.Unlock()
+		r.Done(out, err)
+	}
+	if !w.Skipped.Empty() {
+		t.svc.log.Error("replication: a new stream skipped entries (declared loss)", "topic", t.name.String(), "origin", w.Origin, "from", w.Skipped.From, "through", w.Skipped.Through)
+	}
+	// The async tail of a failover (orphans.go): listed, and by policy
+	// kept aside instead of appended.
+	rec, maybe := t.orphanRecord()
+	var orphans []int
+	if maybe {
+		orphans = findOrphans(rec, w.Entries)
+	}
+	quarantine := ""
+	if len(orphans) > 0 && t.policies().Effective().Orphans == meta.OrphansQuarantine {
+		ctx, cancel := context.WithTimeout(t.svc.ctx, 30*time.Second)
+		quarantine, err = t.quarantine(ctx, w.Entries, orphans)
+		cancel()
+		if err != nil {
+			failed(fmt.Errorf("quarantine the orphans of the failover: %w", err))
+			return nil
+		}
+		for _, i := range orphans {
+			w.Entries[i].Skip = true // kept aside: only the sequence advances here
+		}
+	}
+	// The callback runs on the managed ledger's delivery goroutine once
+	// every entry of w is persisted or failed (or at once when nothing is
+	// to be written, or the topic is closed): it takes slot.mu, never
+	// slot.order, which this goroutine holds.
+	t.log.AppendReplicated(w.Entries, func(err error) {
+		if err != nil {
+			failed(err)
+			return
+		}
+		slot.mu.Lock()
+		if slot.broken {
+			// An earlier write failed after this one was handed out:
+			// this one is void; the topic reloads and rebuilds the
+			// record from the log.
+			slot.mu.Unlock()
+			r.Done(out, fmt.Errorf("%w: %s: an earlier replicated write failed", meta.ErrTopicFenced, t.name))
+			return
+		}
+		ack, err := slot.a.Persisted(w)
+		slot.mu.Unlock()
+		if err != nil {
+			r.Done(out, err)
+			return
+		}
+		t.svc.metrics.Applied.Add(float64(len(w.Entries)))
+		t.recordOrphans(rec, w.Entries, orphans, quarantine)
+		r.Done(append(out, ack), nil)
+	})
+	return nil
+}
