@@ -231,10 +231,10 @@ func (t *Topic) expireDedup(now time.Time) {
 }
 
 // keepsDedup reports whether entries of a producer name get dedup state
-// (loaded, replayed or replicated): not a name longer than the limit,
-// which no producer can connect with (from before the limit, or from
-// another region's older broker).
-func keepsDedup(name string) bool { return len(name) <= meta.MaxProducerNameBytes }
+// (loaded, replayed or replicated): not a name no producer can connect
+// with (meta.ValidProducerName; from before the limit, or from another
+// region's older broker).
+func keepsDedup(name string) bool { return meta.ValidProducerName(name) == nil }
 
 // dedupProducers is the number of producer names with dedup state.
 func (t *Topic) dedupProducers() int {

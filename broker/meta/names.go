@@ -112,11 +112,16 @@ func ValidSubscription(name string) error {
 const MaxProducerNameBytes = 256
 
 // ValidProducerName checks a producer name a client chose (empty: the
-// broker names the producer). ErrNotAllowed: the Go client fails the
-// producer's creation with the message rather than retrying.
+// broker names the producer): at most MaxProducerNameBytes of valid UTF-8
+// (the dedup snapshot is JSON, which would turn other bytes into U+FFFD,
+// and a name is shown in admin stats). ErrNotAllowed: the Go client fails
+// the producer's creation with the message rather than retrying.
 func ValidProducerName(name string) error {
-	if len(name) > MaxProducerNameBytes {
+	switch {
+	case len(name) > MaxProducerNameBytes:
 		return fmt.Errorf("%w: producer name of %d bytes is longer than the limit of %d bytes", ErrNotAllowed, len(name), MaxProducerNameBytes)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: producer name %q is not valid UTF-8", ErrNotAllowed, name)
 	}
 	return nil
 }
