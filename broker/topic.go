@@ -406,7 +406,14 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 		cb(mledger.Position{}, err)
 		return
 	}
-	st := t.dedupFor(producerName)
+	st := t.dedup[producerName]
+	if st == nil && !keepsDedup(producerName) {
+		// A name no producer can connect with (a quarantined entry from
+		// another region's older broker): stored, but no state kept.
+		st = &dedupState{lastPushed: -1, lastPersisted: -1, inflight: map[int64]*pendingPublish{}}
+	} else if st == nil {
+		st = t.dedupFor(producerName)
+	}
 	if t.dedupEnabled() && highest <= st.lastPushed {
 		if p, ok := st.inflight[seq]; ok {
 			p.waiters = append(p.waiters, cb)
