@@ -534,7 +534,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn meta.TopicName, create bool) 
 		return nil, fmt.Errorf("%w: load %s: %v", meta.ErrServiceNotReady, tn, err)
 	}
 	b.metrics.topics.Inc()
-	b.log.Info("topic loaded", "topic", tn.String(), "entries", ml.NumberOfEntries())
+	b.log.Info("topic loaded", append([]any{"topic", tn.String(), "entries", ml.NumberOfEntries()}, t.loaded...)...)
 	// Not the requester's context: a client that gives up must not cut
 	// the replicators' start short (a cursor create cancelled after etcd
 	// applied it once fenced the topic; see mledger's errRecordMoved).
@@ -559,6 +559,10 @@ func (b *Broker) newProducerName() string {
 }
 
 func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProducer) (*Producer, int64, error) {
+	// Before the topic is loaded: a refused name costs nothing.
+	if err := meta.ValidProducerName(m.GetProducerName()); err != nil {
+		return nil, 0, err
+	}
 	t, err := b.getTopic(ctx, m.GetTopic(), true)
 	if err != nil {
 		return nil, 0, err

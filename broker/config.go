@@ -135,9 +135,20 @@ type Config struct {
 	MaxConsumersPerTopic        int
 	MaxConsumersPerSubscription int
 	// DedupSnapshotInterval: every this many entries a topic writes its
-	// producers' last sequence ids to etcd, bounding the replay on load.
-	// Default 1000.
+	// producers' last sequence ids to its dedup snapshot (a ledger snapshot
+	// of the topic's managed ledger, mledger.OpenSnapshot: no size cap),
+	// bounding the replay on load. Default 1000.
 	DedupSnapshotInterval int
+	// DedupProducerInactivityTimeout: a producer name with no producer
+	// connected for this long loses its deduplication state (Pulsar's
+	// brokerDeduplicationProducerInactivityTimeoutMinutes, default 360
+	// minutes): a producer of that name coming back later starts afresh
+	// (last sequence id -1), so its resends of messages older than the
+	// timeout are stored again. Bounds the state a topic keeps for
+	// producers that come and go under new names. Checked by the policy
+	// loop, every tenth of the timeout at most. 0 means the default, 6h;
+	// -1 never expires.
+	DedupProducerInactivityTimeout time.Duration
 
 	// BrokerID identifies this broker in the region (its registration and
 	// the bundles it owns). Default: the advertised address.
@@ -270,6 +281,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DedupSnapshotInterval == 0 {
 		c.DedupSnapshotInterval = 1000
+	}
+	if c.DedupProducerInactivityTimeout == 0 {
+		c.DedupProducerInactivityTimeout = 360 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -57,7 +57,9 @@ func (b *Broker) policyLoop() {
 				if ctx.Err() != nil {
 					break
 				}
-				tp.enforcePolicies(ctx, time.Now(), pass)
+				now := time.Now()
+				tp.enforcePolicies(ctx, now, pass)
+				tp.expireDedup(now)
 			}
 			cancel()
 		}

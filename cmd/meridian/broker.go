@@ -31,8 +31,11 @@ type BrokerFileConfig struct {
 	EnsembleSize        int           `yaml:"ensemble_size"`
 	BundleSplitTopics   int           `yaml:"bundle_split_topics"`
 	PolicyCheckInterval time.Duration `yaml:"policy_check_interval"`
-	WriteQuorum         int           `yaml:"write_quorum"`
-	AckQuorum           int           `yaml:"ack_quorum"`
+	// DedupProducerInactivityTimeout: broker.Config's (0: 6h; negative:
+	// never).
+	DedupProducerInactivityTimeout time.Duration `yaml:"dedup_producer_inactivity_timeout"`
+	WriteQuorum                    int           `yaml:"write_quorum"`
+	AckQuorum                      int           `yaml:"ack_quorum"`
 }
 
 func newBrokerCmd() *cobra.Command {
@@ -76,6 +79,9 @@ func newBrokerCmd() *cobra.Command {
 			}
 			if f.Changed("policy-check-interval") || c.PolicyCheckInterval == 0 {
 				c.PolicyCheckInterval = bf.PolicyCheckInterval
+			}
+			if f.Changed("dedup-producer-inactivity-timeout") || c.DedupProducerInactivityTimeout == 0 {
+				c.DedupProducerInactivityTimeout = bf.DedupProducerInactivityTimeout
 			}
 			if f.Changed("region") || fc.Region == "" {
 				fc.Region = region
@@ -149,7 +155,8 @@ func newBrokerCmd() *cobra.Command {
 				Cluster:           fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
 				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
 				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
-				ReplicationAddr: c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
+				DedupProducerInactivityTimeout: dedupTimeout(c.DedupProducerInactivityTimeout),
+				ReplicationAddr:                c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
 				Security: security,
 			}
 			limits.apply(&bc)
@@ -230,6 +237,7 @@ func newBrokerCmd() *cobra.Command {
 	f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
 	f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")
 	f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")
+	f.DurationVar(&bf.DedupProducerInactivityTimeout, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
 	f.IntVar(&maxEntries, "max-entries-per-ledger", 0, "roll a topic's ledger over after this many entries (0: the default, 50000)")
 	rf.register(f, "recovery-", true)
 	gossip.register(cmd)

@@ -23,7 +23,7 @@ func newStandaloneCmd() *cobra.Command {
 	var bookies, bookieBasePort int
 	var listen, adminAddr, advertise string
 	var bookieMetrics []string
-	var policyEvery time.Duration
+	var policyEvery, dedupInactivity time.Duration
 	var maxConnsPerIP, maxProducersPerTopic int
 	var limits connLimitFlags
 	var rf recoveryFlags
@@ -148,7 +148,8 @@ token authentication on, --authorization role permissions.`,
 				Cluster: "standalone", ListenAddr: listen, AdvertisedAddr: advertise, AdminAddr: adminAddr,
 				Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery,
 				MaxConnectionsPerIP: maxConnsPerIP, MaxProducersPerTopic: maxProducersPerTopic,
-				Security: security,
+				DedupProducerInactivityTimeout: dedupTimeout(dedupInactivity),
+				Security:                       security,
 			}
 			limits.apply(&bc)
 			// Self-healing storage in the same process (autorecovery.go).
@@ -202,6 +203,7 @@ token authentication on, --authorization role permissions.`,
 	limits.register(f)
 	f.IntVar(&maxConnsPerIP, "max-connections-per-ip", 0, "Pulsar connections allowed from one client IP (0: the broker default, 1000; -1: no limit)")
 	f.IntVar(&maxProducersPerTopic, "max-producers-per-topic", 0, "producers allowed on one topic (0: the broker default, 10000; -1: no limit)")
+	f.DurationVar(&dedupInactivity, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
 	f.StringVar(&etcdClient, "etcd-client-url", "http://127.0.0.1:2379", "embedded etcd client URL")
 	f.StringVar(&etcdPeer, "etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd peer URL")
 	f.IntVar(&bookies, "bookies", 3, "number of bookies")
