@@ -258,19 +258,17 @@ func TestDedupSnapshotLargerThanEtcdLimit(t *testing.T) {
 	produceAs(t, r, topic, names, 1)
 	t.Logf("%d producers with %d-byte names, one message each: %s", n, meta.MaxProducerNameBytes, time.Since(start).Round(time.Millisecond))
 
-	// Wait for the background snapshot writer to finish the last one.
+	// Wait for the background snapshot writer to finish the last one, the
+	// snapshot at entry 7,000: it holds 7,000 names of MaxProducerNameBytes,
+	// each quoted, so it is at least 7,000 × (limit + 2) bytes, which the
+	// one before it (6,000 names, ~28 bytes of fields each besides the
+	// name) is not. Not "no write for a while": on a slow machine one
+	// write can take longer than any quiet period chosen.
 	var size float64
-	last, stable := -1.0, 0
-	testutil.Eventually(t, 2*time.Minute, "the last dedup snapshot written", func() bool {
-		w := metricValue(t, s.AdminURL, "meridian_broker_dedup_snapshots_written_total", "")
+	covers7000 := float64(7000 * (meta.MaxProducerNameBytes + 2))
+	testutil.Eventually(t, 2*time.Minute, "the dedup snapshot at entry 7,000 written", func() bool {
 		size = metricValue(t, s.AdminURL, "meridian_broker_topic_dedup_snapshot_bytes", topicLabel(topic))
-		if w == last && w >= 1 {
-			stable++
-		} else {
-			last, stable = w, 0
-		}
-		time.Sleep(200 * time.Millisecond)
-		return stable >= 25 // 5 s without a write: the last one (at entry 7,000) is done
+		return size >= covers7000
 	})
 	if size <= 1.5*(1<<20) {
 		t.Fatalf("dedup snapshot of %v bytes, want more than 1.5 MiB for this test to mean anything", size)
