@@ -415,7 +415,9 @@ func TestDedupInactiveProducersExpire(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the gone producers' state expired", func() bool {
 		return metricValue(t, s.AdminURL, "meridian_broker_dedup_producers_expired_total", "") == n
 	})
-	if waited := time.Since(gone); waited < timeout {
+	// The broker saw the last producer leave a little before gone (its
+	// close's answer was on the way): allow that much, no more.
+	if waited := time.Since(gone); waited < timeout-100*time.Millisecond {
 		t.Fatalf("state expired %s after the producers left, before the %s timeout", waited, timeout)
 	}
 	// The connected producer, idle for longer than the timeout, keeps it.
