@@ -37,14 +37,27 @@ RACE_PKGS += ./tools/bench/
 RACE_PKGS += ./internal/authtoken/
 RACE_PKGS += ./internal/tlsutil/
 RACE_PKGS += ./internal/ratelog/
+RACE_PKGS += ./internal/httpserve/
 RACE_PKGS += ./internal/clientopts/
+RACE_PKGS += ./internal/ratemeter/
 RACE_PKGS += ./internal/clock/...
+RACE_PKGS += ./internal/healthz/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./tools/netfault/ ./tools/testutil/ ./tools/up/ ./cmd/... ./tools/georep/
 
-.PHONY: build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
+.PHONY: image test-image build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meridian
+
+# The container image meridian:VERSION, from scratch (needs dockerd).
+image:
+	scripts/image.sh
+
+# Not in CI: builds the image, runs a standalone in it until its
+# HEALTHCHECK says healthy, produces and consumes from the host, restarts
+# it on the same volume (starts and stops dockerd if none runs).
+test-image:
+	scripts/test-image.sh
 
 # Two regions (east, west) replicating, as separate processes; the summary
 # it prints says how to produce in one, consume in the other, kill one.

@@ -15,6 +15,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/meridian-mq/meridian/internal/grpcpool"
+	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/httpserve"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -58,6 +61,9 @@ type Server struct {
 	diskUsed     atomic.Uint64
 	diskTotal    atomic.Uint64
 
+	health     *healthz.Checker // /healthz, /readyz on the metrics port
+	diskTurned func()           // the disk loop's turn, for /healthz
+
 	regMu        sync.Mutex // serializes Register calls
 	registered   bool       // Start registered; guarded by regMu
 	registeredRO bool       // read_only of the last successful Register; guarded by regMu
@@ -69,7 +75,7 @@ type Server struct {
 	advertise  string
 	lis        net.Listener
 	grpcSrv    *grpc.Server
-	httpSrv    *http.Server
+	httpSrv    *httpserve.Server
 	metricsLis net.Listener
 	wg         sync.WaitGroup
 }
@@ -119,6 +125,7 @@ func New(cfg Config, reg Registry) (*Server, error) {
 	}
 	s.cookie = cookie
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.health, s.diskTurned = s.newHealth()
 	s.checkDisk()
 	return s, nil
 }
@@ -150,6 +157,36 @@ func (s *Server) MetricsAddr() string {
 		return ""
 	}
 	return s.metricsLis.Addr().String()
+}
+
+// newHealth returns the bookie's answers to a prober (internal/healthz),
+// served on its metrics port: live while the disk loop turns; ready when
+// registered (the last registration update went through), writable (not
+// read-only: disk full, decommissioning) and not stopping.
+func (s *Server) newHealth() (*healthz.Checker, func()) {
+	h := healthz.New()
+	turned := h.Loop("disk-loop", 2*s.cfg.DiskCheckInterval+30*time.Second)
+	h.Ready("registration", func(context.Context) error {
+		if s.reg == nil {
+			return nil
+		}
+		s.regMu.Lock()
+		defer s.regMu.Unlock()
+		switch {
+		case !s.registered:
+			return errors.New("not registered")
+		case s.regDirty:
+			return errors.New("a registration update is failing")
+		}
+		return nil
+	})
+	h.Ready("writable", func(context.Context) error {
+		if s.store.ReadOnly() || s.draining.Load() {
+			return errors.New("read-only")
+		}
+		return nil
+	})
+	return h, turned
 }
 
 // maxConcurrentStreams bounds the streams one connection may hold open at
@@ -255,7 +292,11 @@ func (s *Server) listen() error {
 	if mlis != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
-		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		rl := ratelog.New(s.log, time.Minute)
+		s.health.Register(mux, func(endpoint string, err error) {
+			rl.Log(slog.LevelWarn, endpoint, "bookie: health probe answered red", "endpoint", endpoint, "err", err)
+		})
+		s.httpSrv = httpserve.New(mux, httpserve.Options{Logger: s.log})
 		s.metricsLis = mlis
 		serve := mlis
 		if tlsSrc != nil {
@@ -331,6 +372,7 @@ func (s *Server) diskLoop() {
 		case <-t.C:
 		case <-s.diskTrigger:
 		}
+		s.diskTurned()
 		s.refresh()
 	}
 }
@@ -433,6 +475,7 @@ func (s *Server) Close() error {
 	s.closed = true
 	started := s.started
 	s.mu.Unlock()
+	s.health.Drain("stopping")
 
 	var errs []error
 	if started && s.reg != nil {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
+	"time"
 
 	"github.com/meridian-mq/meridian/broker/admin"
 	"github.com/meridian-mq/meridian/broker/meta"
@@ -53,77 +56,20 @@ func (t *Topic) subscription(name string) *Subscription {
 	return t.subs[name]
 }
 
-// createSubscription creates a durable subscription at the end of the topic.
-func (t *Topic) createSubscription(ctx context.Context, name string) error {
-	if err := meta.ValidSubscription(name); err != nil {
-		return meta.BadRequest(err)
-	}
-	if t.subscription(name) != nil {
-		return fmt.Errorf("%w: subscription %s", meta.ErrAlreadyExists, name)
-	}
-	cur, err := t.ml.OpenCursor(ctx, name, mledger.Latest)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.subs[name] == nil {
-		t.subs[name] = newSubscription(t, name, 0, cur, true)
-		t.b.metrics.subscriptions.Inc()
-	}
-	return nil
-}
-
-func (t *Topic) stats() admin.TopicStats {
-	st := admin.TopicStats{StorageSize: t.ml.TotalSizeBytes(), Entries: t.ml.NumberOfEntries(), Publishers: []admin.PublisherStats{}, Subscriptions: map[string]admin.SubscriptionStats{}}
-	t.mu.Lock()
-	for p := range t.producers {
-		st.Publishers = append(st.Publishers, admin.PublisherStats{ProducerName: p.name, ProducerID: p.id, Address: p.conn.nc.RemoteAddr().String(), ClientVersion: p.conn.clientVersion})
-	}
-	subs := make([]*Subscription, 0, len(t.subs))
-	for _, s := range t.subs {
-		subs = append(subs, s)
-	}
-	t.mu.Unlock()
-	t.mu.Lock()
-	st.MsgInCounter = t.msgsIn
-	t.mu.Unlock()
-	for _, s := range subs {
-		s.mu.Lock()
-		ss := admin.SubscriptionStats{Type: s.subType().String(), UnackedMessages: s.core.Pending(), Consumers: []admin.ConsumerStats{}}
-		for _, c := range s.core.Consumers() {
-			ss.Consumers = append(ss.Consumers, admin.ConsumerStats{ConsumerName: c.Name, AvailablePermit: c.Permits, Address: s.consumers[c.ID].conn.nc.RemoteAddr().String()})
-		}
-		s.mu.Unlock()
-		ss.MsgBacklog = s.cursor.Backlog()
-		ss.MarkDelete = s.cursor.MarkDeleted().String()
-		ss.ReadPosition = s.cursor.ReadPosition().String()
-		st.Subscriptions[s.name] = ss
-	}
-	return st
-}
-
-func (t *Topic) internalStats() admin.InternalStats {
-	st := admin.InternalStats{NumberOfEntries: t.ml.NumberOfEntries(), TotalSize: t.ml.TotalSizeBytes(), LastConfirmedEntry: t.ml.LastConfirmed().String(), Ledgers: []admin.LedgerStatsItem{}}
-	for _, l := range t.ml.Ledgers() {
-		st.Ledgers = append(st.Ledgers, admin.LedgerStatsItem{LedgerID: l.ID, Entries: l.Entries, Size: l.SizeBytes})
-	}
-	return st
-}
-
 // newAdmin returns the admin API over this broker.
 func (b *Broker) newAdmin() *admin.Server {
 	cfg := admin.Config{
 		Addr: b.cfg.AdminAddr, Cluster: b.cfg.Cluster, Meta: b.meta,
 		Broker: adminBroker{b}, Failover: adminBroker{b}, Replication: adminBroker{b},
 		Health: b.cfg.Health, Metrics: append(prometheus.Gatherers{b.metrics.reg}, b.cfg.ExtraMetrics...),
-		Logger: b.log,
+		Probes: b.health, HTTP: b.cfg.AdminHTTP, Logger: b.log, DefaultRetention: defaultRetention(b.cfg.ManagedLedger),
+		PeerHTTP: func(timeout time.Duration) *http.Client { return &http.Client{Timeout: timeout} },
 	}
 	if b.cfg.Security.GossipKeys != nil {
 		cfg.GossipKeys = b.cfg.Security.GossipKeys
 	}
 	if b.guard != nil {
-		cfg.Auth, cfg.Listen = b.guard, b.guard.ListenAdmin
+		cfg.Auth, cfg.Listen, cfg.PeerHTTP = b.guard, b.guard.ListenAdmin, b.guard.PeerHTTP
 	}
 	return admin.New(cfg)
 }
@@ -182,8 +128,10 @@ func (a adminBroker) ReplicationStatus(ctx context.Context, filter string, local
 // adminTopic is a loaded topic as the admin API sees it (admin.Topic).
 type adminTopic struct{ t *Topic }
 
-func (a adminTopic) Stats() admin.TopicStats            { return a.t.stats() }
-func (a adminTopic) InternalStats() admin.InternalStats { return a.t.internalStats() }
+func (a adminTopic) Name() meta.TopicName                  { return a.t.name }
+func (a adminTopic) Stats() admin.TopicStats               { return a.t.stats() }
+func (a adminTopic) InternalStats() admin.InternalStats    { return a.t.internalStats() }
+func (a adminTopic) InternalInfo() admin.ManagedLedgerInfo { return a.t.internalInfo() }
 
 func (a adminTopic) SubscriptionNames() []string {
 	names := []string{}
@@ -193,18 +141,22 @@ func (a adminTopic) SubscriptionNames() []string {
 	return names
 }
 
-func (a adminTopic) CreateSubscription(ctx context.Context, name string) error {
-	return a.t.createSubscription(ctx, name)
-}
-
+// DeleteSubscription deletes the subscription, and with force closes its
+// consumers — only once its cursor is gone: a consumer closed earlier
+// subscribes again at once and, finding the subscription or its cursor
+// still there, kept the deleted subscription alive on a deleted cursor.
+// Closed afterwards, it creates a new subscription (as with Pulsar).
 func (a adminTopic) DeleteSubscription(ctx context.Context, name string, force bool) error {
 	t := a.t
-	if s := t.subscription(name); s != nil && s.consumerCount() > 0 && !force {
+	s := t.subscription(name)
+	if s != nil && s.consumerCount() > 0 && !force {
 		return fmt.Errorf("%w: subscription %s has consumers", meta.ErrNotEmpty, s.name)
-	} else if s != nil {
+	}
+	err := t.deleteSubscription(ctx, name)
+	if s != nil {
 		s.closeConsumers("")
 	}
-	return t.deleteSubscription(ctx, name)
+	return err
 }
 
 func (a adminTopic) ResetCursor(ctx context.Context, sub string, ms int64) error {
@@ -216,5 +168,233 @@ func (a adminTopic) ResetCursor(ctx context.Context, sub string, ms int64) error
 		return err
 	}
 	s.closeConsumers("")
+	return nil
+}
+
+// defaultRetention is the managed ledgers' retention in Pulsar's units.
+func defaultRetention(c mledger.Config) meta.Retention {
+	r := meta.Retention{RetentionTimeInMinutes: int(c.RetentionTime / time.Minute), RetentionSizeInMB: c.RetentionSizeBytes >> 20}
+	if c.RetentionTime < 0 {
+		r.RetentionTimeInMinutes = -1
+	}
+	if c.RetentionSizeBytes < 0 {
+		r.RetentionSizeInMB = -1
+	}
+	return r
+}
+
+// The broker as the admin API sees it: brokers, lookups, bundles.
+
+func (a adminBroker) LoadedTopics(ns string) []admin.Topic {
+	var out []admin.Topic
+	for _, t := range a.b.loadedTopics() {
+		if t.name.NamespaceName() == ns {
+			out = append(out, adminTopic{t})
+		}
+	}
+	return out
+}
+
+func (a adminBroker) Self() admin.BrokerInfo {
+	return admin.BrokerInfo{ID: a.b.cfg.BrokerID, ServiceURL: a.b.serverURL, AdminURL: a.b.AdminURL()}
+}
+
+func (a adminBroker) Brokers(ctx context.Context) ([]admin.BrokerInfo, error) {
+	if a.b.own == nil {
+		return []admin.BrokerInfo{a.Self()}, nil
+	}
+	bs, err := a.b.own.brokers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]admin.BrokerInfo, 0, len(bs))
+	for _, bi := range bs {
+		out = append(out, admin.BrokerInfo{ID: bi.ID, ServiceURL: bi.ServiceURL, AdminURL: bi.AdminURL})
+	}
+	return out, nil
+}
+
+// Lookup answers as a client's lookup would (it may acquire the bundle
+// for this broker, as a lookup does), with the broker's admin URL found
+// in the region's registrations.
+func (a adminBroker) Lookup(ctx context.Context, tn meta.TopicName) (admin.BrokerInfo, error) {
+	url, _, err := a.b.lookup(ctx, tn.String(), false)
+	if err != nil {
+		return admin.BrokerInfo{}, err
+	}
+	if url == a.b.serverURL {
+		return a.Self(), nil
+	}
+	bs, err := a.Brokers(ctx)
+	if err != nil {
+		return admin.BrokerInfo{}, err
+	}
+	for _, bi := range bs {
+		if bi.ServiceURL == url {
+			return bi, nil
+		}
+	}
+	return admin.BrokerInfo{ServiceURL: url}, nil // another region's broker
+}
+
+func (a adminBroker) HealthCheck(ctx context.Context) error {
+	if a.b.own != nil && a.b.own.currentLease() == nil {
+		return fmt.Errorf("%w: broker %s is not registered (no lease)", meta.ErrServiceNotReady, a.b.cfg.BrokerID)
+	}
+	if _, err := a.b.meta.ListTenants(ctx); err != nil {
+		return fmt.Errorf("%w: metadata: %v", meta.ErrServiceNotReady, err)
+	}
+	return nil
+}
+
+func (a adminBroker) OwnedBundles() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, own := range []*ownership{a.b.own, a.b.gown} {
+		if own == nil {
+			continue
+		}
+		for _, bd := range own.ownedBundles() {
+			if name := bd.ns + "/" + adminBundle(bd).String(); !seen[name] {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (a adminBroker) Bundles(ctx context.Context, ns string) ([]uint32, error) {
+	pol, err := a.b.meta.GetPolicies(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	bs, _, err := a.b.boundaries(ctx, ns, pol)
+	return bs, err
+}
+
+// adminBundle and internalBundle convert between Pulsar's bundle range
+// [lower, upper) (the last including 0xffffffff) and the broker's closed
+// one.
+func adminBundle(bd bundle) admin.Bundle {
+	if bd.upper == 0xffffffff {
+		return admin.Bundle{Lower: bd.lower, Upper: bd.upper}
+	}
+	return admin.Bundle{Lower: bd.lower, Upper: bd.upper + 1}
+}
+
+func internalBundle(ns string, bd admin.Bundle) bundle {
+	if bd.Upper == 0xffffffff {
+		return bundle{ns: ns, lower: bd.Lower, upper: bd.Upper}
+	}
+	return bundle{ns: ns, lower: bd.Lower, upper: bd.Upper - 1}
+}
+
+func (a adminBroker) BundleOf(ctx context.Context, tn meta.TopicName) (admin.Bundle, error) {
+	pol, err := a.b.meta.GetPolicies(ctx, tn.NamespaceName())
+	if err != nil {
+		return admin.Bundle{}, err
+	}
+	bd, err := a.b.bundleFor(ctx, pol, tn)
+	if err != nil {
+		return admin.Bundle{}, err
+	}
+	return adminBundle(bd), nil
+}
+
+// bundleTopics returns the loaded topics of a bundle.
+func (b *Broker) bundleTopics(bd bundle) []*Topic {
+	var out []*Topic
+	for _, t := range b.loadedTopics() {
+		t.mu.Lock()
+		in := t.bundle == bd
+		t.mu.Unlock()
+		if in {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// ownedBy answers for a bundle another broker owns: ask that broker.
+func ownedBy(bd bundle, bi BrokerInfo) error {
+	return meta.StatusError{Status: http.StatusPreconditionFailed, Err: fmt.Errorf("bundle %s is owned by broker %s: ask it (%s)", adminBundle(bd), bi.ID, bi.AdminURL)}
+}
+
+func (a adminBroker) UnloadBundle(ctx context.Context, ns string, abd admin.Bundle) error {
+	pol, err := a.b.meta.GetPolicies(ctx, ns)
+	if err != nil {
+		return err
+	}
+	own := a.b.own
+	if own == nil || a.b.ownershipFor(pol) != own {
+		return meta.StatusError{Status: http.StatusMethodNotAllowed, Err: fmt.Errorf("the bundles of namespace %s (stretched) are not unloaded through the admin API", ns)}
+	}
+	bd := internalBundle(ns, abd)
+	if !own.owns(bd) {
+		bi, ok, err := own.owner(ctx, bd)
+		if err != nil {
+			return err
+		}
+		if ok && bi.ID != a.b.cfg.BrokerID {
+			return ownedBy(bd, bi)
+		}
+		return nil // nobody owns it: nothing is loaded
+	}
+	a.b.moveBundle(ctx, bd, a.b.bundleTopics(bd), "")
+	return nil
+}
+
+func (a adminBroker) SplitBundle(ctx context.Context, ns string, abd admin.Bundle, unload bool) error {
+	pol, err := a.b.meta.GetPolicies(ctx, ns)
+	if err != nil {
+		return err
+	}
+	if a.b.own == nil || a.b.ownershipFor(pol) != a.b.own {
+		return meta.StatusError{Status: http.StatusMethodNotAllowed, Err: fmt.Errorf("the bundles of namespace %s (stretched) are not split through the admin API", ns)}
+	}
+	bd := internalBundle(ns, abd)
+	if bd.upper-bd.lower < 2 {
+		return meta.StatusError{Status: http.StatusPreconditionFailed, Err: fmt.Errorf("bundle %s is too small to split", abd)}
+	}
+	// The owner splits (as Pulsar's): an unowned bundle is acquired first.
+	mine, owner, err := a.b.own.acquire(ctx, bd)
+	if err != nil {
+		return fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+	}
+	if !mine {
+		return ownedBy(bd, owner)
+	}
+	mid := bd.lower + (bd.upper-bd.lower)/2 + 1
+	a.b.split(ctx, bd, a.b.bundleTopics(bd))
+	bs, _, err := a.b.boundaries(ctx, ns, pol)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(bs, mid) {
+		return meta.StatusError{Status: http.StatusConflict, Err: fmt.Errorf("bundle %s was not split: the namespace's bundles changed meanwhile; try again", abd)}
+	}
+	if unload {
+		for _, h := range []bundle{{ns: ns, lower: bd.lower, upper: mid - 1}, {ns: ns, lower: mid, upper: bd.upper}} {
+			if a.b.own.owns(h) {
+				a.b.moveBundle(ctx, h, a.b.bundleTopics(h), "")
+			}
+		}
+	}
+	return nil
+}
+
+func (a adminBroker) UnloadNamespace(ctx context.Context, ns string) error {
+	// The bundles of the region's ownership (moveBundle releases there);
+	// a stretched namespace's are held in the global store.
+	if a.b.own == nil {
+		return nil
+	}
+	for _, bd := range a.b.own.ownedBundles() {
+		if bd.ns == ns {
+			a.b.moveBundle(ctx, bd, a.b.bundleTopics(bd), "")
+		}
+	}
 	return nil
 }

@@ -20,13 +20,18 @@ import (
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/broker/stretched"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 )
 
 // Broker serves the Pulsar protocol for the topics of its region.
 type Broker struct {
-	cfg     Config
-	log     *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// peerLog rate-limits the lines a remote peer can trigger
+	// (conn.peerLog).
+	peerLog *ratelog.Logger
 	meta    *meta.Metadata
 	metrics *metrics
 	guard   *security.Guard
@@ -44,10 +49,20 @@ type Broker struct {
 	admin     *admin.Server
 	serverURL string
 
+	health       *healthz.Checker          // probes.go
+	policyTurned func()                    // the policy loop's turn, for /healthz
+	registered   atomic.Pointer[ownership] // own, once Start registered it
+
 	mu     sync.Mutex
 	topics map[string]*topicSlot
 	conns  map[*conn]struct{}
 	perIP  map[string]int // open connections by client IP (conn.ip)
+	// unauth counts the open connections not yet CONNECTED (conn.unauth),
+	// bounded by Config.MaxUnauthenticatedConnections.
+	unauth int
+	// frames bounds the bytes of frames being read over all connections
+	// (Config.MaxBufferedFrameBytes); nil: no bound.
+	frames *frameBudget
 	closed bool
 
 	producerSeq atomic.Int64
@@ -80,8 +95,13 @@ func New(cfg Config) (*Broker, error) {
 		perIP:  map[string]int{},
 		id:     hex.EncodeToString(rb[:]),
 	}
+	b.peerLog = ratelog.New(b.log, 0)
 	b.metrics = newMetrics(cfg.Cluster, b)
+	if cfg.MaxBufferedFrameBytes > 0 {
+		b.frames = newFrameBudget(cfg.MaxBufferedFrameBytes, func() { b.limitExceeded(limitBufferedFrames) })
+	}
 	b.guard = security.New(cfg.Security, b.meta, cfg.Cluster, b.metrics.reg)
+	b.health, b.policyTurned = newHealth(cfg, b.registered.Load)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -153,6 +173,7 @@ func (b *Broker) Start() error {
 		}
 		return err
 	}
+	b.registered.Store(b.own)
 	b.fo.StartControl()
 	b.meta.Watch()
 	b.bundles = cluster.WatchPrefix(b.cfg.Store, "/bundles/")
@@ -178,7 +199,7 @@ func (b *Broker) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			b.log.Warn("accept", "err", err)
+			b.peerLog.Warn("accept", "err", err) // EMFILE under a connection flood
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
@@ -198,8 +219,16 @@ func (b *Broker) acceptLoop() {
 			nc.Close()
 			continue
 		}
+		if !underLimit(b.unauth, b.cfg.MaxUnauthenticatedConnections) {
+			b.mu.Unlock()
+			b.limitExceeded(limitUnauthConnections)
+			nc.Close()
+			continue
+		}
 		b.conns[c] = struct{}{}
 		b.perIP[c.ip]++
+		b.unauth++
+		c.unauth = true
 		b.mu.Unlock()
 		b.metrics.connections.Inc()
 		go c.serve()
@@ -213,7 +242,21 @@ func (b *Broker) removeConn(c *conn) {
 		if b.perIP[c.ip]--; b.perIP[c.ip] <= 0 {
 			delete(b.perIP, c.ip)
 		}
+		if c.unauth {
+			c.unauth = false
+			b.unauth--
+		}
 		b.metrics.connections.Dec()
+	}
+	b.mu.Unlock()
+}
+
+// connAuthenticated moves c out of the connections not yet CONNECTED.
+func (b *Broker) connAuthenticated(c *conn) {
+	b.mu.Lock()
+	if c.unauth {
+		c.unauth = false
+		b.unauth--
 	}
 	b.mu.Unlock()
 }
@@ -227,6 +270,11 @@ func (b *Broker) Close(ctx context.Context) error {
 		return nil
 	}
 	b.closed = true
+	// Not ready from now on (a load balancer takes the broker out of
+	// rotation), before any bundle is handed over.
+	if b.health != nil {
+		b.health.Drain("stopping")
+	}
 	conns := make([]*conn, 0, len(b.conns))
 	for c := range b.conns {
 		conns = append(conns, c)
@@ -434,7 +482,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn meta.TopicName, create bool) 
 	if mine, owner, err := b.ownershipFor(pol).acquire(ctx, bd); err != nil {
 		return nil, fmt.Errorf("%w: bundle %s: %v", meta.ErrServiceNotReady, bd, err)
 	} else if !mine {
-		return nil, fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)
+		return nil, meta.NotOwnerError{OwnerAdminURL: owner.AdminURL, Err: fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)}
 	}
 	if tn.Partition < 0 {
 		if n, err := b.meta.Partitions(ctx, tn); err != nil {
@@ -486,7 +534,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn meta.TopicName, create bool) 
 		return nil, fmt.Errorf("%w: load %s: %v", meta.ErrServiceNotReady, tn, err)
 	}
 	b.metrics.topics.Inc()
-	b.log.Info("topic loaded", "topic", tn.String(), "entries", ml.NumberOfEntries())
+	b.log.Info("topic loaded", append([]any{"topic", tn.String(), "entries", ml.NumberOfEntries()}, t.loaded...)...)
 	// Not the requester's context: a client that gives up must not cut
 	// the replicators' start short (a cursor create cancelled after etcd
 	// applied it once fenced the topic; see mledger's errRecordMoved).
@@ -511,6 +559,10 @@ func (b *Broker) newProducerName() string {
 }
 
 func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProducer) (*Producer, int64, error) {
+	// Before the topic is loaded: a refused name costs nothing.
+	if err := meta.ValidProducerName(m.GetProducerName()); err != nil {
+		return nil, 0, err
+	}
 	t, err := b.getTopic(ctx, m.GetTopic(), true)
 	if err != nil {
 		return nil, 0, err
@@ -523,6 +575,7 @@ func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProdu
 		id: m.GetProducerId(), name: name, conn: c, topic: t,
 		exclusive: m.GetProducerAccessMode() != pb.ProducerAccessMode_Shared,
 		pending:   make(chan struct{}, b.cfg.MaxPendingSendsPerProducer),
+		since:     time.Now(),
 	}
 	if m.Schema != nil {
 		v, err := t.schemaFor(ctx, m.Schema)

@@ -2,15 +2,18 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
+	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
+	"github.com/meridian-mq/meridian/internal/httpserve"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -47,6 +50,62 @@ type Config struct {
 	// so the default bounds one address at about 100 MiB. 0 means the
 	// default, 1000; -1 no limit.
 	MaxConnectionsPerIP int
+	// MaxUnauthenticatedConnections bounds the connections, over all
+	// client addresses, that are open and not yet CONNECTED: a connection
+	// is unauthenticated from accept until its CONNECT is answered, with
+	// or without authentication configured. One past it is closed as soon
+	// as it is accepted (the Go client retries with back-off) and counted
+	// as limit="unauthenticated_connections". Each holds a 32 KiB read
+	// buffer, at most a frame of MaxUnauthenticatedFrameBytes and three
+	// goroutines (about 120 KiB with the defaults; its 64 KiB write buffer
+	// is made on its first answer), for at most HandshakeTimeout: the
+	// default bounds them all at about 120 MiB, and admits 1,000
+	// handshakes at once — each takes one round trip, so a reconnect
+	// storm of many thousands of clients passes within seconds. 0 means
+	// the default, 1000; -1 no limit.
+	MaxUnauthenticatedConnections int
+	// MaxUnauthenticatedFrameBytes bounds a frame's totalSize (bytes)
+	// before CONNECTED (never above the frame limit after it). A larger
+	// one closes the connection as soon as its 4-byte size arrives, none
+	// of its body read, and is counted as
+	// limit="unauthenticated_frame_size". Only a CONNECT is accepted
+	// before CONNECTED, and a CONNECT is small but for its credentials:
+	// OAuth and JWT tokens reach 8–16 KiB; a CONNECT of the Go client with
+	// a 16 KiB token is about 16.1 KiB. 0 means the default, 64 KiB (four
+	// times that); -1 no limit of its own (MaxMessageSize + 10 KiB applies
+	// from the first byte). Otherwise it is at least 1 KiB and at most
+	// MaxMessageSize + 10 KiB.
+	MaxUnauthenticatedFrameBytes int
+	// HandshakeTimeout bounds how long a connection may stay un-CONNECTED:
+	// one whose CONNECT has not arrived this long after accept (TLS
+	// handshake included) is closed and counted as
+	// limit="handshake_timeout". A client sends CONNECT as soon as its
+	// connection is up, one round trip (two more for TLS) after connecting.
+	// 0 means the default, 10s; a negative value no timeout (a TLS
+	// handshake still gets 10 s, and the keepalive closes a silent
+	// connection after twice KeepAliveInterval).
+	HandshakeTimeout time.Duration
+	// MaxBufferedFrameBytes bounds the bytes of frames being read, summed
+	// over all connections. A frame's totalSize is reserved when its size
+	// arrives and released once the frame has been read whole; a
+	// connection whose next frame does not fit waits without reading (TCP
+	// back-pressure on its client) until earlier frames are read or their
+	// connections closed, first come first served, and each wait is
+	// counted as limit="buffered_frame_bytes". Frames of at most 64 KiB
+	// are not counted: one at a time per connection they are part of a
+	// connection's fixed cost, and PINGs, acks and flow permits keep
+	// moving while the budget is spent. A frame is partial only while its
+	// bytes cross the network (a 5 MiB frame: 40 ms at 1 Gbit/s), so
+	// well-behaved clients hold a fraction of the budget; a peer that sends
+	// most of a frame and stalls holds its share until the keepalive
+	// closes it (twice KeepAliveInterval without a whole frame) — issue 30
+	// measured 100 such connections grow a broker by 815 MB before this
+	// bound. The default, 128 MiB (or one frame of MaxMessageSize + 10 KiB
+	// if that is larger), is 25 frames of the 5 MiB maximum at once, or
+	// 1,000 of the Go client's 128 KiB batches. 0 means the
+	// default; -1 no limit; otherwise at least MaxMessageSize + 10 KiB
+	// (a frame of the largest size must fit).
+	MaxBufferedFrameBytes int
 	// MaxPendingRequestsPerConnection bounds the requests a connection
 	// has in progress at once: lookups, partition metadata, producer and
 	// consumer creations, and the other requests answered off the reader
@@ -76,9 +135,20 @@ type Config struct {
 	MaxConsumersPerTopic        int
 	MaxConsumersPerSubscription int
 	// DedupSnapshotInterval: every this many entries a topic writes its
-	// producers' last sequence ids to etcd, bounding the replay on load.
-	// Default 1000.
+	// producers' last sequence ids to its dedup snapshot (a ledger snapshot
+	// of the topic's managed ledger, mledger.OpenSnapshot: no size cap),
+	// bounding the replay on load. Default 1000.
 	DedupSnapshotInterval int
+	// DedupProducerInactivityTimeout: a producer name with no producer
+	// connected for this long loses its deduplication state (Pulsar's
+	// brokerDeduplicationProducerInactivityTimeoutMinutes, default 360
+	// minutes): a producer of that name coming back later starts afresh
+	// (last sequence id -1), so its resends of messages older than the
+	// timeout are stored again. Bounds the state a topic keeps for
+	// producers that come and go under new names. Checked by the policy
+	// loop, every tenth of the timeout at most. 0 means the default, 6h;
+	// -1 never expires.
+	DedupProducerInactivityTimeout time.Duration
 
 	// BrokerID identifies this broker in the region (its registration and
 	// the bundles it owns). Default: the advertised address.
@@ -156,6 +226,11 @@ type Config struct {
 	// (security.go). The zero value: plaintext, anyone may do anything.
 	Security security.Config
 
+	// AdminHTTP is the admin listener's timeouts and connection cap
+	// (internal/httpserve; the zero value: its defaults, which outlast
+	// the admin API's 30 s per-call deadline and a large /metrics scrape).
+	AdminHTTP httpserve.Options
+
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -179,6 +254,19 @@ func (c Config) withDefaults() Config {
 	if c.MaxConnectionsPerIP == 0 {
 		c.MaxConnectionsPerIP = 1000
 	}
+	if c.MaxUnauthenticatedConnections == 0 {
+		c.MaxUnauthenticatedConnections = 1000
+	}
+	maxFrame := c.MaxMessageSize + codec.FramePadding
+	if c.MaxUnauthenticatedFrameBytes == 0 {
+		c.MaxUnauthenticatedFrameBytes = min(64<<10, maxFrame)
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.MaxBufferedFrameBytes == 0 {
+		c.MaxBufferedFrameBytes = max(128<<20, maxFrame) // a frame of the largest size fits
+	}
 	if c.MaxPendingRequestsPerConnection == 0 {
 		c.MaxPendingRequestsPerConnection = 1000
 	}
@@ -193,6 +281,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DedupSnapshotInterval == 0 {
 		c.DedupSnapshotInterval = 1000
+	}
+	if c.DedupProducerInactivityTimeout == 0 {
+		c.DedupProducerInactivityTimeout = 360 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -231,6 +322,20 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageSize < 0 || c.MaxMessageSize > 100<<20 {
 		return errors.New("broker: MaxMessageSize must be in (0, 100 MiB]")
+	}
+	maxFrame := c.MaxMessageSize
+	if maxFrame == 0 {
+		maxFrame = codec.DefaultMaxMessageSize
+	}
+	maxFrame += codec.FramePadding
+	if n := c.MaxUnauthenticatedFrameBytes; n != 0 && n != -1 && (n < 1<<10 || n > maxFrame) {
+		return fmt.Errorf("broker: MaxUnauthenticatedFrameBytes %d must be 0 (default), -1 (none) or in [1 KiB, MaxMessageSize + 10 KiB = %d]", n, maxFrame)
+	}
+	if n := c.MaxBufferedFrameBytes; n != 0 && n != -1 && n < maxFrame {
+		return fmt.Errorf("broker: MaxBufferedFrameBytes %d must be 0 (default), -1 (none) or at least MaxMessageSize + 10 KiB = %d (a frame of the largest size must fit)", n, maxFrame)
+	}
+	if n := c.MaxUnauthenticatedConnections; n < -1 {
+		return fmt.Errorf("broker: MaxUnauthenticatedConnections %d must be 0 (default), -1 (none) or positive", n)
 	}
 	return c.Security.Validate()
 }

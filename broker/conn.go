@@ -31,6 +31,9 @@ type conn struct {
 	nc  net.Conn
 	ip  string // the client's address without the port (per-IP limit)
 	log *slog.Logger
+	// unauth: counted in Broker.unauth (not yet CONNECTED); guarded by
+	// the broker's mu.
+	unauth bool
 
 	outMu   sync.Mutex
 	outQ    [][]byte
@@ -95,7 +98,28 @@ func (c *conn) serve() {
 	if !c.tlsHandshake() {
 		return
 	}
-	dec := codec.NewDecoder(c.nc, c.b.cfg.MaxMessageSize+codec.FramePadding)
+	maxFrame := c.b.cfg.MaxMessageSize + codec.FramePadding
+	dec := codec.NewDecoder(c.nc, maxFrame)
+	// Until CONNECTED a frame larger than a CONNECT with a large token
+	// closes the connection unread (issue 30, item 1), and the connection
+	// has HandshakeTimeout to CONNECT.
+	if n := c.b.cfg.MaxUnauthenticatedFrameBytes; n > 0 {
+		dec.SetLimit(n, codec.RefuseOversize)
+	}
+	if c.b.frames != nil {
+		dec.SetBudget(connBudget{b: c.b.frames, closed: c.closed})
+	}
+	var handshake *time.Timer
+	if d := c.b.cfg.HandshakeTimeout; d > 0 {
+		handshake = time.AfterFunc(d, func() {
+			if !c.isConnected() {
+				c.b.limitExceeded(limitHandshakeTimeout)
+				c.close("no CONNECT within the handshake timeout")
+			}
+		})
+		defer handshake.Stop()
+	}
+	authenticated := false
 	for {
 		if !c.waitOutput() {
 			return
@@ -104,29 +128,74 @@ func (c *conn) serve() {
 		c.lastRecv.Store(time.Now().UnixNano())
 		switch {
 		case err == nil:
+		case errors.Is(err, codec.ErrFrameRefused):
+			c.b.metrics.rejectedFrames.Inc()
+			c.b.limitExceeded(limitUnauthFrameSize)
+			c.peerLog(slog.LevelInfo, "closing connection: frame over the limit before CONNECTED", "err", err)
+			return
 		case errors.Is(err, codec.ErrFrameTooLarge):
 			// The decoder skipped it; the connection's other producers
 			// keep working. We cannot know which producer sent it, so no
 			// SEND_ERROR (that would make the client resend in a loop).
+			// Before CONNECTED (MaxUnauthenticatedFrameBytes -1) nothing
+			// but a CONNECT is taken: close.
 			c.b.metrics.rejectedFrames.Inc()
 			c.b.limitExceeded(limitFrameSize)
-			c.log.Warn("frame over the size limit skipped", "err", err)
+			if !authenticated {
+				c.peerLog(slog.LevelInfo, "closing connection: frame over the size limit before CONNECTED", "err", err)
+				return
+			}
+			c.peerLog(slog.LevelWarn, "frame over the size limit skipped", "err", err)
 			continue
 		case errors.Is(err, codec.ErrUnknownCommand):
+			// Skipped once CONNECTED (a newer client's command); before,
+			// nothing but a CONNECT is taken (issue 30, item 4: one
+			// unknown frame every 25 s kept a connection open forever).
 			c.b.metrics.rejectedFrames.Inc()
-			c.log.Warn("unknown command skipped", "err", err)
+			if !authenticated {
+				c.peerLog(slog.LevelInfo, "closing connection: unknown command before CONNECTED", "err", err)
+				return
+			}
+			c.peerLog(slog.LevelWarn, "unknown command skipped", "err", err)
 			continue
 		case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
 			return
 		default:
 			c.b.metrics.rejectedFrames.Inc()
-			c.log.Warn("closing connection on a malformed frame", "err", err)
+			c.peerLog(slog.LevelWarn, "closing connection on a malformed frame", "err", err)
 			return
 		}
 		if !c.handle(f) {
 			return
 		}
+		if !authenticated && c.isConnected() {
+			// CONNECT answered: the normal limits from now on.
+			authenticated = true
+			if handshake != nil {
+				handshake.Stop()
+			}
+			dec.SetLimit(maxFrame, codec.SkipOversize)
+			c.b.connAuthenticated(c)
+		}
 	}
+}
+
+// peerLog logs a line a remote peer can trigger at will (a bad frame, a
+// refused credential, a silent connection): at most one line of each msg
+// every ratelog.DefaultEvery over all connections, the next one carrying
+// the count held back (issue 30, item 4: 20,000 unknown frames wrote
+// 20,000 WARN lines). msg is the key: a flood from many addresses is as
+// limited as one from a single address.
+func (c *conn) peerLog(level slog.Level, msg string, args ...any) {
+	c.b.peerLog.Log(level, msg, msg, append(args, "remote", c.nc.RemoteAddr().String())...)
+}
+
+// isConnected reports whether the connection's CONNECT was taken (its
+// authentication, if any, runs before handle returns).
+func (c *conn) isConnected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connected
 }
 
 // keepAlive pings an idle client and closes a silent one.
@@ -141,7 +210,7 @@ func (c *conn) keepAlive() {
 		case <-t.C:
 			idle := time.Since(time.Unix(0, c.lastRecv.Load()))
 			if idle > 2*iv {
-				c.log.Info("closing silent connection", "idle", idle)
+				c.peerLog(slog.LevelInfo, "closing silent connection", "idle", idle)
 				c.close("keepalive timeout")
 				return
 			}
@@ -275,7 +344,7 @@ func (c *conn) close(reason string) {
 			cs.sub.removeConsumer(cs)
 		}
 		c.b.removeConn(c)
-		c.log.Debug("connection closed", "reason", reason)
+		c.peerLog(slog.LevelDebug, "connection closed", "reason", reason)
 	})
 }
 
@@ -297,7 +366,7 @@ func (c *conn) handle(f codec.Frame) bool {
 	connected := c.connected
 	c.mu.Unlock()
 	if !connected && t != pb.BaseCommand_CONNECT {
-		c.log.Warn("command before CONNECT", "type", t)
+		c.peerLog(slog.LevelWarn, "closing connection: command before CONNECT", "type", t)
 		return false
 	}
 	switch t {
@@ -366,7 +435,7 @@ func (c *conn) handle(f codec.Frame) bool {
 			Message: proto.String("consumer stats over the protocol are not supported; use the admin API")}})
 	default:
 		// Answer what carries a request id with an error; never crash or hang.
-		c.log.Info("unsupported command", "type", t)
+		c.peerLog(slog.LevelInfo, "unsupported command", "type", t)
 		if id, ok := requestIDOf(cmd); ok {
 			c.send(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
 				RequestId: proto.Uint64(id), Error: pb.ServerError_NotAllowedError.Enum(),
@@ -427,7 +496,7 @@ func (c *conn) handleConnect(m *pb.CommandConnect) bool {
 	c.mu.Lock()
 	if c.connected {
 		c.mu.Unlock()
-		c.log.Warn("second CONNECT")
+		c.peerLog(slog.LevelWarn, "closing connection: second CONNECT")
 		return false
 	}
 	c.connected = true

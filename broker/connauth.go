@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/codec"
@@ -24,7 +25,7 @@ func (c *conn) role() string { return c.auth.Role() }
 func (c *conn) authenticate(m *pb.CommandConnect) bool {
 	expires, err := c.b.guard.Authenticate(&c.auth, c.nc, m.GetAuthMethodName(), m.GetAuthData(), m.GetFeatureFlags().GetSupportsAuthRefresh())
 	if err != nil {
-		c.log.Info("authentication refused", "method", m.GetAuthMethodName(), "err", err)
+		c.peerLog(slog.LevelInfo, "authentication refused", "method", m.GetAuthMethodName(), "err", err)
 		c.writeNow(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
 			RequestId: proto.Uint64(0), Error: pb.ServerError_AuthenticationError.Enum(), Message: proto.String(err.Error())}})
 		return false
@@ -68,7 +69,7 @@ func (c *conn) refreshLoop() {
 				}})
 			case security.RefreshClose:
 				g.CountRefresh("closed")
-				c.log.Info("closing connection: its credentials expired and were not refreshed")
+				c.peerLog(slog.LevelInfo, "closing connection: its credentials expired and were not refreshed")
 				c.close("credentials expired")
 				return
 			}
@@ -81,7 +82,7 @@ func (c *conn) refreshLoop() {
 func (c *conn) handleAuthResponse(m *pb.CommandAuthResponse) bool {
 	r := m.GetResponse()
 	if err := c.b.guard.AuthResponse(&c.auth, c.nc, r.GetAuthMethodName(), r.GetAuthData()); err != nil {
-		c.log.Info("closing connection: refreshed credentials refused", "err", err)
+		c.peerLog(slog.LevelInfo, "closing connection: refreshed credentials refused", "err", err)
 		return false
 	}
 	return true
@@ -98,7 +99,7 @@ func (c *conn) tlsHandshake() bool {
 	tc.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := tc.Handshake(); err != nil {
 		c.b.metrics.rejectedFrames.Inc()
-		c.log.Debug("TLS handshake failed", "err", err)
+		c.peerLog(slog.LevelDebug, "TLS handshake failed", "err", err)
 		return false
 	}
 	tc.SetDeadline(time.Time{})

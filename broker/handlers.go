@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/entry"
@@ -204,7 +205,7 @@ func (c *conn) handleSend(m *pb.CommandSend, f *codec.Frame) bool {
 	if err := codec.VerifyChecksum(payload); err != nil {
 		// Corrupted in flight: close so the client resends intact bytes.
 		c.b.metrics.rejectedFrames.Inc()
-		c.log.Warn("closing connection: message checksum mismatch", "producer", p.name, "err", err)
+		c.peerLog(slog.LevelWarn, "closing connection: message checksum mismatch", "producer", p.name, "err", err)
 		return false
 	}
 	if len(payload) > c.b.cfg.MaxMessageSize+codec.FramePadding {

@@ -14,11 +14,20 @@ const (
 	// limitOutputQueue counts the times a connection stopped being read
 	// because its unread answers passed maxQueuedOutputBytes.
 	limitOutputQueue = "output_queue_bytes"
+	// Issue 30, item 1: what a connection may hold before it CONNECTED,
+	// and the bytes of frames being read over all connections
+	// (Config.MaxUnauthenticatedConnections, MaxUnauthenticatedFrameBytes,
+	// HandshakeTimeout, MaxBufferedFrameBytes).
+	limitUnauthConnections = "unauthenticated_connections"
+	limitUnauthFrameSize   = "unauthenticated_frame_size"
+	limitHandshakeTimeout  = "handshake_timeout"
+	limitBufferedFrames    = "buffered_frame_bytes"
 )
 
 // limitLabels are every limit label, pre-created so the metric shows 0s.
 var limitLabels = []string{limitFrameSize, limitConnectionsPerIP, limitPendingRequests,
-	limitProducersPerTopic, limitConsumersPerTopic, limitConsumersPerSubscription, limitOutputQueue}
+	limitProducersPerTopic, limitConsumersPerTopic, limitConsumersPerSubscription, limitOutputQueue,
+	limitUnauthConnections, limitUnauthFrameSize, limitHandshakeTimeout, limitBufferedFrames}
 
 // underLimit reports whether one more can be added to n things held under
 // limit (a withDefaults value: > 0, or < 0 for no limit).

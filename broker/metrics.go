@@ -20,6 +20,9 @@ type metrics struct {
 	bytesIn        prometheus.Counter
 	msgsOut        prometheus.Counter
 	dedupDropped   prometheus.Counter
+	dedupReplayed  prometheus.Counter
+	dedupExpired   prometheus.Counter
+	dedupSnapshots prometheus.Counter
 	rejectedFrames prometheus.Counter
 	limitExceeded  *prometheus.CounterVec // by limit (limits.go)
 	lookups        *prometheus.CounterVec // by where the answer came from
@@ -41,6 +44,8 @@ type topicCollector struct {
 	entries  *prometheus.Desc
 	bytes    *prometheus.Desc
 	subCount *prometheus.Desc
+	dedupN   *prometheus.Desc
+	snapSize *prometheus.Desc
 }
 
 func (c *topicCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -48,6 +53,8 @@ func (c *topicCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.entries
 	ch <- c.bytes
 	ch <- c.subCount
+	ch <- c.dedupN
+	ch <- c.snapSize
 }
 
 func (c *topicCollector) Collect(ch chan<- prometheus.Metric) {
@@ -57,6 +64,8 @@ func (c *topicCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(t.ml.TotalSizeBytes()), name)
 		subs := t.subscriptions()
 		ch <- prometheus.MustNewConstMetric(c.subCount, prometheus.GaugeValue, float64(len(subs)), name)
+		ch <- prometheus.MustNewConstMetric(c.dedupN, prometheus.GaugeValue, float64(t.dedupProducers()), name)
+		ch <- prometheus.MustNewConstMetric(c.snapSize, prometheus.GaugeValue, float64(t.snapBytes.Load()), name)
 		for _, s := range subs {
 			// A label must be UTF-8 or the whole scrape fails; names
 			// are validated, but a cursor may predate that.
@@ -84,6 +93,9 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		bytesIn:        c("bytes_in_total", "Message bytes persisted from producers."),
 		msgsOut:        c("entries_out_total", "Entries dispatched to consumers."),
 		dedupDropped:   c("dedup_dropped_total", "Sends dropped as duplicates (a producer resent what was already persisted or in flight)."),
+		dedupReplayed:  c("dedup_replayed_entries_total", "Entries read at topic loads to rebuild deduplication state past the dedup snapshot."),
+		dedupExpired:   c("dedup_producers_expired_total", "Producer names whose deduplication state expired (no producer connected for the inactivity timeout)."),
+		dedupSnapshots: c("dedup_snapshots_written_total", "Dedup snapshots written."),
 		rejectedFrames: c("rejected_frames_total", "Frames refused: malformed, oversize, unknown command, bad checksum."),
 		limitExceeded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "limit_exceeded_total",
 			Help: "Requests and connections refused by a per-client limit (Config.Max*), by limit.", ConstLabels: l}, []string{"limit"}),
@@ -104,7 +116,7 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		age:     prometheus.NewDesc("meridian_replication_seconds_behind", "Age of the oldest local entry a remote region has not acknowledged.", []string{"topic", "remote"}, l),
 		up:      prometheus.NewDesc("meridian_replication_connected", "1 while the replication stream to the remote region is open.", []string{"topic", "remote"}, l),
 	})
-	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.rejectedFrames, m.limitExceeded, m.lookups, m.storageLatency)
+	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.dedupReplayed, m.dedupExpired, m.dedupSnapshots, m.rejectedFrames, m.limitExceeded, m.lookups, m.storageLatency)
 	for _, name := range limitLabels {
 		m.limitExceeded.WithLabelValues(name)
 	}
@@ -115,6 +127,8 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		entries:  prometheus.NewDesc("meridian_broker_topic_entries", "Entries stored for a topic.", []string{"topic"}, l),
 		bytes:    prometheus.NewDesc("meridian_broker_topic_storage_bytes", "Bytes stored for a topic.", []string{"topic"}, l),
 		subCount: prometheus.NewDesc("meridian_broker_topic_subscriptions", "Subscriptions of a topic.", []string{"topic"}, l),
+		dedupN:   prometheus.NewDesc("meridian_broker_topic_dedup_producers", "Producer names a topic keeps deduplication state for.", []string{"topic"}, l),
+		snapSize: prometheus.NewDesc("meridian_broker_topic_dedup_snapshot_bytes", "Size of a topic's last dedup snapshot read or written.", []string{"topic"}, l),
 	})
 	backlog := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "meridian", Subsystem: "broker", Name: "backlog_messages",
 		Help: "Unacknowledged entries summed over the subscriptions of loaded topics.", ConstLabels: l}, func() float64 {

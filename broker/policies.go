@@ -35,6 +35,9 @@ func (b *Broker) policyLoop() {
 		case <-b.ctx.Done():
 			return
 		case <-t.C:
+			if b.policyTurned != nil {
+				b.policyTurned()
+			}
 			mctx, mcancel := context.WithTimeout(b.ctx, 30*time.Second)
 			b.maintainBundles(mctx)
 			b.repl.LoadBacklogged(mctx)
@@ -54,7 +57,9 @@ func (b *Broker) policyLoop() {
 				if ctx.Err() != nil {
 					break
 				}
-				tp.enforcePolicies(ctx, time.Now(), pass)
+				now := time.Now()
+				tp.enforcePolicies(ctx, now, pass)
+				tp.expireDedup(now)
 			}
 			cancel()
 		}

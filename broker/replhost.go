@@ -256,10 +256,13 @@ func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
 				meta, merr := entry.ParseMeta(payload)
 				t.mu.Lock()
 				t.noteEntryLocked(pos, entry.Decoded{Origin: o, Msg: msg})
-				if merr == nil {
+				if merr == nil && keepsDedup(meta.ProducerName) {
 					// The producer's sequence ids travel with its entries: a
 					// producer that fails over here and resends is deduplicated.
 					st := t.dedupFor(meta.ProducerName)
+					if st.connected == 0 {
+						st.idleSince = time.Now()
+					}
 					st.lastPushed = max(st.lastPushed, meta.HighestSeqID)
 					st.lastPersisted = max(st.lastPersisted, meta.HighestSeqID)
 					st.remember(meta.SequenceID, meta.HighestSeqID, pos)

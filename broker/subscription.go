@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/security"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -23,6 +24,9 @@ type Consumer struct {
 	key  dispatch.ID // the consumer's name in the subscription's core
 	conn *conn
 	sub  *Subscription
+	// out meters the messages sent to it; since is when it subscribed.
+	out   ratemeter.Meter
+	since time.Time
 }
 
 // has reports whether cs is one of the subscription's consumers.
@@ -44,6 +48,8 @@ type Subscription struct {
 	name    string
 	cursor  *mledger.Cursor
 	durable bool
+	// out meters the messages dispatched (admin stats).
+	out ratemeter.Meter
 
 	mu        sync.Mutex
 	core      *dispatch.Core
@@ -169,7 +175,7 @@ func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, 
 		return nil, fmt.Errorf("%w: %s has reached the limit of %d consumers", meta.ErrConsumerBusy, s.topic.name, cfg.MaxConsumersPerTopic)
 	}
 	s.nextKey++
-	cs := &Consumer{id: m.GetConsumerId(), key: s.nextKey, conn: c, sub: s}
+	cs := &Consumer{id: m.GetConsumerId(), key: s.nextKey, conn: c, sub: s, since: time.Now()}
 	s.core.AddConsumer(dispatch.ConsumerInfo{ID: cs.key, ConsumerID: cs.id, Name: m.GetConsumerName(), Priority: m.GetPriorityLevel()})
 	s.consumers[cs.key] = cs
 	s.topic.b.metrics.consumers.Inc()
@@ -378,6 +384,7 @@ type delivery struct {
 	entry   []byte
 	redeliv uint32
 	ackSet  []int64
+	n       int // messages in the entry
 }
 
 // dispatchOnce runs one round of the core: replays first (in position
@@ -464,7 +471,7 @@ func (s *Subscription) offer(r *dispatch.Round, e mledger.Entry, replay bool) (d
 		s.cursor.Ack(e.Pos)
 	case dispatch.Deliver:
 		s.topic.sawEntry(d.NumMessages)
-		return delivery{c: c, pos: e.Pos, entry: e.Data, redeliv: d.RedeliveryCount, ackSet: d.AckSet}, true
+		return delivery{c: c, pos: e.Pos, entry: e.Data, redeliv: d.RedeliveryCount, ackSet: d.AckSet, n: d.NumMessages}, true
 	}
 	return delivery{}, false
 }
@@ -496,5 +503,6 @@ func (s *Subscription) deliver(out []delivery) {
 			continue
 		}
 		s.topic.b.metrics.msgsOut.Inc()
+		s.countOut(d.c, d.n, len(de.Msg))
 	}
 }

@@ -2,10 +2,8 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -42,10 +41,17 @@ type Topic struct {
 	subs      map[string]*Subscription
 	dedup     map[string]*dedupState
 	sinceSnap int
-	closed    bool
-	lastBatch int   // messages in the last entry appended (GET_LAST_MESSAGE_ID)
-	quotaErr  error // set while a backlog quota blocks producers
-	msgsIn    int64 // messages persisted since the topic was loaded
+	// nextDedupSweep: when the policy loop next looks for producer names
+	// idle past DedupProducerInactivityTimeout (expireDedup).
+	nextDedupSweep time.Time
+	closed         bool
+	lastBatch      int   // messages in the last entry appended (GET_LAST_MESSAGE_ID)
+	quotaErr       error // set while a backlog quota blocks producers
+	msgsIn         int64 // messages persisted since the topic was loaded
+	// in meters the messages persisted (admin stats); lastPublishMs is
+	// the broker's publish time of the last one.
+	in            ratemeter.Meter
+	lastPublishMs int64
 	// perEntry: messages per entry dispatched (a moving average, as
 	// math.Float64bits; 0 until the first), so a dispatch reads about as
 	// many entries as its consumers have permits for (dispatch.EntriesFor).
@@ -77,6 +83,27 @@ type Topic struct {
 	// senders and appliers, sync receipts, replicated subscriptions.
 	repl *replication.Topic
 
+	// The dedup snapshot (dedupsnap.go): a ledger snapshot of the
+	// managed ledger, opened by load. Snapshots taken in append callbacks
+	// are queued (snapNext, the latest only) and written one at a time by
+	// one goroutine (snapBusy); snapMu orders every write, the final one
+	// at unload included, and snapWritten is the position of the last one
+	// written (an older one is never written after it). legacySnap: the
+	// state came from the etcd record of earlier versions, deleted once a
+	// snapshot is written. snapBytes: the size of the last snapshot read
+	// or written (metrics).
+	dedupSnap   *mledger.Snapshot
+	snapQMu     sync.Mutex
+	snapNext    *dedupSnapshot
+	snapBusy    bool
+	snapMu      sync.Mutex
+	snapWritten mledger.Position
+	legacySnap  bool
+	snapBytes   atomic.Int64
+
+	// loaded: what load found, for the "topic loaded" log line.
+	loaded []any
+
 	// unloadHook, if set (tests), runs first in an unload's finish: a
 	// hook that never returns is an unload that never finishes.
 	unloadHook func()
@@ -89,9 +116,15 @@ type Topic struct {
 type dedupState struct {
 	lastPushed    int64 // highest sequence id accepted for append
 	lastPersisted int64 // highest sequence id persisted
-	inflight      map[int64]*pendingPublish
-	recent        []recentPos // ring of the last positions, to answer resends
-	recentNext    int         // where the ring writes next once full
+	// connected counts the topic's producers of this name; idleSince is
+	// when the last one left (or the state was loaded or last replicated
+	// to): a name with none connected for DedupProducerInactivityTimeout
+	// loses its state (expireDedup).
+	connected  int
+	idleSince  time.Time
+	inflight   map[int64]*pendingPublish
+	recent     []recentPos // ring of the last positions, to answer resends
+	recentNext int         // where the ring writes next once full
 }
 
 type recentPos struct {
@@ -114,40 +147,33 @@ func newTopic(b *Broker, tn meta.TopicName, ml *mledger.ManagedLedger, pol meta.
 		applied:   map[string]uint64{},
 		lastPos:   mledger.Position{Ledger: -1, Entry: -1},
 		lastWire:  mledger.Position{Ledger: -1, Entry: -1},
+
+		snapWritten: mledger.Position{Ledger: -1, Entry: -1},
 	}
 	t.repl = b.repl.NewTopic(tn, ml, replLog{t})
 	return t
 }
 
-func (t *Topic) dedupKey() string { return "/dedup/" + t.name.ManagedLedgerName() }
-
-// dedupSnapshot is the persisted form: every producer's last persisted
-// sequence id as of Position.
-type dedupSnapshot struct {
-	Position  mledger.Position `json:"position"`
-	Producers map[string]int64 `json:"producers"`
-	// LocalSeq and LocalBytes: the topic's local sequence number and
-	// local bytes as of Position; Applied: each origin's highest sequence
-	// number persisted here.
-	LocalSeq   uint64            `json:"localSeq,omitempty"`
-	LocalBytes int64             `json:"localBytes,omitempty"`
-	Applied    map[string]uint64 `json:"applied,omitempty"`
-}
-
-// load rebuilds the deduplication state: the last snapshot, then a replay
-// of every entry after it (their metadata carry producer name and
-// sequence ids).
+// load rebuilds the deduplication state: the last snapshot
+// (dedupsnap.go), then a replay of every entry after it (their metadata
+// carry producer name and sequence ids).
 func (t *Topic) load(ctx context.Context) error {
 	from := t.ml.FirstPosition()
-	kv, err := t.store.Get(ctx, t.dedupKey())
-	switch {
-	case err == nil:
-		var snap dedupSnapshot
-		if err := json.Unmarshal(kv.Value, &snap); err != nil {
-			return fmt.Errorf("dedup snapshot: %w", err)
-		}
-		for name, seq := range snap.Producers {
-			t.dedup[name] = &dedupState{lastPushed: seq, lastPersisted: seq, inflight: map[int64]*pendingPublish{}}
+	snap, err := t.readSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if snap != nil {
+		for name, p := range snap.Producers {
+			if !keepsDedup(name) {
+				continue // from before the limit: no producer of that name can connect
+			}
+			idle := now
+			if p.IdleMs > 0 {
+				idle = time.UnixMilli(p.IdleMs)
+			}
+			t.dedup[name] = &dedupState{lastPushed: p.Seq, lastPersisted: p.Seq, inflight: map[int64]*pendingPublish{}, idleSince: idle}
 		}
 		t.localSeq, t.localBytes = snap.LocalSeq, snap.LocalBytes
 		for o, n := range snap.Applied {
@@ -157,13 +183,16 @@ func (t *Topic) load(ctx context.Context) error {
 		// index is rebuilt from the entries (not persisted yet).
 		if next := t.ml.Next(snap.Position); from.Less(next) && !t.replicated() {
 			from = next
+			// The snapshot covers the log up to its position: the next
+			// snapshot (the one at unload, if nothing is appended) is at
+			// least there, not at -1:-1 (which made the load after it
+			// replay the whole log).
+			t.lastPos, t.lastWire = snap.Position, snap.Position
 		}
-	case errors.Is(err, cluster.ErrNotFound):
-	default:
-		return err
 	}
 	last := t.ml.LastConfirmed()
 	replayed := 0
+	start := time.Now()
 	for !last.Less(from) {
 		entries, err := t.ml.ReadEntries(ctx, from, 500, 8<<20)
 		if err != nil {
@@ -179,7 +208,7 @@ func (t *Topic) load(ctx context.Context) error {
 			}
 			t.noteEntryLocked(e.Pos, d)
 			m, err := entry.ParseMeta(e.Data)
-			if err != nil {
+			if err != nil || !keepsDedup(m.ProducerName) {
 				continue
 			}
 			st := t.dedupFor(m.ProducerName)
@@ -191,8 +220,11 @@ func (t *Topic) load(ctx context.Context) error {
 		}
 		from = t.ml.Next(entries[len(entries)-1].Pos)
 	}
-	if replayed > 0 {
-		t.b.log.Debug("dedup state replayed", "topic", t.name.String(), "entries", replayed)
+	t.b.metrics.dedupReplayed.Add(float64(replayed))
+	t.loaded = []any{"dedup_producers", len(t.dedup), "dedup_snapshot_bytes", t.snapBytes.Load(), "dedup_replayed_entries", replayed,
+		"dedup_replay_took", time.Since(start).Round(time.Millisecond)}
+	if snap != nil {
+		t.loaded = append(t.loaded, "dedup_snapshot_position", snap.Position.String())
 	}
 	// A replicator's cursor knows the sequence number of the last local
 	// entry it passed, which retention may have deleted since.
@@ -204,6 +236,21 @@ func (t *Topic) load(ctx context.Context) error {
 		}
 	}
 	t.nextSeq = t.localSeq
+	// Every durable subscription stored with the topic is one of its
+	// subscriptions from the load on, with consumers or not (as Pulsar's):
+	// the admin API lists it and its backlog, TTL and backlog quotas apply
+	// to it. (They appeared only once a consumer came back: after a
+	// restart or an unload, a subscription nobody consumed was missing
+	// from the stats and its messages never expired.)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.ml.Cursors() {
+		if replication.IsCursor(c.Name()) || t.subs[c.Name()] != nil {
+			continue
+		}
+		t.subs[c.Name()] = newSubscription(t, c.Name(), 0, c, true)
+		t.b.metrics.subscriptions.Inc()
+	}
 	return nil
 }
 
@@ -273,7 +320,7 @@ func (t *Topic) lastIDs() (pos, wire mledger.Position) {
 func (t *Topic) dedupFor(name string) *dedupState {
 	st := t.dedup[name]
 	if st == nil {
-		st = &dedupState{lastPushed: -1, lastPersisted: -1, inflight: map[int64]*pendingPublish{}}
+		st = &dedupState{lastPushed: -1, lastPersisted: -1, inflight: map[int64]*pendingPublish{}, idleSince: time.Now()}
 		t.dedup[name] = st
 	}
 	return st
@@ -332,6 +379,7 @@ func (t *Topic) addProducer(p *Producer) (int64, error) {
 	t.producers[p] = struct{}{}
 	t.b.metrics.producers.Inc()
 	st := t.dedupFor(p.name)
+	st.connected++
 	return st.lastPersisted, nil
 }
 
@@ -352,6 +400,11 @@ func (t *Topic) removeProducer(p *Producer) {
 	if _, ok := t.producers[p]; ok {
 		delete(t.producers, p)
 		t.b.metrics.producers.Dec()
+		if st := t.dedup[p.name]; st != nil && st.connected > 0 {
+			if st.connected--; st.connected == 0 {
+				st.idleSince = time.Now()
+			}
+		}
 	}
 }
 
@@ -360,6 +413,12 @@ func (t *Topic) removeProducer(p *Producer) {
 // persisted message it runs at once with the original position (or -1:-1
 // when that is no longer remembered).
 func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
+	t.publishMetered(producerName, nil, seq, numMsgs, fm, cb)
+}
+
+// publishMetered is publish that also counts the persisted message on in
+// (its producer's meter; nil: none).
+func (t *Topic) publishMetered(producerName string, in *ratemeter.Meter, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
 	msg := fm.Msg()
 	highest := seq + int64(max(numMsgs, 1)) - 1
 	t.mu.Lock()
@@ -373,7 +432,14 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 		cb(mledger.Position{}, err)
 		return
 	}
-	st := t.dedupFor(producerName)
+	st := t.dedup[producerName]
+	if st == nil && !keepsDedup(producerName) {
+		// A name no producer can connect with (a quarantined entry from
+		// another region's older broker): stored, but no state kept.
+		st = &dedupState{lastPushed: -1, lastPersisted: -1, inflight: map[int64]*pendingPublish{}}
+	} else if st == nil {
+		st = t.dedupFor(producerName)
+	}
 	if t.dedupEnabled() && highest <= st.lastPushed {
 		if p, ok := st.inflight[seq]; ok {
 			p.waiters = append(p.waiters, cb)
@@ -429,8 +495,12 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 			t.noteEntryLocked(pos, entry.Decoded{Origin: origin, Msg: msg})
 			st.lastPersisted = max(st.lastPersisted, highest)
 			st.remember(seq, highest, pos)
+			if st.connected == 0 {
+				st.idleSince = time.Now() // a quarantined replicated entry (replhost.go)
+			}
 			t.lastBatch = max(numMsgs, 1)
 			t.msgsIn += int64(max(numMsgs, 1))
+			t.lastPublishMs = start.UnixMilli()
 			t.sinceSnap++
 			if t.sinceSnap >= t.b.cfg.DedupSnapshotInterval {
 				t.sinceSnap = 0
@@ -444,9 +514,14 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 		waiters := pp.waiters
 		t.mu.Unlock()
 		if snap != nil {
-			go t.writeSnapshot(context.Background(), snap)
+			t.queueSnapshot(snap)
 		}
 		if err == nil {
+			now := time.Now()
+			t.in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))
+			if in != nil {
+				in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))
+			}
 			t.b.metrics.msgsIn.Add(float64(max(numMsgs, 1)))
 			t.b.metrics.bytesIn.Add(float64(len(msg)))
 			t.notifySubs()
@@ -463,32 +538,6 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 		}
 	})
 	t.seqMu.Unlock()
-}
-
-func (t *Topic) snapshotLocked(pos mledger.Position) *dedupSnapshot {
-	s := &dedupSnapshot{Position: pos, Producers: make(map[string]int64, len(t.dedup)),
-		LocalSeq: t.localSeq, LocalBytes: t.localBytes, Applied: maps.Clone(t.applied)}
-	for name, st := range t.dedup {
-		if st.lastPersisted >= 0 {
-			s.Producers[name] = st.lastPersisted
-		}
-	}
-	return s
-}
-
-// writeSnapshot persists s, giving up after 10 s or when ctx ends (the
-// next load then starts from the previous snapshot and replays the entries
-// after it, as after a crash).
-func (t *Topic) writeSnapshot(ctx context.Context, s *dedupSnapshot) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := t.store.Put(ctx, t.dedupKey(), b); err != nil {
-		t.b.log.Warn("dedup snapshot not written", "topic", t.name.String(), "err", err)
-	}
 }
 
 func (t *Topic) lastEntryBatchSize() int {
@@ -695,6 +744,9 @@ type Producer struct {
 	exclusive     bool
 	schemaVersion []byte
 	pending       chan struct{} // bounds SENDs not yet persisted
+	// in meters its messages persisted; since is when it was created.
+	in    ratemeter.Meter
+	since time.Time
 }
 
 // publish handles one SEND; receipts go back in send order because the
@@ -703,7 +755,7 @@ func (p *Producer) publish(m *pb.CommandSend, msg entry.Framed) {
 	p.pending <- struct{}{} // back-pressure: blocks the connection's reader when full
 	seq := m.GetSequenceId()
 	n := int(m.GetNumMessages())
-	p.topic.publish(p.name, int64(seq), n, msg, func(pos mledger.Position, err error) {
+	p.topic.publishMetered(p.name, &p.in, int64(seq), n, msg, func(pos mledger.Position, err error) {
 		<-p.pending
 		if errors.Is(err, errDropSilently) {
 			return

@@ -268,6 +268,13 @@ type CreateOptions struct {
 	Placement rack.Policy
 	// Custom metadata stored with the ledger (e.g. the topic it belongs to).
 	Custom map[string]string
+	// Reserve, if set, runs with the ledger's id once it is allocated and
+	// before the ledger's metadata is written (the ledger exists from that
+	// write on). If it fails, Create writes nothing and returns its error:
+	// the id is never used. For a caller that records a ledger before the
+	// ledger can exist, so that no crash leaves a ledger it does not know
+	// of (mledger's snapshots list the id as garbage first).
+	Reserve func(ctx context.Context, id int64) error
 }
 
 func (o *CreateOptions) normalize() error {
@@ -276,6 +283,9 @@ func (o *CreateOptions) normalize() error {
 	}
 	return o.Placement.Validate(o.EnsembleSize, o.WriteQuorum, o.AckQuorum)
 }
+
+// WritableBookies returns how many bookies new ensembles may use now.
+func (c *Client) WritableBookies() int { return len(c.cfg.Bookies.Writable()) }
 
 // candidates returns the writable bookies as placement candidates.
 func (c *Client) candidates() ([]rack.Bookie, map[string]*metapb.BookieRegistration) {
@@ -317,6 +327,11 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Writer, error) {
 	writer := ""
 	if lease != 0 {
 		writer = c.cfg.WriterName
+	}
+	if o.Reserve != nil {
+		if err := o.Reserve(ctx, id); err != nil {
+			return nil, fmt.Errorf("ledger: reserve %d: %w", id, err)
+		}
 	}
 	refs := make([]*metapb.BookieRef, len(ens))
 	for i, b := range ens {

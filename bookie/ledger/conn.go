@@ -39,7 +39,7 @@ type bookieConn struct {
 type addStream struct {
 	s       bookiepb.Bookie_AddEntriesClient
 	cancel  context.CancelFunc
-	mu      sync.Mutex // guards pending; held by the sender while registering
+	mu      sync.Mutex // guards pending and dead; held by the sender while registering
 	pending map[uint64]addCallback
 	dead    bool
 }
@@ -74,7 +74,7 @@ func (c *bookieConn) add(req *bookiepb.AddRequest, cb addCallback) {
 		return
 	}
 	st := c.stream
-	if st == nil || st.dead {
+	if st == nil || st.isDead() {
 		ctx, cancel := context.WithCancel(context.Background())
 		s, err := c.client.AddEntries(ctx)
 		if err != nil {
@@ -122,6 +122,14 @@ func (c *bookieConn) recvLoop(st *addStream) {
 			cb(resp, nil)
 		}
 	}
+}
+
+// isDead reports whether breakStream ended st (dead is st.mu's: a
+// receiving goroutine may be breaking it while add reads it).
+func (st *addStream) isDead() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.dead
 }
 
 // breakStream fails every add pending on st and forgets the stream.

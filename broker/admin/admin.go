@@ -7,17 +7,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
-	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/httpserve"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/protobuf/proto"
 )
 
 // The admin HTTP API: Pulsar's /admin/v2 paths for what users do first
@@ -42,17 +45,65 @@ type Broker interface {
 	// DeleteTopic deletes a topic and its data; without force it refuses
 	// (meta.ErrNotEmpty) a topic with connected producers or consumers.
 	DeleteTopic(ctx context.Context, tn meta.TopicName, force bool) error
+	// LoadedTopics returns the topics of namespace ns loaded on this
+	// broker.
+	LoadedTopics(ns string) []Topic
+
+	// Self is this broker; Brokers the region's live brokers.
+	Self() BrokerInfo
+	Brokers(ctx context.Context) ([]BrokerInfo, error)
+	// Lookup returns the broker that serves the topic (the owner of its
+	// bundle, or the one a client's lookup would be sent to).
+	Lookup(ctx context.Context, tn meta.TopicName) (BrokerInfo, error)
+	// HealthCheck reports whether this broker serves: registered, its
+	// metadata readable.
+	HealthCheck(ctx context.Context) error
+	// OwnedBundles lists the bundles this broker owns, as Pulsar names
+	// them: "tenant/ns/0xLOWER_0xUPPER".
+	OwnedBundles() []string
+
+	// Bundles returns a namespace's bundle boundaries in this region,
+	// ascending from 0 to 0xffffffff (bundle i is [b[i], b[i+1]), the last
+	// one including 0xffffffff, as Pulsar names them).
+	Bundles(ctx context.Context, ns string) ([]uint32, error)
+	// BundleOf returns the bundle holding the topic.
+	BundleOf(ctx context.Context, tn meta.TopicName) (Bundle, error)
+	// UnloadBundle closes the bundle's topics on this broker and gives the
+	// bundle up (meta.ErrNotFound for a range that is not a bundle;
+	// another broker's bundle: a StatusError naming it).
+	UnloadBundle(ctx context.Context, ns string, bd Bundle) error
+	// SplitBundle splits a bundle in two at the middle of its range, and
+	// with unload gives both halves up.
+	SplitBundle(ctx context.Context, ns string, bd Bundle, unload bool) error
+	// UnloadNamespace unloads every bundle of ns this broker owns.
+	UnloadNamespace(ctx context.Context, ns string) error
 }
+
+// BrokerInfo is a broker as the admin API shows it.
+type BrokerInfo struct {
+	ID         string // its broker id
+	ServiceURL string // pulsar://host:port (pulsar+ssl:// with TLS)
+	AdminURL   string // http://host:port (https:// with TLS)
+}
+
+// Bundle is a namespace bundle: the hash range [Lower, Upper), the last
+// bundle's Upper 0xffffffff included. Pulsar names it "0xLOWER_0xUPPER".
+type Bundle struct{ Lower, Upper uint32 }
+
+func (b Bundle) String() string { return fmt.Sprintf("0x%08x_0x%08x", b.Lower, b.Upper) }
 
 // Topic is a loaded topic as the admin API sees it.
 type Topic interface {
+	Name() meta.TopicName
 	Stats() TopicStats
 	InternalStats() InternalStats
+	InternalInfo() ManagedLedgerInfo
 	// SubscriptionNames lists its subscriptions.
 	SubscriptionNames() []string
-	// CreateSubscription creates a durable subscription at the end of the
-	// topic (meta.ErrAlreadyExists if it exists).
-	CreateSubscription(ctx context.Context, name string) error
+	// CreateSubscription creates a durable subscription whose first
+	// message is at (Earliest, Latest, or that message id)
+	// (meta.ErrAlreadyExists if it exists).
+	CreateSubscription(ctx context.Context, name string, at MessageID) error
 	// DeleteSubscription deletes one; without force it refuses
 	// (meta.ErrNotEmpty) one with consumers, with force it closes them.
 	DeleteSubscription(ctx context.Context, name string, force bool) error
@@ -60,6 +111,61 @@ type Topic interface {
 	// or after ms (the broker's publish time) and closes its consumers
 	// (meta.ErrNotFound for no such subscription).
 	ResetCursor(ctx context.Context, sub string, ms int64) error
+	// ResetCursorTo moves a subscription so that the message id is the
+	// next it delivers, and closes its consumers.
+	ResetCursorTo(ctx context.Context, sub string, id MessageID) error
+	// Skip acknowledges the first n unacknowledged entries of the
+	// subscription (n < 0: all of them, clearing its backlog).
+	Skip(ctx context.Context, sub string, n int64) error
+	// Expire acknowledges, on subscription sub (every subscription when
+	// sub is ""), the messages the broker published more than seconds
+	// ago.
+	Expire(ctx context.Context, sub string, seconds int64) error
+	// Peek returns the nth (from 1) unacknowledged entry of the
+	// subscription, consuming nothing (meta.ErrNotFound past the end).
+	Peek(ctx context.Context, sub string, nth int) (Message, error)
+	// Message returns the entry of a message id (meta.ErrNotFound if the
+	// topic has none).
+	Message(ctx context.Context, id MessageID) (Message, error)
+	// LastMessageID is the id of the last message persisted.
+	LastMessageID() MessageID
+	// MessageIDAt returns the id of the first message the broker
+	// published at or after ms (meta.ErrNotFound: none).
+	MessageIDAt(ctx context.Context, ms int64) (MessageID, error)
+	// Unload closes the topic on this broker; its clients reconnect and
+	// it loads again on its next use.
+	Unload(ctx context.Context) error
+}
+
+// MessageID is Pulsar's message id JSON. LedgerID < 0 means Earliest and
+// LedgerID math.MaxInt64 Latest (pulsaradmin's utils.Earliest, Latest).
+type MessageID struct {
+	LedgerID       int64 `json:"ledgerId"`
+	EntryID        int64 `json:"entryId"`
+	PartitionIndex int   `json:"partitionIndex"`
+}
+
+// Earliest and Latest report what pulsaradmin means by them.
+func (id MessageID) Earliest() bool { return id.LedgerID < 0 }
+func (id MessageID) Latest() bool   { return id.LedgerID == math.MaxInt64 }
+
+// Message is a stored entry as peek and get-message-by-id answer it: the
+// message (for a batch, its whole payload of single messages) and what
+// its metadata says.
+type Message struct {
+	ID MessageID
+	// PublishMs is the producer's publish time (the message's metadata),
+	// BrokerPublishMs the broker's (what seek and expiry go by).
+	PublishMs       int64
+	BrokerPublishMs int64
+	EventTimeMs     int64
+	Key             string
+	ProducerName    string
+	SequenceID      int64
+	Properties      map[string]string
+	// BatchSize is the number of messages of a batch (0: not a batch).
+	BatchSize int
+	Payload   []byte
 }
 
 // Failover is the active-region decision as the admin API sees it.
@@ -109,10 +215,23 @@ type Config struct {
 	Auth Authorizer
 	// Health, if set, answers GET /admin/v2/meridian/health.
 	Health func() any
+	// Probes, if set, answers GET /healthz, /readyz and /status.html,
+	// with no credentials (internal/healthz).
+	Probes *healthz.Checker
 	// Metrics is served on /metrics.
 	Metrics prometheus.Gatherer
 	// GossipKeys, if set, serves /admin/v2/meridian/gossip/keys.
 	GossipKeys GossipKeyring
+	// HTTP is the listener's timeouts and connection cap (zero fields:
+	// httpserve's defaults, whose WriteTimeout, 60 s, outlasts the 30 s
+	// every call is given and a large /metrics scrape).
+	HTTP httpserve.Options
+	// DefaultRetention is the broker's retention for a namespace that sets
+	// none (GET .../retention answers it then, as Pulsar does).
+	DefaultRetention meta.Retention
+	// PeerHTTP is the client for another broker of the region's admin API
+	// (partitioned stats of partitions it owns); nil: not asked.
+	PeerHTTP func(timeout time.Duration) *http.Client
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -121,12 +240,13 @@ type Config struct {
 type Server struct {
 	cfg    Config
 	lis    net.Listener
-	srv    *http.Server
+	srv    *httpserve.Server
 	scheme string // "http://", or "https://" with TLS
+	ops    *operations
 }
 
 // New returns the admin API of cfg; Start listens.
-func New(cfg Config) *Server { return &Server{cfg: cfg} }
+func New(cfg Config) *Server { return &Server{cfg: cfg, ops: newOperations()} }
 
 // Start listens on Config.Addr and serves.
 func (s *Server) Start() error {
@@ -140,13 +260,18 @@ func (s *Server) Start() error {
 		serve, scheme = s.cfg.Listen(lis)
 	}
 	s.scheme = scheme
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	opts := s.cfg.HTTP
+	if opts.Logger == nil {
+		opts.Logger = s.log()
+	}
+	s.srv = httpserve.New(s.Handler(), opts)
 	go s.srv.Serve(serve)
 	return nil
 }
 
 // Close closes the listener and every connection.
 func (s *Server) Close() error {
+	s.ops.close()
 	if s.srv == nil {
 		return nil
 	}
@@ -185,6 +310,28 @@ func (s *Server) topic(r *http.Request, topic func(*http.Request) (meta.TopicNam
 	return s.cfg.Broker.Topic(r.Context(), tn.String(), false)
 }
 
+// ownerRedirect is where to send a topic's call that reached a broker not
+// owning the topic (meta.NotOwnerError): the same path and query on the
+// owner's admin API, with authoritative=true, as Pulsar redirects. A call
+// that was already redirected is not sent on again (the owner moved, or
+// the brokers disagree for now): it fails with the error (503).
+func ownerRedirect(r *http.Request, err error) (string, bool) {
+	var no meta.NotOwnerError
+	if !errors.As(err, &no) || no.OwnerAdminURL == "" || r.URL.Query().Get("authoritative") == "true" {
+		return "", false
+	}
+	owner, perr := url.Parse(no.OwnerAdminURL)
+	if perr != nil || owner.Host == "" {
+		return "", false
+	}
+	loc := *r.URL
+	loc.Scheme, loc.Host = owner.Scheme, owner.Host
+	q := loc.Query()
+	q.Set("authoritative", "true")
+	loc.RawQuery = q.Encode()
+	return loc.String(), true
+}
+
 // Handler returns the admin API's handler.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -196,6 +343,12 @@ func (s *Server) Handler() http.Handler {
 		}
 		metricsHandler.ServeHTTP(w, r)
 	})
+	if s.cfg.Probes != nil {
+		rl := ratelog.New(s.log(), time.Minute)
+		s.cfg.Probes.Register(mux, func(endpoint string, err error) {
+			rl.Log(slog.LevelWarn, endpoint, "health probe answered red", "endpoint", endpoint, "err", err)
+		})
+	}
 	h := func(pattern string, f func(r *http.Request) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)
@@ -206,10 +359,24 @@ func (s *Server) Handler() http.Handler {
 				writeAdmin(w, nil, err)
 				return
 			}
+			if asyncRoutes[pattern] && wantsAsync(r) { // operations.go
+				op, err := s.ops.start(r, pattern, f)
+				if err != nil {
+					writeAdmin(w, nil, err)
+					return
+				}
+				writeAccepted(w, op)
+				return
+			}
 			v, err := f(r)
+			if loc, ok := ownerRedirect(r, err); ok {
+				http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
+				return
+			}
 			writeAdmin(w, v, err)
 		})
 	}
+	h("GET "+operationsPath+"{id}", func(r *http.Request) (any, error) { return s.ops.get(r.PathValue("id")) })
 	h("GET /admin/v2/meridian/health", func(r *http.Request) (any, error) {
 		if s.cfg.Health == nil {
 			return nil, fmt.Errorf("%w: this broker does not gossip", meta.ErrNotFound)
@@ -273,8 +440,8 @@ func (s *Server) Handler() http.Handler {
 		return s.cfg.Meta.ListNamespaces(r.Context(), r.PathValue("tenant"))
 	})
 	h("PUT /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) {
-		var p meta.Policies
-		if err := readJSON(r, &p, true); err != nil {
+		p, err := readNamespacePolicies(r)
+		if err != nil {
 			return nil, err
 		}
 		if err := meta.ValidatePolicies(p); err != nil {
@@ -292,7 +459,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		return nil, s.cfg.Meta.CreateNamespace(r.Context(), ns(r), p)
 	})
-	h("GET /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return s.cfg.Meta.GetPolicies(r.Context(), ns(r)) })
+	h("GET /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return s.policiesAnswer(r.Context(), ns(r)) })
 	h("DELETE /admin/v2/namespaces/{tenant}/{ns}", func(r *http.Request) (any, error) { return nil, s.cfg.Meta.DeleteNamespace(r.Context(), ns(r)) })
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/topics", func(r *http.Request) (any, error) {
 		if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
@@ -302,7 +469,16 @@ func (s *Server) Handler() http.Handler {
 	})
 	s.replicationHandlers(h, ns)
 	s.securityHandlers(h, ns)
-	policy := func(path string, apply func(*meta.Policies, []byte) error, clear func(*meta.Policies)) {
+	policy := func(path string, apply func(*meta.Policies, []byte) error, clear func(*meta.Policies), get func(meta.Policies) any) {
+		if get != nil {
+			h("GET /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
+				p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
+				if err != nil {
+					return nil, err
+				}
+				return get(p), nil
+			})
+		}
 		h("POST /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
@@ -333,12 +509,37 @@ func (s *Server) Handler() http.Handler {
 	}
 	policy("retention", func(p *meta.Policies, body []byte) error {
 		var rt meta.Retention
+		if err := json.Unmarshal(body, &rt); err != nil {
+			return meta.BadRequest(err)
+		}
+		if err := meta.ValidateRetention(rt); err != nil {
+			return err
+		}
 		p.Retention = &rt
-		return meta.BadRequest(json.Unmarshal(body, &rt))
-	}, func(p *meta.Policies) { p.Retention = nil })
+		return nil
+	}, func(p *meta.Policies) { p.Retention = nil }, func(p meta.Policies) any {
+		// Unset: the broker's default, as Pulsar answers.
+		if p.Retention == nil {
+			return s.cfg.DefaultRetention
+		}
+		return *p.Retention
+	})
 	policy("messageTTL", func(p *meta.Policies, body []byte) error {
-		return meta.BadRequest(json.Unmarshal(body, &p.MessageTTLInSeconds))
-	}, func(p *meta.Policies) { p.MessageTTLInSeconds = 0 })
+		var ttl int
+		if err := json.Unmarshal(body, &ttl); err != nil {
+			return meta.BadRequest(err)
+		}
+		if err := meta.ValidateMessageTTL(ttl); err != nil {
+			return err
+		}
+		p.MessageTTLInSeconds = ttl
+		return nil
+	}, func(p *meta.Policies) { p.MessageTTLInSeconds = 0 }, func(p meta.Policies) any {
+		if p.MessageTTLInSeconds == 0 {
+			return nil // not set (0 is stored as unset)
+		}
+		return p.MessageTTLInSeconds
+	})
 	policy("backlogQuota", func(p *meta.Policies, body []byte) error {
 		var q meta.BacklogQuota
 		if err := json.Unmarshal(body, &q); err != nil {
@@ -354,7 +555,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		p.BacklogQuotas["destination_storage"] = q
 		return nil
-	}, func(p *meta.Policies) { delete(p.BacklogQuotas, "destination_storage") })
+	}, func(p *meta.Policies) { delete(p.BacklogQuotas, "destination_storage") }, nil)
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/backlogQuotaMap", func(r *http.Request) (any, error) {
 		p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
 		return p.BacklogQuotas, err
@@ -363,18 +564,28 @@ func (s *Server) Handler() http.Handler {
 		var v bool
 		p.Deduplication = &v
 		return meta.BadRequest(json.Unmarshal(body, &v))
-	}, func(p *meta.Policies) { p.Deduplication = nil })
+	}, func(p *meta.Policies) { p.Deduplication = nil }, func(p meta.Policies) any {
+		if p.Deduplication == nil {
+			return nil
+		}
+		return *p.Deduplication
+	})
 	policy("persistence", func(p *meta.Policies, body []byte) error {
 		var v meta.Persistence
 		if err := json.Unmarshal(body, &v); err != nil {
 			return meta.BadRequest(err)
 		}
-		if !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1) {
-			return meta.BadRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
+		if err := meta.ValidatePersistence(v); err != nil {
+			return err
 		}
 		p.Persistence = &v
 		return nil
-	}, func(p *meta.Policies) { p.Persistence = nil })
+	}, func(p *meta.Policies) { p.Persistence = nil }, func(p meta.Policies) any {
+		if p.Persistence == nil {
+			return nil
+		}
+		return *p.Persistence
+	})
 
 	// Topics.
 	topic := func(r *http.Request) (meta.TopicName, error) {
@@ -393,6 +604,14 @@ func (s *Server) Handler() http.Handler {
 		tn, err := topic(r)
 		if err != nil {
 			return nil, err
+		}
+		// pulsaradmin's CreateWithProperties sends the properties.
+		var props map[string]string
+		if err := readJSON(r, &props, true); err != nil {
+			return nil, err
+		}
+		if len(props) > 0 {
+			return nil, noTopicProperties()
 		}
 		if ok, err := s.cfg.Meta.TopicExists(r.Context(), tn); err != nil {
 			return nil, err
@@ -415,8 +634,8 @@ func (s *Server) Handler() http.Handler {
 			if err != nil {
 				return nil, err
 			}
-			var n int
-			if err := readJSON(r, &n, true); err != nil {
+			n, err := readPartitions(r)
+			if err != nil {
 				return nil, err
 			}
 			if n > maxPartitions {
@@ -488,12 +707,18 @@ func (s *Server) Handler() http.Handler {
 		}
 		return t.SubscriptionNames(), nil
 	})
+	// The body is the message id the subscription starts at (Pulsar's
+	// MessageIdImpl JSON); none: the end of the topic.
 	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(r *http.Request) (any, error) {
+		at := MessageID{LedgerID: math.MaxInt64, EntryID: math.MaxInt64, PartitionIndex: -1}
+		if err := readJSON(r, &at, true); err != nil {
+			return nil, err
+		}
 		t, err := s.topic(r, topic)
 		if err != nil {
 			return nil, err
 		}
-		return nil, t.CreateSubscription(r.Context(), r.PathValue("sub"))
+		return nil, t.CreateSubscription(r.Context(), r.PathValue("sub"), at)
 	})
 	h("DELETE /admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/{sub}", func(r *http.Request) (any, error) {
 		t, err := s.topic(r, topic)
@@ -573,21 +798,9 @@ func (s *Server) Handler() http.Handler {
 		if err != nil {
 			return nil, err
 		}
-		var body struct {
-			Type       string            `json:"type"`
-			Schema     string            `json:"schema"`
-			Properties map[string]string `json:"properties"`
-		}
-		if err := readJSON(r, &body, false); err != nil {
+		ps, err := readSchemaPayload(r, tn)
+		if err != nil {
 			return nil, err
-		}
-		typ, ok := pb.Schema_Type_value[schemaTypeFromAdmin(body.Type)]
-		if !ok {
-			return nil, meta.BadRequest(fmt.Errorf("schema type %q", body.Type))
-		}
-		ps := &pb.Schema{Name: proto.String(tn.Local), Type: pb.Schema_Type(typ).Enum(), SchemaData: []byte(body.Schema)}
-		for k, v := range body.Properties {
-			ps.Properties = append(ps.Properties, &pb.KeyValue{Key: proto.String(k), Value: proto.String(v)})
 		}
 		v, err := s.cfg.Meta.GetOrCreateSchema(r.Context(), tn, ps)
 		if errors.Is(err, meta.ErrIncompatibleSchema) {
@@ -605,54 +818,13 @@ func (s *Server) Handler() http.Handler {
 		}
 		return nil, s.cfg.Meta.DeleteSchema(r.Context(), tn)
 	})
+	s.schemaCheckHandlers(h, topic)
+	s.topicHandlers(h, ns, topic)
+	s.cursorHandlers(h, ns, topic)
+	s.namespaceHandlers(h, ns)
+	s.clusterHandlers(h)
+	s.unsupportedHandlers(h)
 	return mux
-}
-
-// TopicStats is the admin stats answer (Pulsar's field names).
-type TopicStats struct {
-	MsgInCounter  int64                        `json:"msgInCounter"` // messages persisted since the topic was loaded on this broker
-	StorageSize   int64                        `json:"storageSize"`
-	Entries       int64                        `json:"entries"`
-	Publishers    []PublisherStats             `json:"publishers"`
-	Subscriptions map[string]SubscriptionStats `json:"subscriptions"`
-}
-
-type PublisherStats struct {
-	ProducerName  string `json:"producerName"`
-	ProducerID    uint64 `json:"producerId"`
-	Address       string `json:"address"`
-	ClientVersion string `json:"clientVersion"`
-}
-
-type SubscriptionStats struct {
-	Type            string          `json:"type"`
-	MsgBacklog      int64           `json:"msgBacklog"`
-	UnackedMessages int             `json:"unackedMessages"`
-	MarkDelete      string          `json:"markDeletePosition"`
-	ReadPosition    string          `json:"readPosition"`
-	Consumers       []ConsumerStats `json:"consumers"`
-}
-
-type ConsumerStats struct {
-	ConsumerName    string `json:"consumerName"`
-	AvailablePermit int    `json:"availablePermits"`
-	Address         string `json:"address"`
-}
-
-// InternalStats is a topic's storage as Pulsar's internalStats shows it
-// (a subset): the ledgers of this region's copy, oldest first.
-type InternalStats struct {
-	NumberOfEntries    int64             `json:"numberOfEntries"`
-	TotalSize          int64             `json:"totalSize"`
-	LastConfirmedEntry string            `json:"lastConfirmedEntry"`
-	Ledgers            []LedgerStatsItem `json:"ledgers"`
-}
-
-// LedgerStatsItem is one ledger of InternalStats.
-type LedgerStatsItem struct {
-	LedgerID int64 `json:"ledgerId"`
-	Entries  int64 `json:"entries"`
-	Size     int64 `json:"size"`
 }
 
 func readJSON(r *http.Request, v any, optional bool) error {
@@ -702,6 +874,18 @@ func writeAdmin(w http.ResponseWriter, v any, err error) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	if raw, ok := v.(rawAnswer); ok {
+		raw.writeHTTP(w)
+		return
+	}
+	// As Jackson writes it, without json.Encoder's trailing newline:
+	// pulsaradmin reads some answers as text ("BACKWARD" with its quotes
+	// removed) and a newline would be part of the value.
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(v)
+	w.Write(b)
 }

@@ -1,8 +1,15 @@
 package admin
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/meridian-mq/meridian/broker/meta"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // parseVersion parses an admin path's schema version.
@@ -28,4 +35,63 @@ func schemaTypeFromAdmin(t string) string {
 		return "KeyValue"
 	}
 	return t
+}
+
+// readSchemaPayload reads Pulsar's PostSchemaPayload {type, schema,
+// properties} as the protocol's schema of topic tn.
+func readSchemaPayload(r *http.Request, tn meta.TopicName) (*pb.Schema, error) {
+	var body struct {
+		Type       string            `json:"type"`
+		Schema     string            `json:"schema"`
+		Properties map[string]string `json:"properties"`
+	}
+	if err := readJSON(r, &body, false); err != nil {
+		return nil, err
+	}
+	typ, ok := pb.Schema_Type_value[schemaTypeFromAdmin(body.Type)]
+	if !ok {
+		return nil, meta.BadRequest(fmt.Errorf("schema type %q", body.Type))
+	}
+	ps := &pb.Schema{Name: proto.String(tn.Local), Type: pb.Schema_Type(typ).Enum(), SchemaData: []byte(body.Schema)}
+	for k, v := range body.Properties {
+		ps.Properties = append(ps.Properties, &pb.KeyValue{Key: proto.String(k), Value: proto.String(v)})
+	}
+	return ps, nil
+}
+
+// schemaCheckHandlers serves the schema questions that store nothing:
+// POST .../version (the version of an identical stored schema) and POST
+// .../compatibility (would it be accepted: Meridian's check is Pulsar's
+// BACKWARD).
+func (s *Server) schemaCheckHandlers(h func(string, func(*http.Request) (any, error)), topic func(*http.Request) (meta.TopicName, error)) {
+	h("POST /admin/v2/schemas/{tenant}/{ns}/{topic}/version", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		ps, err := readSchemaPayload(r, tn)
+		if err != nil {
+			return nil, err
+		}
+		v, err := s.cfg.Meta.SchemaVersion(r.Context(), tn, ps)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]int64{"version": v}, nil
+	})
+	h("POST /admin/v2/schemas/{tenant}/{ns}/{topic}/compatibility", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		ps, err := readSchemaPayload(r, tn)
+		if err != nil {
+			return nil, err
+		}
+		err = s.cfg.Meta.CheckSchemaCompatible(r.Context(), tn, ps)
+		if err != nil && !errors.Is(err, meta.ErrIncompatibleSchema) {
+			return nil, err
+		}
+		return map[string]any{"compatibility": err == nil, "schemaCompatibilityStrategy": "BACKWARD"}, nil
+	})
 }

@@ -18,9 +18,13 @@
 //
 // A connection's read side, step by step:
 //
-//  1. NewDecoder(conn, maxFrameSize) with maxFrameSize = the max_message_size
-//     announced in CONNECTED + FramePadding (DefaultMaxFrameSize for the
-//     client's default 5 MiB).
+//  1. NewDecoder(conn, maxFrameSize), and until the peer is known (before
+//     CONNECTED) SetLimit(a CONNECT's worth, RefuseOversize): a larger
+//     frame is then ErrFrameRefused with none of its body read. Once
+//     CONNECTED, SetLimit(the max_message_size announced in CONNECTED +
+//     FramePadding, SkipOversize) (DefaultMaxFrameSize for the client's
+//     default 5 MiB). SetBudget shares one bound on the bytes being read
+//     among connections.
 //  2. Loop on Next. On ErrFrameTooLarge the oversized frame has been skipped
 //     and Frame.Cmd holds its command when it could be read, so the broker
 //     can answer (SEND_ERROR for a SEND) or close, as it chooses. On

@@ -53,6 +53,10 @@ var (
 	// ErrFrameTooLarge: a frame's totalSize exceeds the Decoder's limit. The
 	// Decoder has skipped the frame; the connection may continue.
 	ErrFrameTooLarge = errors.New("codec: frame too large")
+	// ErrFrameRefused: a frame's totalSize exceeds the limit of a Decoder
+	// set to RefuseOversize. Only the totalSize was read, none of the
+	// body: the stream is inside the frame, so close the connection.
+	ErrFrameRefused = errors.New("codec: frame refused: larger than the limit")
 	// ErrMalformed: bytes that are not a valid frame, command or message
 	// (bad sizes, undecodable protobuf, a required field missing, a body
 	// that does not match the command type). Close the connection.
@@ -108,25 +112,70 @@ func hasPayload(t pb.BaseCommand_Type) bool {
 // Decoder reads frames from a byte stream. It is not safe for concurrent
 // use; one connection's read loop owns it.
 type Decoder struct {
-	r   *bufio.Reader
-	max uint32
-	hdr [4]byte
+	r      *bufio.Reader
+	max    uint32
+	over   Oversize
+	budget Budget
+	hdr    [4]byte
 }
 
-// NewDecoder returns a Decoder reading from r that refuses frames whose
+// Oversize is what a Decoder does with a frame whose totalSize exceeds
+// its limit.
+type Oversize int
+
+const (
+	// SkipOversize reads past the frame, decoding its command when the
+	// command alone fits, and returns ErrFrameTooLarge: the stream stays
+	// usable. For a connection whose peer is known (after CONNECTED), so
+	// one oversized message does not end the producer's other work.
+	SkipOversize Oversize = iota
+	// RefuseOversize reads none of the frame's body and returns
+	// ErrFrameRefused. For a peer not yet known (before CONNECTED): it is
+	// not worth the bytes.
+	RefuseOversize
+)
+
+// Budget bounds the memory of the frames being read by the Decoders that
+// share it (a broker's connections). A Decoder calls Acquire with a
+// frame's totalSize (for a frame being skipped, its command's size) before
+// it allocates for the frame, and Release with the same n once the bytes
+// are read, into a Frame or discarded, or the read failed. The memory the
+// Frame keeps after Next returns is no longer the Budget's. Acquire may
+// block until n is available; an error from it ends Next with that error.
+// Implementations must be safe for concurrent use.
+type Budget interface {
+	Acquire(n int) error
+	Release(n int)
+}
+
+// NewDecoder returns a Decoder reading from r that skips frames whose
 // totalSize exceeds maxFrameSize bytes (0 or less means
-// DefaultMaxFrameSize). Whatever the length fields claim, it allocates for
+// DefaultMaxFrameSize; see SetLimit). Whatever the length fields claim, it allocates for
 // a frame no more than maxFrameSize bytes, and no more than 256 KiB beyond
 // twice the bytes that actually arrived.
 func NewDecoder(r io.Reader, maxFrameSize int) *Decoder {
+	d := &Decoder{r: bufio.NewReaderSize(r, readBufferSize)}
+	d.SetLimit(maxFrameSize, SkipOversize)
+	return d
+}
+
+// SetLimit sets the largest totalSize the frames Next reads from now on
+// may have (0 or less means DefaultMaxFrameSize), and what Next does with
+// a larger one. A broker starts a connection with a small limit it
+// refuses past, and raises it once the peer has CONNECTED.
+func (d *Decoder) SetLimit(maxFrameSize int, over Oversize) {
 	if maxFrameSize <= 0 {
 		maxFrameSize = DefaultMaxFrameSize
 	}
 	if maxFrameSize > math.MaxUint32 {
 		maxFrameSize = math.MaxUint32
 	}
-	return &Decoder{r: bufio.NewReaderSize(r, readBufferSize), max: uint32(maxFrameSize)}
+	d.max, d.over = uint32(maxFrameSize), over
 }
+
+// SetBudget makes every frame Next reads from now on draw on b (nil: no
+// budget).
+func (d *Decoder) SetBudget(b Budget) { d.budget = b }
 
 // Next reads and decodes the next frame.
 //
@@ -134,21 +183,30 @@ func NewDecoder(r io.Reader, maxFrameSize int) *Decoder {
 // io.ErrUnexpectedEOF when it ends inside one; ErrFrameTooLarge (the frame
 // has been skipped, and Frame.Cmd is its command if that could be decoded;
 // the error also wraps the read error if the stream ended while skipping);
-// ErrUnknownCommand (the frame has been consumed); ErrMalformed; or the
-// underlying reader's error. After any error but ErrFrameTooLarge and
-// ErrUnknownCommand the caller should close the connection.
+// ErrFrameRefused (RefuseOversize: the frame's body is unread);
+// ErrUnknownCommand (the frame has been consumed); ErrMalformed; the
+// Budget's error; or the underlying reader's error. After any error but
+// ErrFrameTooLarge and ErrUnknownCommand the caller should close the
+// connection.
 func (d *Decoder) Next() (Frame, error) {
 	if _, err := io.ReadFull(d.r, d.hdr[:]); err != nil {
 		return Frame{}, err // io.EOF only when no byte of the frame was read
 	}
 	size := binary.BigEndian.Uint32(d.hdr[:])
 	if size > d.max {
+		if d.over == RefuseOversize {
+			return Frame{}, fmt.Errorf("%w: totalSize %d, limit %d", ErrFrameRefused, size, d.max)
+		}
 		return d.skip(size)
 	}
 	if size < 4 {
 		return Frame{}, fmt.Errorf("%w: totalSize %d is smaller than the command size field", ErrMalformed, size)
 	}
+	if err := d.acquire(int(size)); err != nil {
+		return Frame{}, err
+	}
 	buf, err := d.read(int(size))
+	d.release(int(size))
 	if err != nil {
 		return Frame{}, noEOF(err)
 	}
@@ -192,7 +250,11 @@ func (d *Decoder) skip(size uint32) (Frame, error) {
 	}
 	remaining -= 4
 	if cmdSize := binary.BigEndian.Uint32(d.hdr[:]); int64(cmdSize) <= remaining && cmdSize <= d.max {
+		if err := d.acquire(int(cmdSize)); err != nil {
+			return f, err // not ErrFrameTooLarge: the stream is inside the frame
+		}
 		b, err := d.read(int(cmdSize))
+		d.release(int(cmdSize))
 		if err != nil {
 			return f, fmt.Errorf("%w: %w", tooLarge, noEOF(err))
 		}
@@ -210,6 +272,19 @@ func (d *Decoder) skip(size uint32) (Frame, error) {
 		}
 	}
 	return f, tooLarge
+}
+
+func (d *Decoder) acquire(n int) error {
+	if d.budget == nil {
+		return nil
+	}
+	return d.budget.Acquire(n)
+}
+
+func (d *Decoder) release(n int) {
+	if d.budget != nil {
+		d.budget.Release(n)
+	}
 }
 
 // noEOF turns io.EOF inside a frame into io.ErrUnexpectedEOF.

@@ -238,6 +238,110 @@ func TestOversizeFrameIsSkipped(t *testing.T) {
 	}
 }
 
+// failReader fails every read with errBodyRead: behind a frame's
+// totalSize, a read from it means the Decoder read into the body.
+var errBodyRead = errors.New("test: the Decoder read the body")
+
+type failReader struct{}
+
+func (failReader) Read([]byte) (int, error) { return 0, errBodyRead }
+
+// TestOversizeFrameIsRefusedUnread (issue 30, item 1): with
+// RefuseOversize, a frame whose totalSize exceeds the limit is
+// ErrFrameRefused as soon as its totalSize is read; the Decoder reads
+// nothing after it. Under the limit, frames decode as before; raising the
+// limit (CONNECTED) admits the larger frame.
+func TestOversizeFrameIsRefusedUnread(t *testing.T) {
+	const limit = 1024
+	big := mustAppendPayload(t, nil, sendCmd(5, 42), nil, mustMessage(t, testMeta(42), make([]byte, 4*limit)))
+	d := NewDecoder(io.MultiReader(bytes.NewReader(big[:4]), failReader{}), 0)
+	d.SetLimit(limit, RefuseOversize)
+	if _, err := d.Next(); !errors.Is(err, ErrFrameRefused) || errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversize frame: err %v, want ErrFrameRefused (and not ErrFrameTooLarge, which means skipped)", err)
+	}
+
+	stream := mustAppend(t, nil, Ping())
+	stream = append(stream, big...)
+	d = NewDecoder(bytes.NewReader(stream), 0)
+	d.SetLimit(limit, RefuseOversize)
+	if f, err := d.Next(); err != nil || f.Cmd.GetType() != pb.BaseCommand_PING {
+		t.Fatalf("frame under the limit: %v %v", f.Cmd, err)
+	}
+	d.SetLimit(0, SkipOversize) // DefaultMaxFrameSize
+	if f, err := d.Next(); err != nil || f.Cmd.GetSend().GetSequenceId() != 42 {
+		t.Fatalf("frame after the limit was raised: %v %v", f.Cmd, err)
+	}
+}
+
+// countingBudget records what Decoders acquire and release.
+type countingBudget struct {
+	held, most int
+	acquired   []int
+	fail       error
+}
+
+func (b *countingBudget) Acquire(n int) error {
+	if b.fail != nil {
+		return b.fail
+	}
+	b.acquired = append(b.acquired, n)
+	b.held += n
+	b.most = max(b.most, b.held)
+	return nil
+}
+
+func (b *countingBudget) Release(n int) { b.held -= n }
+
+// TestBudgetCoversEveryFrameRead (issue 30, item 1): each frame read,
+// skipped oversize frames' commands included, is acquired from the Budget
+// at its size before it is read and released once read, also when the
+// stream ends inside it; an Acquire error ends Next with that error, not
+// ErrFrameTooLarge (the stream is inside the frame).
+func TestBudgetCoversEveryFrameRead(t *testing.T) {
+	const limit = 1024
+	big := mustAppendPayload(t, nil, sendCmd(5, 42), nil, mustMessage(t, testMeta(42), make([]byte, 4*limit)))
+	small := mustAppendPayload(t, nil, sendCmd(5, 43), nil, mustMessage(t, testMeta(43), []byte("x")))
+	stream := mustAppend(t, nil, Ping())
+	stream = append(stream, big...)
+	stream = append(stream, small...)
+	b := &countingBudget{}
+	d := NewDecoder(bytes.NewReader(stream), limit)
+	d.SetBudget(b)
+	if _, err := d.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Next(); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversize frame: %v", err)
+	}
+	if _, err := d.Next(); err != nil {
+		t.Fatal(err)
+	}
+	cmdSize := int(binary.BigEndian.Uint32(big[4:]))
+	want := []int{len(stream[:len(stream)-len(big)-len(small)]) - 4, cmdSize, len(small) - 4}
+	if len(b.acquired) != 3 || b.acquired[0] != want[0] || b.acquired[1] != want[1] || b.acquired[2] != want[2] {
+		t.Fatalf("acquired %v, want %v (each frame's totalSize; the skipped one's command size)", b.acquired, want)
+	}
+	if b.held != 0 || b.most != max(want[0], want[1], want[2]) {
+		t.Fatalf("held %d after the frames (want 0), at most %d (want one frame's)", b.held, b.most)
+	}
+
+	// Cut inside a frame: released all the same.
+	d = NewDecoder(bytes.NewReader(small[:len(small)-1]), limit)
+	d.SetBudget(b)
+	if _, err := d.Next(); err != io.ErrUnexpectedEOF || b.held != 0 {
+		t.Fatalf("truncated frame: err %v, held %d", err, b.held)
+	}
+
+	errClosed := errors.New("test: connection closed")
+	for name, s := range map[string][]byte{"frame": small, "skipped frame's command": big} {
+		d = NewDecoder(bytes.NewReader(s), limit)
+		d.SetBudget(&countingBudget{fail: errClosed})
+		if _, err := d.Next(); err != errClosed {
+			t.Fatalf("%s: Acquire failing: err %v, want its error as is", name, err)
+		}
+	}
+}
+
 // TestOversizeLengthAllocatesNothing: a 4 GiB totalSize is refused from
 // the length field, before any allocation of that size.
 func TestOversizeLengthAllocatesNothing(t *testing.T) {

@@ -182,6 +182,16 @@ func (c *Core) Consumers() []ConsumerState {
 	return out
 }
 
+// Unacked returns, by consumer, the messages of the entries dispatched to
+// it and not acknowledged (a consumer with none is absent).
+func (c *Core) Unacked() map[ID]int {
+	out := map[ID]int{}
+	for _, pe := range c.pending {
+		out[pe.c.ID] += pe.size
+	}
+	return out
+}
+
 // Admit checks that a consumer of type typ may join. A subscription
 // without consumers takes the type of the next one that asks (even if the
 // caller then refuses it for another reason); one with consumers refuses

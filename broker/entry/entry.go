@@ -203,3 +203,7 @@ func parseMessageMetadata(msg []byte) (*pb.MessageMetadata, []byte, error) {
 	}
 	return md, msg[10+n:], nil
 }
+
+// MessageParts returns a stored message's metadata and payload (a
+// Decoded's Msg), as the admin API's peek answers them.
+func MessageParts(msg []byte) (*pb.MessageMetadata, []byte, error) { return parseMessageMetadata(msg) }

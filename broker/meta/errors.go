@@ -64,6 +64,19 @@ func (e StatusError) Error() string { return e.Err.Error() }
 
 func (e StatusError) Unwrap() error { return e.Err }
 
+// NotOwnerError is the error of a topic operation on a broker that does
+// not own the topic's bundle (Err wraps ErrTopicFenced): the admin API
+// answers it with a 307 to OwnerAdminURL, the owner's admin API, as
+// Pulsar redirects a topic's admin call to its owner.
+type NotOwnerError struct {
+	OwnerAdminURL string
+	Err           error
+}
+
+func (e NotOwnerError) Error() string { return e.Err.Error() }
+
+func (e NotOwnerError) Unwrap() error { return e.Err }
+
 // BadRequest marks err as the caller's mistake: HTTP 400. nil stays nil.
 func BadRequest(err error) error {
 	if err == nil {

@@ -671,14 +671,27 @@ func (m *Metadata) RegisterRegion(ctx context.Context, name string) (created boo
 	return true, nil
 }
 
-// ListRegions returns the registered regions' names, sorted.
+// ListRegions returns the registered regions' names, sorted. The keys
+// under a region's record (its brokers, RegionBrokersKey) are not regions.
 func (m *Metadata) ListRegions(ctx context.Context) ([]string, error) {
-	names, err := m.list(ctx, keyRegions)
+	keys, err := m.list(ctx, keyRegions)
 	if err != nil {
 		return nil, err
 	}
+	names := keys[:0]
+	for _, k := range keys {
+		if !strings.Contains(k, "/") {
+			names = append(names, k)
+		}
+	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// RegionBrokerURLs returns the service URLs the live brokers of region
+// registered in the global store (RegionBrokersKey), in key order.
+func (m *Metadata) RegionBrokerURLs(ctx context.Context, region string) ([]string, error) {
+	return m.s.ListValues(ctx, RegionBrokersKey(region))
 }
 
 // maxBundles bounds a namespace's numBundles (each is an etcd ownership
@@ -691,10 +704,17 @@ func ValidatePolicies(p Policies) error {
 	if p.Bundles < 0 || p.Bundles > maxBundles {
 		return BadRequest(fmt.Errorf("numBundles %d: want 0 (default) to %d", p.Bundles, maxBundles))
 	}
-	if v := p.Persistence; v != nil && !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1) {
-		return BadRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
+	if v := p.Persistence; v != nil {
+		if err := ValidatePersistence(*v); err != nil {
+			return err
+		}
 	}
-	return nil
+	if r := p.Retention; r != nil {
+		if err := ValidateRetention(*r); err != nil {
+			return err
+		}
+	}
+	return ValidateMessageTTL(p.MessageTTLInSeconds)
 }
 
 // DefaultBundles is the number of bundles of a namespace unless its policy

@@ -102,6 +102,30 @@ func ValidSubscription(name string) error {
 	return nil
 }
 
+// MaxProducerNameBytes bounds a producer name. The broker keeps
+// deduplication state per producer name (its last sequence id, in memory
+// and in the topic's snapshot) for as long as the producer may come back,
+// so a client choosing long names would grow both without bound. Pulsar
+// derives names like "<cluster>-<broker id>-<n>"; 256 bytes leaves room
+// for any name a client library or application generates (UUIDs, host
+// names, pod names).
+const MaxProducerNameBytes = 256
+
+// ValidProducerName checks a producer name a client chose (empty: the
+// broker names the producer): at most MaxProducerNameBytes of valid UTF-8
+// (the dedup snapshot is JSON, which would turn other bytes into U+FFFD,
+// and a name is shown in admin stats). ErrNotAllowed: the Go client fails
+// the producer's creation with the message rather than retrying.
+func ValidProducerName(name string) error {
+	switch {
+	case len(name) > MaxProducerNameBytes:
+		return fmt.Errorf("%w: producer name of %d bytes is longer than the limit of %d bytes", ErrNotAllowed, len(name), MaxProducerNameBytes)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: producer name %q is not valid UTF-8", ErrNotAllowed, name)
+	}
+	return nil
+}
+
 // ValidateTenant and ValidateNamespace check admin-supplied names.
 func ValidateTenant(t string) error { return validPart("tenant", t) }
 

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -32,5 +33,25 @@ func TestParseTopic(t *testing.T) {
 	p, _ := ParseTopic("acme/orders/o1-partition-7")
 	if p.PartitionedParent().String() != "persistent://acme/orders/o1" {
 		t.Errorf("parent of %s: %s", p, p.PartitionedParent())
+	}
+}
+
+func TestValidProducerName(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"", true}, // the broker names it
+		{"standalone-127.0.0.1:6650-42", true},
+		{strings.Repeat("a", MaxProducerNameBytes), true},
+		{strings.Repeat("é", MaxProducerNameBytes/2), true},
+		{strings.Repeat("a", MaxProducerNameBytes+1), false},
+		{strings.Repeat("a", 2048), false},
+		{"bad-\xff", false},
+	} {
+		err := ValidProducerName(c.name)
+		if (err == nil) != c.ok || err != nil && !errors.Is(err, ErrNotAllowed) {
+			t.Errorf("ValidProducerName(%d bytes %.20q) = %v, want ok=%v (ErrNotAllowed otherwise)", len(c.name), c.name, err, c.ok)
+		}
 	}
 }

@@ -90,7 +90,10 @@ func (m *Metadata) GetOrCreateSchema(ctx context.Context, t TopicName, s *pb.Sch
 // checkCompatible is the BACKWARD check (a consumer with the new schema
 // can read data written with the old one): the type may not change; for
 // AVRO and JSON record schemas, every field the new schema adds must have
-// a default.
+// a default, and a field both have may change its primitive type only as
+// Avro promotes it (int to long, float or double; long to float or
+// double; float to double; string and bytes either way). A field whose
+// type is not primitive in both (a union, a record, ...) is not compared.
 func checkCompatible(old StoredSchema, s *pb.Schema) error {
 	if old.Deleted {
 		return nil
@@ -103,6 +106,7 @@ func checkCompatible(old StoredSchema, s *pb.Schema) error {
 	}
 	type field struct {
 		Name    string          `json:"name"`
+		Type    json.RawMessage `json:"type"`
 		Default json.RawMessage `json:"default"`
 	}
 	type record struct {
@@ -112,16 +116,63 @@ func checkCompatible(old StoredSchema, s *pb.Schema) error {
 	if json.Unmarshal(old.Data, &o) != nil || json.Unmarshal(s.SchemaData, &n) != nil {
 		return nil // not a record definition we can compare
 	}
-	had := map[string]bool{}
+	had := map[string]field{}
 	for _, f := range o.Fields {
-		had[f.Name] = true
+		had[f.Name] = f
 	}
 	for _, f := range n.Fields {
-		if !had[f.Name] && f.Default == nil {
+		of, ok := had[f.Name]
+		if !ok && f.Default == nil {
 			return fmt.Errorf("%w: new field %q has no default, so data written with the previous version cannot be read", ErrIncompatibleSchema, f.Name)
+		}
+		if ok {
+			if w, r := primitiveType(of.Type), primitiveType(f.Type); w != "" && r != "" && !avroPromotes(w, r) {
+				return fmt.Errorf("%w: field %q changes type from %s to %s, which data written with the previous version cannot be read as", ErrIncompatibleSchema, f.Name, w, r)
+			}
 		}
 	}
 	return nil
+}
+
+// primitiveType returns an Avro field type that is a primitive ("int",
+// or {"type": "int"} without a logical type), else "".
+func primitiveType(raw json.RawMessage) string {
+	var name string
+	if json.Unmarshal(raw, &name) != nil {
+		var obj struct {
+			Type        string `json:"type"`
+			LogicalType string `json:"logicalType"`
+		}
+		if json.Unmarshal(raw, &obj) != nil || obj.LogicalType != "" {
+			return ""
+		}
+		name = obj.Type
+	}
+	switch name {
+	case "null", "boolean", "int", "long", "float", "double", "bytes", "string":
+		return name
+	}
+	return ""
+}
+
+// avroPromotes reports whether a reader of type r reads what a writer of
+// type w wrote (Avro's schema resolution).
+func avroPromotes(w, r string) bool {
+	switch {
+	case w == r:
+		return true
+	case w == "int":
+		return r == "long" || r == "float" || r == "double"
+	case w == "long":
+		return r == "float" || r == "double"
+	case w == "float":
+		return r == "double"
+	case w == "string":
+		return r == "bytes"
+	case w == "bytes":
+		return r == "string"
+	}
+	return false
 }
 
 // DeleteSchema marks the topic's schema deleted (a tombstone version, as
@@ -137,4 +188,29 @@ func (m *Metadata) DeleteSchema(ctx context.Context, t TopicName) error {
 	val, _ := json.Marshal(StoredSchema{Deleted: true})
 	_, err = m.s.Create(ctx, schemaDir(t)+fmt.Sprintf("%020d", len(all)), val)
 	return err
+}
+
+// SchemaVersion returns the version of the stored schema identical to s
+// (same type and definition), ErrNotFound if there is none.
+func (m *Metadata) SchemaVersion(ctx context.Context, t TopicName, s *pb.Schema) (int64, error) {
+	all, err := m.Schemas(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	for v := len(all) - 1; v >= 0; v-- {
+		if !all[v].Deleted && all[v].Type == schemaTypeName(s) && bytes.Equal(all[v].Data, s.SchemaData) {
+			return int64(v), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: no version of the schema of %s is this one", ErrNotFound, t)
+}
+
+// CheckSchemaCompatible reports whether s would be accepted as the
+// topic's next schema (ErrIncompatibleSchema if not), storing nothing.
+func (m *Metadata) CheckSchemaCompatible(ctx context.Context, t TopicName, s *pb.Schema) error {
+	all, err := m.Schemas(ctx, t)
+	if err != nil || len(all) == 0 {
+		return err
+	}
+	return checkCompatible(all[len(all)-1], s)
 }

@@ -9,6 +9,7 @@
 //
 //	/managed-ledgers/<name>/info              ManagedLedgerInfo (proto/mlpb)
 //	/managed-ledgers/<name>/cursors/<cursor>  CursorInfo, one per durable cursor
+//	/managed-ledgers/<name>/snapshots/<snap>  SnapshotRecord, one per snapshot
 //
 // <name> and <cursor> are escaped with EscapeName: every byte outside
 // [A-Za-z0-9._-] becomes %XX, so a name is one key segment ('/' is %2F)
@@ -149,6 +150,17 @@
 // longer keeps them (Trim). Non-durable cursors (readers) hold nothing
 // back.
 //
+// # Snapshots
+//
+// A snapshot (OpenSnapshot, snapshot.go) is a blob of any size the owner
+// keeps beside the log — the broker's deduplication state, a
+// delayed-delivery index — written as the entries of a ledger of its own
+// (placed like the log's) behind a small record, or inline in the record
+// when small. Persist the ledger before pointing to it; point before
+// deleting the old: a crash at any step leaves the previous or the new
+// blob readable, and every ledger made for it listed in its record, for
+// the next write or open to delete.
+//
 // # Sizes
 //
 // Entry counts are exact. Sizes are exact for ledgers this process wrote;
@@ -165,6 +177,8 @@
 //     acknowledge; Rewind on consumer reconnect; ResetTo to seek.
 //  4. Call Trim periodically if retention by time must expire on idle
 //     topics (it also runs after rollovers and cursor flushes).
-//  5. On ErrFenced or ErrFailed, close the topic. Close the managed ledger
+//  5. Keep state that is costly to rebuild from the log in a snapshot
+//     (OpenSnapshot; Write, Read).
+//  6. On ErrFenced or ErrFailed, close the topic. Close the managed ledger
 //     when the broker releases the topic; Delete to remove it.
 package mledger

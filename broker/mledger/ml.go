@@ -142,6 +142,9 @@ type ManagedLedger struct {
 	cursors   map[string]*Cursor
 	trimMu    sync.Mutex // one trim (or cursor creation) at a time
 
+	snapMu    sync.Mutex
+	snapshots map[string]*Snapshot // opened by OpenSnapshot (snapshot.go)
+
 	flushMu      sync.Mutex
 	flushTimer   *time.Timer
 	flushPending bool
@@ -841,13 +844,16 @@ func (ml *ManagedLedger) Delete(ctx context.Context) error {
 	return ml.deleteAll(ctx, ls)
 }
 
-// deleteAll deletes the ledgers' metadata, then every record of the
-// managed ledger.
+// deleteAll deletes the ledgers' metadata (the log's and its snapshots'),
+// then every record of the managed ledger.
 func (ml *ManagedLedger) deleteAll(ctx context.Context, ls []LedgerInfo) error {
 	for _, l := range ls {
 		if err := ledger.DeleteLedger(ctx, ml.store, l.ID); err != nil {
 			return fmt.Errorf("mledger: %s: delete ledger %d: %w", ml.name, l.ID, err)
 		}
+	}
+	if err := ml.deleteSnapshotLedgers(ctx); err != nil {
+		return err
 	}
 	if err := ml.deletePrefix(ctx, mlDir(ml.name)); err != nil {
 		return fmt.Errorf("mledger: %s: delete records: %w", ml.name, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/internal/clock"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
 )
@@ -80,6 +81,8 @@ type replSender struct {
 
 	status  atomic.Pointer[Status]
 	lastErr atomic.Pointer[string]
+	// out meters the entries sent to the remote region (admin stats).
+	out ratemeter.Meter
 
 	// idle, a test hook, is called each time run goes to sleep, with when
 	// it wakes next (zero: only an input wakes it).
@@ -348,6 +351,7 @@ func (rs *replSender) send(batches []replicator.Batch) {
 		}
 		rs.st.sent = append(rs.st.sent, b.ID)
 		rs.t.svc.metrics.Sent.Add(float64(len(b.Entries)))
+		rs.out.Add(rs.clock.Now(), int64(len(b.Entries)), int64(b.Bytes()))
 	}
 }
 

@@ -436,3 +436,37 @@ func TestSyncReceiptsWakeAtTheTimeout(t *testing.T) {
 		t.Fatalf("an idle sync state's timer fired %d times in an hour", n)
 	}
 }
+
+// Issue 29: the topic's Status carries the rate its sender sends at
+// (entries and bytes a second, on the injected clock), for the
+// replication section of the topic's stats.
+func TestSenderStatusRateOut(t *testing.T) {
+	e := newShellEnv(t)
+	l, st := &memLog{}, newMemStream()
+	l.add(4, 100)
+	top := e.topic(activeActive)
+	rs := e.sender(t, top, testShellConfig(), l, st)
+	r := top.replState() // as syncReplication registers a sender it starts
+	r.mu.Lock()
+	r.senders["west"] = rs
+	r.mu.Unlock()
+	go rs.run()
+	e.sleep(t)
+	b := st.last()
+	if len(b.Entries) != 4 {
+		t.Fatalf("sent %d entries, want 4", len(b.Entries))
+	}
+	sts := top.Status()
+	if len(sts) != 1 || sts[0].Remote != "west" {
+		t.Fatalf("status %+v, want the sender to west", sts)
+	}
+	// 4 entries at t0, read at t0: over the meter's 1 s minimum span.
+	if s := sts[0]; s.MsgRateOut != 4 || s.MsgThroughputOut != float64(b.Bytes()) {
+		t.Fatalf("msgRateOut %v msgThroughputOut %v, want 4 and %d", s.MsgRateOut, s.MsgThroughputOut, b.Bytes())
+	}
+	// Read 2 s later, still in the first 10 s interval: half.
+	e.clk.Advance(2 * time.Second)
+	if s := top.Status()[0]; s.MsgRateOut != 2 {
+		t.Fatalf("2 s later: msgRateOut %v, want 2", s.MsgRateOut)
+	}
+}

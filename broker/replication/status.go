@@ -29,6 +29,11 @@ type Status struct {
 	OverQuota      bool    `json:"overQuota"`
 	NeedsResync    string  `json:"needsResync,omitempty"`
 	LastError      string  `json:"lastError,omitempty"`
+	// MsgRateOut and MsgThroughputOut: entries and payload bytes a second
+	// sent to the remote region, as the broker's stats rates are
+	// (internal/ratemeter); at the time of the read.
+	MsgRateOut       float64 `json:"msgRateOut"`
+	MsgThroughputOut float64 `json:"msgThroughputOut"`
 
 	// asOf is when the sender published it: SecondsBehind grows from
 	// then on until the next (a sender asleep publishes nothing).
@@ -112,26 +117,7 @@ func (svc *Service) replicationStatus(filter string) []Status {
 		if filter != "" && name != filter && t.name.NamespaceName() != filter && !strings.HasPrefix(name, filter+"-partition-") {
 			continue
 		}
-		t.mu.Lock()
-		r := t.repl
-		t.mu.Unlock()
-		if r == nil {
-			continue
-		}
-		now := svc.clock.Now()
-		r.mu.Lock()
-		for _, s := range r.senders {
-			if st := s.status.Load(); st != nil {
-				v := *st
-				if v.SecondsBehind > 0 {
-					// The oldest unacknowledged entry is as old as then,
-					// plus the time since.
-					v.SecondsBehind += max(0, now.Sub(v.asOf)).Seconds()
-				}
-				out = append(out, v)
-			}
-		}
-		r.mu.Unlock()
+		out = append(out, t.senderStatus()...)
 	}
 	slices.SortFunc(out, func(a, b Status) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
@@ -139,6 +125,45 @@ func (svc *Service) replicationStatus(filter string) []Status {
 		}
 		return strings.Compare(a.Remote, b.Remote)
 	})
+	return out
+}
+
+// Status returns the status of the topic's senders, one per remote
+// region it replicates to (none if it does not replicate), by region.
+func (t *Topic) Status() []Status {
+	if t == nil {
+		return nil
+	}
+	out := t.senderStatus()
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Remote, b.Remote) })
+	return out
+}
+
+// senderStatus returns the status the topic's senders last published,
+// their SecondsBehind brought up to now.
+func (t *Topic) senderStatus() []Status {
+	t.mu.Lock()
+	r := t.repl
+	t.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	now := t.svc.clock.Now()
+	var out []Status
+	r.mu.Lock()
+	for _, s := range r.senders {
+		if st := s.status.Load(); st != nil {
+			v := *st
+			v.MsgRateOut, v.MsgThroughputOut = s.out.Rate(now)
+			if v.SecondsBehind > 0 {
+				// The oldest unacknowledged entry is as old as then,
+				// plus the time since.
+				v.SecondsBehind += max(0, now.Sub(v.asOf)).Seconds()
+			}
+			out = append(out, v)
+		}
+	}
+	r.mu.Unlock()
 	return out
 }
 

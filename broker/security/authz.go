@@ -178,7 +178,13 @@ func adminRuleFor(pattern string) adminRule {
 		return adminRule{op: OpSuper, scope: "cluster"}
 	case path == "/admin/v2/namespaces/{tenant}/{ns}/topics",
 		path == "/admin/v2/persistent/{tenant}/{ns}",
-		path == "/admin/v2/persistent/{tenant}/{ns}/partitioned":
+		path == "/admin/v2/persistent/{tenant}/{ns}/partitioned",
+		// The (empty) non-persistent lists pulsaradmin's Topics().List
+		// reads too, and the HTTP lookup (pulsaradmin's Lookup, a client
+		// given an http:// service URL): as a lookup over the protocol.
+		path == "/admin/v2/non-persistent/{tenant}/{ns}",
+		path == "/admin/v2/non-persistent/{tenant}/{ns}/partitioned",
+		strings.HasPrefix(path, "/lookup/v2/topic/persistent/{tenant}/{ns}/{topic}"):
 		return adminRule{op: OpLookup, scope: "namespace"}
 	case strings.HasPrefix(path, "/admin/v2/namespaces/{tenant}/{ns}"):
 		return adminRule{op: OpAdmin, scope: "namespace"}

@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-mq/meridian/bookie/autorecovery"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/httpserve"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -148,7 +149,7 @@ func newAutorecoveryCmd() *cobra.Command {
 				}
 				mux := http.NewServeMux()
 				mux.Handle("/metrics", promhttp.HandlerFor(metrics.Gatherer(), promhttp.HandlerOpts{}))
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				srv := httpserve.New(mux, httpserve.Options{Logger: log})
 				go srv.Serve(lis)
 				defer srv.Close()
 			}

@@ -31,8 +31,11 @@ type BrokerFileConfig struct {
 	EnsembleSize        int           `yaml:"ensemble_size"`
 	BundleSplitTopics   int           `yaml:"bundle_split_topics"`
 	PolicyCheckInterval time.Duration `yaml:"policy_check_interval"`
-	WriteQuorum         int           `yaml:"write_quorum"`
-	AckQuorum           int           `yaml:"ack_quorum"`
+	// DedupProducerInactivityTimeout: broker.Config's (0: 6h; negative:
+	// never).
+	DedupProducerInactivityTimeout time.Duration `yaml:"dedup_producer_inactivity_timeout"`
+	WriteQuorum                    int           `yaml:"write_quorum"`
+	AckQuorum                      int           `yaml:"ack_quorum"`
 }
 
 func newBrokerCmd() *cobra.Command {
@@ -41,6 +44,7 @@ func newBrokerCmd() *cobra.Command {
 	var gossip gossipFlags
 	var rf recoveryFlags
 	var maxEntries int
+	var limits connLimitFlags
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -75,6 +79,9 @@ func newBrokerCmd() *cobra.Command {
 			}
 			if f.Changed("policy-check-interval") || c.PolicyCheckInterval == 0 {
 				c.PolicyCheckInterval = bf.PolicyCheckInterval
+			}
+			if f.Changed("dedup-producer-inactivity-timeout") || c.DedupProducerInactivityTimeout == 0 {
+				c.DedupProducerInactivityTimeout = bf.DedupProducerInactivityTimeout
 			}
 			if f.Changed("region") || fc.Region == "" {
 				fc.Region = region
@@ -148,9 +155,11 @@ func newBrokerCmd() *cobra.Command {
 				Cluster:           fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
 				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
 				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
-				ReplicationAddr: c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
+				DedupProducerInactivityTimeout: dedupTimeout(c.DedupProducerInactivityTimeout),
+				ReplicationAddr:                c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
 				Security: security,
 			}
+			limits.apply(&bc)
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 			bc.ManagedLedger.MaxEntriesPerLedger = maxEntries
 			// Auto-recovery in the broker's process (see autorecovery.go).
@@ -212,6 +221,7 @@ func newBrokerCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	limits.register(f)
 	f.StringVar(&cfgPath, "config", "", "config file (YAML; sections region, metadata, broker)")
 	f.StringVar(&region, "region", "default", "region of this broker")
 	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")
@@ -227,6 +237,7 @@ func newBrokerCmd() *cobra.Command {
 	f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
 	f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")
 	f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")
+	f.DurationVar(&bf.DedupProducerInactivityTimeout, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
 	f.IntVar(&maxEntries, "max-entries-per-ledger", 0, "roll a topic's ledger over after this many entries (0: the default, 50000)")
 	rf.register(f, "recovery-", true)
 	gossip.register(cmd)

@@ -32,7 +32,7 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newEtcdCmd(), newBookieCmd(), newStandaloneCmd(), newBrokerCmd(), newUpCmd(), newAutorecoveryCmd(), newAdminCmd(), newBenchCmd())
-	root.AddCommand(newProduceCmd(), newConsumeCmd(), newDrillCmd())
+	root.AddCommand(newProduceCmd(), newConsumeCmd(), newDrillCmd(), newHealthCmd())
 	return root
 }
 

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/meridian-mq/meridian/internal/httpserve"
 )
 
 // pprofDirEnv names a directory: when it is set, every meridian process
@@ -37,7 +39,10 @@ func startPprof() {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	go func() { _ = http.Serve(l, mux) }()
+	// A CPU profile or trace streams for as long as ?seconds= asks: no
+	// write timeout on this listener.
+	srv := httpserve.New(mux, httpserve.Options{WriteTimeout: -1})
+	go func() { _ = srv.Serve(l) }()
 	f := filepath.Join(dir, strconv.Itoa(os.Getpid())+".addr")
 	if err := os.WriteFile(f, []byte(l.Addr().String()), 0o600); err != nil {
 		fmt.Fprintln(os.Stderr, "meridian: pprof address file:", err)

@@ -21,10 +21,11 @@ import (
 func newStandaloneCmd() *cobra.Command {
 	var dataDir, etcdClient, etcdPeer, bookieHost string
 	var bookies, bookieBasePort int
-	var listen, adminAddr string
+	var listen, adminAddr, advertise string
 	var bookieMetrics []string
-	var policyEvery time.Duration
+	var policyEvery, dedupInactivity time.Duration
 	var maxConnsPerIP, maxProducersPerTopic int
+	var limits connLimitFlags
 	var rf recoveryFlags
 	var sec securityFlags
 	var genTLS bool
@@ -144,11 +145,13 @@ token authentication on, --authorization role permissions.`,
 			}
 			defer lc.Close()
 			bc := broker.Config{
-				Cluster: "standalone", ListenAddr: listen, AdminAddr: adminAddr,
+				Cluster: "standalone", ListenAddr: listen, AdvertisedAddr: advertise, AdminAddr: adminAddr,
 				Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery,
 				MaxConnectionsPerIP: maxConnsPerIP, MaxProducersPerTopic: maxProducersPerTopic,
-				Security: security,
+				DedupProducerInactivityTimeout: dedupTimeout(dedupInactivity),
+				Security:                       security,
 			}
+			limits.apply(&bc)
 			// Self-healing storage in the same process (autorecovery.go).
 			if rf.enabled {
 				metrics := autorecovery.NewMetrics("standalone")
@@ -195,9 +198,12 @@ token authentication on, --authorization role permissions.`,
 	f.StringVar(&dataDir, "data-dir", "./data", "data directory")
 	f.StringVar(&listen, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
 	f.StringVar(&adminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address")
+	f.StringVar(&advertise, "advertise", "", "address clients are told to connect to (default: the listen address; set it when listening on 0.0.0.0, e.g. in a container)")
 	f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
+	limits.register(f)
 	f.IntVar(&maxConnsPerIP, "max-connections-per-ip", 0, "Pulsar connections allowed from one client IP (0: the broker default, 1000; -1: no limit)")
 	f.IntVar(&maxProducersPerTopic, "max-producers-per-topic", 0, "producers allowed on one topic (0: the broker default, 10000; -1: no limit)")
+	f.DurationVar(&dedupInactivity, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
 	f.StringVar(&etcdClient, "etcd-client-url", "http://127.0.0.1:2379", "embedded etcd client URL")
 	f.StringVar(&etcdPeer, "etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd peer URL")
 	f.IntVar(&bookies, "bookies", 3, "number of bookies")

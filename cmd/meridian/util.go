@@ -1,6 +1,9 @@
 package main
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 func splitList(s string) []string {
 	var out []string
@@ -10,4 +13,14 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// dedupTimeout maps the --dedup-producer-inactivity-timeout flag to
+// broker.Config.DedupProducerInactivityTimeout: 0 the default, any
+// negative value never.
+func dedupTimeout(d time.Duration) time.Duration {
+	if d < 0 {
+		return -1
+	}
+	return d
 }

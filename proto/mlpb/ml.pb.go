@@ -441,6 +441,130 @@ func (x *CursorInfo) GetUpdatedMs() int64 {
 	return 0
 }
 
+// A snapshot kept for a managed ledger (broker/mledger, snapshot.go): a
+// blob of any size, written as the entries of a ledger of its own (or,
+// when small, inline in this record), that this record points to. Changed
+// only by the managed ledger's owner, by a transaction that compares this
+// record's and the ManagedLedgerInfo's mod revisions.
+type SnapshotRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FormatVersion uint32                 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	// Incremented by every snapshot written; 0: none written yet (the record
+	// then only lists garbage).
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The ledger holding the blob (0: inline, or none), its entry count
+	// (the blob is their payloads in entry order) and the blob's size.
+	LedgerId  int64 `protobuf:"varint,3,opt,name=ledger_id,json=ledgerId,proto3" json:"ledger_id,omitempty"`
+	Entries   int64 `protobuf:"varint,4,opt,name=entries,proto3" json:"entries,omitempty"`
+	SizeBytes int64 `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// CRC-32C (Castagnoli) of the blob.
+	Crc32C uint32 `protobuf:"fixed32,6,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// The blob itself, when small enough to live here (ledger_id is 0).
+	Inline []byte `protobuf:"bytes,7,opt,name=inline,proto3" json:"inline,omitempty"`
+	// Ledgers made for this snapshot that the record does not point to: the
+	// ledger of a write that did not complete (listed before the ledger is
+	// created) and the previous blob's ledger. Deleted by the next write or
+	// open; never the one ledger_id names.
+	Garbage []int64 `protobuf:"varint,8,rep,packed,name=garbage,proto3" json:"garbage,omitempty"`
+	// When the snapshot was written, Unix ms (informational).
+	WrittenMs     int64 `protobuf:"varint,9,opt,name=written_ms,json=writtenMs,proto3" json:"written_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRecord) Reset() {
+	*x = SnapshotRecord{}
+	mi := &file_mlpb_ml_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRecord) ProtoMessage() {}
+
+func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_mlpb_ml_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
+func (*SnapshotRecord) Descriptor() ([]byte, []int) {
+	return file_mlpb_ml_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SnapshotRecord) GetFormatVersion() uint32 {
+	if x != nil {
+		return x.FormatVersion
+	}
+	return 0
+}
+
+func (x *SnapshotRecord) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *SnapshotRecord) GetLedgerId() int64 {
+	if x != nil {
+		return x.LedgerId
+	}
+	return 0
+}
+
+func (x *SnapshotRecord) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *SnapshotRecord) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *SnapshotRecord) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *SnapshotRecord) GetInline() []byte {
+	if x != nil {
+		return x.Inline
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetGarbage() []int64 {
+	if x != nil {
+		return x.Garbage
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetWrittenMs() int64 {
+	if x != nil {
+		return x.WrittenMs
+	}
+	return 0
+}
+
 var File_mlpb_ml_proto protoreflect.FileDescriptor
 
 const file_mlpb_ml_proto_rawDesc = "" +
@@ -482,7 +606,19 @@ const file_mlpb_ml_proto_rawDesc = "" +
 	"updated_ms\x18\x06 \x01(\x03R\tupdatedMs\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01*N\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x90\x02\n" +
+	"\x0eSnapshotRecord\x12%\n" +
+	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1b\n" +
+	"\tledger_id\x18\x03 \x01(\x03R\bledgerId\x12\x18\n" +
+	"\aentries\x18\x04 \x01(\x03R\aentries\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12\x16\n" +
+	"\x06crc32c\x18\x06 \x01(\aR\x06crc32c\x12\x16\n" +
+	"\x06inline\x18\a \x01(\fR\x06inline\x12\x18\n" +
+	"\agarbage\x18\b \x03(\x03R\agarbage\x12\x1d\n" +
+	"\n" +
+	"written_ms\x18\t \x01(\x03R\twrittenMs*N\n" +
 	"\x12ManagedLedgerState\x12\x18\n" +
 	"\x14ML_STATE_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tML_ACTIVE\x10\x01\x12\x0f\n" +
@@ -501,7 +637,7 @@ func file_mlpb_ml_proto_rawDescGZIP() []byte {
 }
 
 var file_mlpb_ml_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mlpb_ml_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_mlpb_ml_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_mlpb_ml_proto_goTypes = []any{
 	(ManagedLedgerState)(0),   // 0: meridian.ml.v1.ManagedLedgerState
 	(*LedgerInfo)(nil),        // 1: meridian.ml.v1.LedgerInfo
@@ -509,7 +645,8 @@ var file_mlpb_ml_proto_goTypes = []any{
 	(*Position)(nil),          // 3: meridian.ml.v1.Position
 	(*AckRange)(nil),          // 4: meridian.ml.v1.AckRange
 	(*CursorInfo)(nil),        // 5: meridian.ml.v1.CursorInfo
-	nil,                       // 6: meridian.ml.v1.CursorInfo.PropertiesEntry
+	(*SnapshotRecord)(nil),    // 6: meridian.ml.v1.SnapshotRecord
+	nil,                       // 7: meridian.ml.v1.CursorInfo.PropertiesEntry
 }
 var file_mlpb_ml_proto_depIdxs = []int32{
 	0, // 0: meridian.ml.v1.ManagedLedgerInfo.state:type_name -> meridian.ml.v1.ManagedLedgerState
@@ -518,7 +655,7 @@ var file_mlpb_ml_proto_depIdxs = []int32{
 	3, // 3: meridian.ml.v1.AckRange.to:type_name -> meridian.ml.v1.Position
 	3, // 4: meridian.ml.v1.CursorInfo.mark_delete:type_name -> meridian.ml.v1.Position
 	4, // 5: meridian.ml.v1.CursorInfo.acked:type_name -> meridian.ml.v1.AckRange
-	6, // 6: meridian.ml.v1.CursorInfo.properties:type_name -> meridian.ml.v1.CursorInfo.PropertiesEntry
+	7, // 6: meridian.ml.v1.CursorInfo.properties:type_name -> meridian.ml.v1.CursorInfo.PropertiesEntry
 	7, // [7:7] is the sub-list for method output_type
 	7, // [7:7] is the sub-list for method input_type
 	7, // [7:7] is the sub-list for extension type_name
@@ -537,7 +674,7 @@ func file_mlpb_ml_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlpb_ml_proto_rawDesc), len(file_mlpb_ml_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

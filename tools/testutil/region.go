@@ -34,7 +34,13 @@ func RegionPrefix(name string) string { return "/meridian/regions/" + name }
 // bookie's rack label), waiting until all are registered.
 func StartRegion(t testing.TB, name string, racks ...string) *Region {
 	t.Helper()
-	url := StartEtcd(t)
+	return StartRegionOn(t, name, StartEtcd(t), racks...)
+}
+
+// StartRegionOn is StartRegion on the etcd already serving at url (e.g.
+// StartEtcdProc's, which a test can stop).
+func StartRegionOn(t testing.TB, name, url string, racks ...string) *Region {
+	t.Helper()
 	r := &Region{Name: name, EtcdURL: url, Store: Store(t, url, RegionPrefix(name)), t: t}
 	for i, rk := range racks {
 		r.AddBookie(fmt.Sprintf("%s-bookie-%d", name, i+1), rk)
@@ -43,14 +49,14 @@ func StartRegion(t testing.TB, name string, racks ...string) *Region {
 	return r
 }
 
-// AddBookie starts one more bookie process.
-func (r *Region) AddBookie(id, rack string) *BookieProc {
+// AddBookie starts one more bookie process, with extra flags.
+func (r *Region) AddBookie(id, rack string, extra ...string) *BookieProc {
 	r.t.Helper()
 	addr := FreeAddr(r.t)
 	dir := filepath.Join(r.t.TempDir(), id)
-	p := StartProc(r.t, id, MeridianBinary(r.t), "bookie",
-		"--region", r.Name, "--etcd", r.EtcdURL, "--id", id, "--rack", rack,
-		"--listen", addr, "--data-dir", dir, "--log-level", "warn")
+	args := append([]string{"bookie", "--region", r.Name, "--etcd", r.EtcdURL, "--id", id, "--rack", rack,
+		"--listen", addr, "--data-dir", dir, "--log-level", "warn"}, extra...)
+	p := StartProc(r.t, id, MeridianBinary(r.t), args...)
 	b := &BookieProc{Proc: p, ID: id, Rack: rack, Addr: addr, DataDir: dir}
 	r.Bookies = append(r.Bookies, b)
 	return b

@@ -5,6 +5,7 @@ package testutil
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -47,6 +48,18 @@ func StartEtcd(t testing.TB) string {
 	}
 	t.Cleanup(e.Close)
 	return e.ClientURL()
+}
+
+// StartEtcdProc starts etcd as its own process (`meridian etcd`), so the
+// test can pause (SIGSTOP) or kill it, and returns it and its client URL
+// once it answers.
+func StartEtcdProc(t testing.TB, name string) (*Proc, string) {
+	t.Helper()
+	client, peer := FreeAddr(t), FreeAddr(t)
+	p := StartProc(t, name, MeridianBinary(t), "etcd", "--name", name, "--data-dir", filepath.Join(t.TempDir(), name),
+		"--client-url", "http://"+client, "--peer-url", "http://"+peer)
+	WaitHTTP(t, "http://"+client+"/health", 60*time.Second)
+	return p, "http://" + client
 }
 
 // Store connects a cluster.Store with the given prefix to etcd at url; it

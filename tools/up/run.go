@@ -23,6 +23,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/meridian-mq/meridian/internal/httpserve"
 )
 
 // Deployment is a running plan.
@@ -33,7 +35,7 @@ type Deployment struct {
 
 	mu    sync.Mutex
 	procs map[string]*exec.Cmd
-	ctl   *http.Server
+	ctl   *httpserve.Server
 }
 
 // Endpoints is the shape of DIR/endpoints.json (a contract: fields may be
@@ -396,7 +398,9 @@ func (d *Deployment) startControl() error {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	d.ctl = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// A restart waits for the process to stop and start again: no write
+	// timeout, the caller's own bounds it.
+	d.ctl = httpserve.New(mux, httpserve.Options{WriteTimeout: -1})
 	go d.ctl.Serve(lis)
 	return nil
 }

@@ -1,0 +1,276 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meridian-mq/meridian/broker/meta"
+)
+
+// Topic operations beyond create, delete and stats: lookup over HTTP,
+// the last message id and the id at a time, unload, the managed ledger's
+// records, partitioned stats, and a message by id.
+
+// lookupData is Pulsar's LookupData.
+type lookupData struct {
+	BrokerURL    string `json:"brokerUrl"`
+	BrokerURLTLS string `json:"brokerUrlTls"`
+	HTTPURL      string `json:"httpUrl"`
+	HTTPURLTLS   string `json:"httpUrlTls"`
+}
+
+func newLookupData(bi BrokerInfo) lookupData {
+	var ld lookupData
+	if strings.HasPrefix(bi.ServiceURL, "pulsar+ssl://") {
+		ld.BrokerURLTLS = bi.ServiceURL
+	} else {
+		ld.BrokerURL = bi.ServiceURL
+	}
+	if strings.HasPrefix(bi.AdminURL, "https://") {
+		ld.HTTPURLTLS = bi.AdminURL
+	} else {
+		ld.HTTPURL = bi.AdminURL
+	}
+	return ld
+}
+
+// rawAnswer is an answer that is not JSON (writeAdmin lets it write
+// itself).
+type rawAnswer interface{ writeHTTP(w http.ResponseWriter) }
+
+// textAnswer is a plain string body (Pulsar answers a bundle range so).
+type textAnswer string
+
+func (t textAnswer) writeHTTP(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.Write([]byte(t))
+}
+
+// messageAnswer is a message as Pulsar's peek and get-message-by-id
+// answer it: the payload as the body, the rest in X-Pulsar-* headers
+// (what pulsaradmin's handleResp reads).
+type messageAnswer Message
+
+// pulsarDate is the time format of Pulsar's message headers.
+const pulsarDate = "2006-01-02T15:04:05.000-0700"
+
+func (m messageAnswer) writeHTTP(w http.ResponseWriter) {
+	hd := w.Header()
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("X-Pulsar-Message-ID", fmt.Sprintf("%d:%d", m.ID.LedgerID, m.ID.EntryID))
+	if m.PublishMs > 0 {
+		hd.Set("X-Pulsar-Publish-Time", time.UnixMilli(m.PublishMs).UTC().Format(pulsarDate))
+	}
+	if m.BrokerPublishMs > 0 {
+		hd.Set("X-Pulsar-Broker-Entry-Metadata-Timestamp", strconv.FormatInt(m.BrokerPublishMs, 10))
+	}
+	if m.EventTimeMs > 0 {
+		hd.Set("X-Pulsar-Event-Time", time.UnixMilli(m.EventTimeMs).UTC().Format(pulsarDate))
+	}
+	if m.Key != "" {
+		hd.Set("X-Pulsar-Partition-Key", m.Key)
+	}
+	if m.ProducerName != "" {
+		hd.Set("X-Pulsar-Producer-Name", m.ProducerName)
+	}
+	hd.Set("X-Pulsar-Sequence-Id", strconv.FormatInt(m.SequenceID, 10))
+	if m.BatchSize > 0 {
+		hd.Set("X-Pulsar-Num-Batch-Message", strconv.Itoa(m.BatchSize))
+		hd.Set("X-Pulsar-Batch-Size", strconv.Itoa(len(m.Payload)))
+	}
+	if len(m.Properties) > 0 {
+		if b, err := json.Marshal(m.Properties); err == nil {
+			hd.Set("X-Pulsar-Property", string(b))
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+	w.Write(m.Payload)
+}
+
+func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string, topic func(*http.Request) (meta.TopicName, error)) {
+	// Meridian has no non-persistent topics: their lists are empty.
+	for _, path := range []string{"/admin/v2/non-persistent/{tenant}/{ns}", "/admin/v2/non-persistent/{tenant}/{ns}/partitioned"} {
+		h("GET "+path, func(r *http.Request) (any, error) {
+			if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
+				return nil, err
+			}
+			return []string{}, nil
+		})
+	}
+	lookup := func(r *http.Request) (meta.TopicName, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return tn, err
+		}
+		if _, err := s.cfg.Meta.GetPolicies(r.Context(), tn.NamespaceName()); err != nil {
+			return tn, err
+		}
+		return tn, nil
+	}
+	h("GET /lookup/v2/topic/persistent/{tenant}/{ns}/{topic}", func(r *http.Request) (any, error) {
+		tn, err := lookup(r)
+		if err != nil {
+			return nil, err
+		}
+		bi, err := s.cfg.Broker.Lookup(r.Context(), tn)
+		if err != nil {
+			return nil, err
+		}
+		return newLookupData(bi), nil
+	})
+	h("GET /lookup/v2/topic/persistent/{tenant}/{ns}/{topic}/bundle", func(r *http.Request) (any, error) {
+		tn, err := lookup(r)
+		if err != nil {
+			return nil, err
+		}
+		bd, err := s.cfg.Broker.BundleOf(r.Context(), tn)
+		if err != nil {
+			return nil, err
+		}
+		return textAnswer(bd.String()), nil
+	})
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/lastMessageId", func(r *http.Request) (any, error) {
+		t, err := s.topic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		return t.LastMessageID(), nil
+	})
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/messageid/{timestamp}", func(r *http.Request) (any, error) {
+		ms, err := strconv.ParseInt(r.PathValue("timestamp"), 10, 64)
+		if err != nil {
+			return nil, meta.BadRequest(fmt.Errorf("timestamp %q: want milliseconds since the epoch", r.PathValue("timestamp")))
+		}
+		t, err := s.topic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		return t.MessageIDAt(r.Context(), ms)
+	})
+	h("PUT /admin/v2/persistent/{tenant}/{ns}/{topic}/unload", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := s.cfg.Meta.Partitions(r.Context(), tn); err != nil {
+			return nil, err
+		} else if n > 0 {
+			// A partitioned topic unloads its partitions.
+			var errs []error
+			for i := 0; i < n; i++ {
+				t, err := s.cfg.Broker.Topic(r.Context(), tn.PartitionName(i).String(), false)
+				if err == nil {
+					err = t.Unload(r.Context())
+				}
+				if err != nil && !errors.Is(err, meta.ErrTopicNotFound) {
+					errs = append(errs, err)
+				}
+			}
+			return nil, errors.Join(errs...)
+		}
+		t, err := s.cfg.Broker.Topic(r.Context(), tn.String(), false)
+		if err != nil {
+			return nil, err
+		}
+		return nil, t.Unload(r.Context())
+	})
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/internal-info", func(r *http.Request) (any, error) {
+		t, err := s.topic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		return t.InternalInfo(), nil
+	})
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/partitioned-stats", func(r *http.Request) (any, error) {
+		tn, err := topic(r)
+		if err != nil {
+			return nil, err
+		}
+		n, err := s.cfg.Meta.Partitions(r.Context(), tn)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%w: Partitioned Topic %s not found", meta.ErrNotFound, tn)
+		}
+		per := r.URL.Query().Get("perPartition") != "false"
+		ps := PartitionedTopicStats{Publishers: []PublisherStats{}, Subscriptions: map[string]SubscriptionStats{},
+			Replication: map[string]ReplicatorStats{}, Partitions: map[string]TopicStats{}}
+		ps.Metadata.Partitions = n
+		for i := 0; i < n; i++ {
+			name := tn.PartitionName(i).String()
+			t, err := s.cfg.Broker.Topic(r.Context(), name, false)
+			if errors.Is(err, meta.ErrTopicNotFound) {
+				continue // registered by its creation, never written: no stats
+			}
+			var no meta.NotOwnerError
+			if errors.As(err, &no) && no.OwnerAdminURL != "" && s.cfg.PeerHTTP != nil {
+				// Another broker owns it: its stats are the owner's.
+				st, err := s.peerTopicStats(r, no.OwnerAdminURL, name)
+				if err != nil {
+					return nil, fmt.Errorf("partition %s, from its owner %s: %w", name, no.OwnerAdminURL, err)
+				}
+				ps.add(name, st, per)
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("partition %s: %w", name, err)
+			}
+			ps.add(name, t.Stats(), per)
+		}
+		return ps, nil
+	})
+	h("GET /admin/v2/persistent/{tenant}/{ns}/{topic}/ledger/{ledger}/entry/{entry}", func(r *http.Request) (any, error) {
+		l, err1 := strconv.ParseInt(r.PathValue("ledger"), 10, 64)
+		e, err2 := strconv.ParseInt(r.PathValue("entry"), 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, meta.BadRequest(fmt.Errorf("message id %s:%s: want numbers", r.PathValue("ledger"), r.PathValue("entry")))
+		}
+		t, err := s.topic(r, topic)
+		if err != nil {
+			return nil, err
+		}
+		m, err := t.Message(r.Context(), MessageID{LedgerID: l, EntryID: e, PartitionIndex: t.Name().Partition})
+		if err != nil {
+			return nil, err
+		}
+		return messageAnswer(m), nil
+	})
+}
+
+// peerTopicStats asks the broker at ownerAdminURL for the stats of topic,
+// which it owns, with the caller's credentials (its Authorization header)
+// and authoritative=true, so that it answers itself or fails.
+func (s *Server) peerTopicStats(r *http.Request, ownerAdminURL, topic string) (TopicStats, error) {
+	u := strings.TrimSuffix(ownerAdminURL, "/") + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://") + "/stats?authoritative=true"
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u, nil)
+	if err != nil {
+		return TopicStats{}, err
+	}
+	if a := r.Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
+	resp, err := s.cfg.PeerHTTP(10 * time.Second).Do(req)
+	if err != nil {
+		return TopicStats{}, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminBody))
+	if err != nil {
+		return TopicStats{}, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return TopicStats{}, meta.StatusError{Status: resp.StatusCode, Err: fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))}
+	}
+	var st TopicStats
+	if err := json.Unmarshal(body, &st); err != nil {
+		return TopicStats{}, fmt.Errorf("%w: stats of %s: %v", meta.ErrServiceNotReady, topic, err)
+	}
+	return st, nil
+}

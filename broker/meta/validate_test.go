@@ -1,0 +1,51 @@
+package meta
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"testing"
+)
+
+// Issue 29: policies are validated as Pulsar validates them, and what
+// would overflow when applied is refused before it is stored (a retention
+// of max int64 minutes was stored, then every topic of the namespace
+// failed to load).
+func TestPolicyValidation(t *testing.T) {
+	status := func(err error) int {
+		var se StatusError
+		if errors.As(err, &se) {
+			return se.Status
+		}
+		if err != nil {
+			return -1
+		}
+		return 0
+	}
+	for _, c := range []struct {
+		name string
+		p    Policies
+		want int
+	}{
+		{"no policies", Policies{}, 0},
+		{"ttl 60", Policies{MessageTTLInSeconds: 60}, 0},
+		{"ttl -5", Policies{MessageTTLInSeconds: -5}, http.StatusPreconditionFailed},
+		{"ttl past int32", Policies{MessageTTLInSeconds: math.MaxInt32 + 1}, http.StatusPreconditionFailed},
+		{"retention -1/-1", Policies{Retention: &Retention{-1, -1}}, 0},
+		{"retention 0/0", Policies{Retention: &Retention{0, 0}}, 0},
+		{"retention 60/100", Policies{Retention: &Retention{60, 100}}, 0},
+		{"retention -7 minutes", Policies{Retention: &Retention{-7, 10}}, http.StatusBadRequest},
+		{"retention -2 MB", Policies{Retention: &Retention{10, -2}}, http.StatusBadRequest},
+		{"retention 0 minutes 10 MB", Policies{Retention: &Retention{0, 10}}, http.StatusBadRequest},
+		{"retention max int64 minutes", Policies{Retention: &Retention{math.MaxInt64, 10}}, http.StatusBadRequest},
+		{"retention the longest duration", Policies{Retention: &Retention{int(MaxRetentionMinutes), 10}}, 0},
+		{"retention max int64 MB", Policies{Retention: &Retention{10, math.MaxInt64}}, http.StatusBadRequest},
+		{"persistence 3/2/2", Policies{Persistence: &Persistence{3, 2, 2}}, 0},
+		{"persistence 1/2/1", Policies{Persistence: &Persistence{1, 2, 1}}, http.StatusBadRequest},
+		{"persistence 2/2/0", Policies{Persistence: &Persistence{2, 2, 0}}, http.StatusBadRequest},
+	} {
+		if got := status(ValidatePolicies(c.p)); got != c.want {
+			t.Errorf("%s: status %d (%v), want %d", c.name, got, ValidatePolicies(c.p), c.want)
+		}
+	}
+}
