@@ -9,10 +9,6 @@ import (
 	"github.com/meridian-mq/meridian/bookie/ledger"
 )
 
-// maxTries bounds how many failed ledgers one append is re-sent across
-// before it fails.
-const maxTries = 3
-
 // AppendAsync appends payload as the next entry. cb runs exactly once, with
 // the entry's position or an error, on the managed ledger's delivery
 // goroutine, in append order; it must not block for long (later callbacks
@@ -38,28 +34,27 @@ func (ml *ManagedLedger) AppendAsync(payload []byte, cb func(Position, error)) {
 	ml.submitMu.Lock()
 	defer ml.submitMu.Unlock()
 	ml.mu.Lock()
-	if ml.err != nil || ml.closing {
-		err := ml.err
-		if err == nil {
-			err = fmt.Errorf("%w: %s", ErrClosed, ml.name)
-		}
-		if ml.deliverStopped {
-			ml.stats.AppendsFailed++
-			ml.mu.Unlock()
-			cb(Earliest, err)
-			return
-		}
-		op.done, op.err = true, err
-		ml.ops = append(ml.ops, op)
-		ml.signalDeliver()
+	if err := ml.refusal(); err != nil && ml.deliverStopped {
+		ml.refusedAtOnce()
 		ml.mu.Unlock()
+		cb(Earliest, err)
 		return
 	}
-	ml.ops = append(ml.ops, op)
-	hand := ml.placeLocked(op)
+	p := ml.add(op, ml.now())
+	ml.actLocked(p)
 	ml.mu.Unlock()
-	if hand {
+	if p.hand {
 		ml.handOver(op)
+	}
+}
+
+// actLocked carries out a placement's requests other than the hand-over.
+func (ml *ManagedLedger) actLocked(p placement) {
+	if p.settled {
+		ml.signalDeliver()
+	}
+	if p.sw != nil {
+		ml.startSwitchLocked(p.sw)
 	}
 }
 
@@ -91,39 +86,6 @@ func (ml *ManagedLedger) Append(ctx context.Context, payload []byte) (Position, 
 	}
 }
 
-// placeLocked decides where op goes: queued behind a ledger switch (false),
-// or handed to the current writer (true, with its entry id assigned).
-// Called with submitMu and mu held.
-func (ml *ManagedLedger) placeLocked(op *appendOp) bool {
-	switch ml.state {
-	case stWriting:
-		cur := ml.cur
-		r := rollReason(&ml.cfg, cur.submitted, cur.submittedBytes, cur.createdAt, ml.now())
-		if r == "" && ml.rollNext {
-			r = "requested"
-		}
-		if r != "" {
-			ml.rollNext = false
-			ml.queued = append(ml.queued, op)
-			ml.startSwitchLocked(cur, r)
-			return false
-		}
-		op.cur, op.entry = cur, cur.submitted
-		cur.submitted++
-		cur.submittedBytes += int64(len(op.payload))
-		cur.inflight++
-		return true
-	case stNoLedger:
-		ml.rollNext = false
-		ml.queued = append(ml.queued, op)
-		ml.startSwitchLocked(nil, "no ledger")
-		return false
-	default: // stSwitching
-		ml.queued = append(ml.queued, op)
-		return false
-	}
-}
-
 // handOver gives op to its writer. Called with submitMu held (so entry ids
 // follow append order), without mu (the writer may call back at once).
 func (ml *ManagedLedger) handOver(op *appendOp) {
@@ -137,58 +99,42 @@ func (ml *ManagedLedger) onWriterResult(op *appendOp, id int64, err error) {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	cur := op.cur
-	cur.inflight--
-	if cur.inflight == 0 {
+	v := ml.writerResult(op, id, err)
+	if v.drained {
 		ml.cond.Broadcast()
 	}
-	if op.done {
+	if v.stale {
 		return // settled already (fenced, closed)
 	}
-	switch {
-	case err == nil:
-		if id != op.entry {
-			ml.log.Error("writer assigned an unexpected entry id", "ledger", cur.id, "want", op.entry, "got", id)
-		}
-		ml.confirmLocked(op, id)
-	case errors.Is(err, ledger.ErrTooLarge):
-		// Refused synchronously, before taking an entry id (we still hold
-		// submitMu): give the id back.
-		if cur.submitted == op.entry+1 {
-			cur.submitted--
-			cur.submittedBytes -= int64(len(op.payload))
-		} else {
-			ml.log.Error("entry refused as too large after later entries were handed over", "ledger", cur.id, "entry", op.entry)
-		}
-		op.done, op.err = true, fmt.Errorf("mledger: %s: %w", ml.name, err)
-	case errors.Is(err, ledger.ErrFenced):
-		ml.fenceLocked(err)
-	default:
-		op.held = err
-		if cur.failed == nil {
-			cur.failed = err
-			ml.log.Warn("ledger writer failed; recovering the ledger to settle pending appends", "ledger", cur.id, "err", err)
-			if ml.state == stWriting && ml.cur == cur {
-				ml.startSwitchLocked(cur, "failure")
-			}
-		}
+	if v.wrongID {
+		ml.log.Error("writer assigned an unexpected entry id", "ledger", cur.id, "want", op.entry, "got", id)
+	}
+	if v.confirmed {
+		ml.recordLocked(op)
+	}
+	if v.lateTooLarge {
+		ml.log.Error("entry refused as too large after later entries were handed over", "ledger", cur.id, "entry", op.entry)
+	}
+	if v.fence != nil {
+		ml.fenceLocked(v.fence)
+	}
+	if v.firstFailure != nil {
+		ml.log.Warn("ledger writer failed; recovering the ledger to settle pending appends", "ledger", cur.id, "err", v.firstFailure)
+	}
+	if v.sw != nil {
+		ml.startSwitchLocked(v.sw)
 	}
 	ml.signalDeliver()
 }
 
-// confirmLocked records op as stored at entry id of its ledger.
-func (ml *ManagedLedger) confirmLocked(op *appendOp, id int64) {
-	cur := op.cur
-	pos := Position{cur.id, id}
-	op.done, op.pos, op.held = true, pos, nil
-	n := int64(len(op.payload))
-	cur.confirmed = max(cur.confirmed, id+1)
-	cur.confirmedBytes += n
-	cur.readableLAC = max(cur.readableLAC, op.carried)
+// recordLocked records op, which the core confirmed, as stored at op.pos.
+func (ml *ManagedLedger) recordLocked(op *appendOp) {
+	pos := op.pos
 	if ml.lastConfirmed.Less(pos) {
 		ml.lastConfirmed = pos
 	}
 	ml.entries++
-	ml.sizeBytes += n
+	ml.sizeBytes += int64(len(op.payload))
 	ml.cache.put(pos, op.payload)
 	ml.cache.evict(ml.pinFromLocked())
 	ml.wakeLocked()
@@ -238,24 +184,12 @@ func (ml *ManagedLedger) deliverer() {
 func (ml *ManagedLedger) deliverReady() {
 	for {
 		ml.mu.Lock()
-		n := 0
-		for n < len(ml.ops) && ml.ops[n].done {
-			if ml.ops[n].err != nil {
-				ml.stats.AppendsFailed++
-			} else {
-				ml.stats.AppendsOK++
-			}
-			n++
-		}
-		batch := append([]*appendOp(nil), ml.ops[:n]...)
-		rest := copy(ml.ops, ml.ops[n:])
-		clear(ml.ops[rest:])
-		ml.ops = ml.ops[:rest]
-		if len(ml.ops) == 0 {
+		batch, empty := ml.takeDelivered()
+		if empty {
 			ml.cond.Broadcast()
 		}
 		ml.mu.Unlock()
-		if n == 0 {
+		if len(batch) == 0 {
 			return
 		}
 		for _, op := range batch {
@@ -268,17 +202,10 @@ func (ml *ManagedLedger) deliverReady() {
 	}
 }
 
-func (ml *ManagedLedger) startSwitchLocked(old *curLedger, reason string) {
-	ml.state = stSwitching
-	ml.switching = true
+// startSwitchLocked starts the switch the core asked for.
+func (ml *ManagedLedger) startSwitchLocked(sw *switchReq) {
 	ml.bg.Add(1)
-	go ml.switchLedger(old, reason)
-}
-
-// endSwitchLocked marks the switch goroutine done.
-func (ml *ManagedLedger) endSwitchLocked() {
-	ml.switching = false
-	ml.cond.Broadcast()
+	go ml.switchLedger(sw.old, sw.reason)
 }
 
 // switchLedger replaces the current ledger (old, nil when there is none):
@@ -303,18 +230,16 @@ func (ml *ManagedLedger) switchLedger(old *curLedger, reason string) {
 	if old != nil {
 		if err := ml.finishOld(old, reason); err != nil {
 			ml.mu.Lock()
-			ml.endSwitchLocked()
+			ml.switchAborted()
+			ml.cond.Broadcast()
 			ml.mu.Unlock()
 			return
 		}
 	}
 
 	ml.mu.Lock()
-	if ml.err != nil || (ml.closing && len(ml.queued) == 0) {
-		if ml.err == nil {
-			ml.state = stNoLedger
-		}
-		ml.endSwitchLocked()
+	if !ml.readyForNext() {
+		ml.cond.Broadcast()
 		ml.mu.Unlock()
 		return
 	}
@@ -342,7 +267,8 @@ func (ml *ManagedLedger) switchLedger(old *curLedger, reason string) {
 		ml.releaseUnrecorded(w, casRev)
 		if terminated {
 			ml.mu.Lock()
-			ml.endSwitchLocked()
+			ml.switchAborted()
+			ml.cond.Broadcast()
 			ml.mu.Unlock()
 			return
 		}
@@ -353,44 +279,32 @@ func (ml *ManagedLedger) switchLedger(old *curLedger, reason string) {
 	ml.submitMu.Lock()
 	defer ml.submitMu.Unlock()
 	ml.mu.Lock()
-	if ml.err != nil {
-		ml.endSwitchLocked()
+	next := &curLedger{id: w.ID(), w: w, createdAt: createdAt, readableLAC: -1}
+	q, ok := ml.switched(next, old != nil, reason)
+	ml.cond.Broadcast()
+	if !ok {
 		ml.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = w.Close(ctx)
 		return
 	}
-	ml.cur = &curLedger{id: w.ID(), w: w, createdAt: createdAt, readableLAC: -1}
-	ml.state = stWriting
 	ml.rebuildViewLocked()
-	if old != nil && reason != "failure" {
-		ml.stats.Rollovers++
-	}
-	ml.endSwitchLocked()
-	q := ml.queued
-	ml.queued = nil
 	ml.log.Info("ledger switched", "reason", reason, "ledger", w.ID(), "queued", len(q))
 	ml.mu.Unlock()
 	for i, op := range q {
 		ml.mu.Lock()
-		if op.done { // settled by a termination meanwhile
-			ml.mu.Unlock()
-			continue
-		}
-		if ml.err != nil {
-			ml.mu.Unlock()
-			break
-		}
-		if !ml.placeLocked(op) {
-			// The new ledger is already full: the rest waits for the next
-			// switch, ahead of anything appended since.
-			ml.queued = append(ml.queued, q[i+1:]...)
-			ml.mu.Unlock()
-			break
+		hand, stop, sw := ml.requeue(q, i, ml.now())
+		if sw != nil {
+			ml.startSwitchLocked(sw)
 		}
 		ml.mu.Unlock()
-		ml.handOver(op)
+		if stop {
+			break
+		}
+		if hand {
+			ml.handOver(op)
+		}
 	}
 	ml.trimAsync()
 }
@@ -435,37 +349,15 @@ func (ml *ManagedLedger) finishOld(old *curLedger, reason string) error {
 	if ml.err != nil {
 		return ml.err
 	}
-	if last+1 < old.confirmed {
-		e := fmt.Errorf("%w: %s: ledger %d closed at entry %d below its confirmed entries (%d)", ErrFailed, ml.name, old.id, last, old.confirmed)
+	confirmed, e := ml.settle(old, last, reason)
+	if e != nil {
 		ml.log.Error("acknowledged entries missing from a closed ledger", "err", e)
 		ml.terminateLocked(stFailed, e)
 		return e
 	}
-	if reason == "failure" || old.failed != nil {
-		ml.stats.LedgerFailures++
+	for _, op := range confirmed {
+		ml.recordLocked(op)
 	}
-	var resend []*appendOp
-	for _, op := range ml.ops {
-		if op.cur != old || op.done {
-			continue
-		}
-		if op.entry >= 0 && op.entry <= last {
-			ml.confirmLocked(op, op.entry) // the recovered ledger holds it
-			continue
-		}
-		// Recovery closed the ledger before this entry: it is certainly
-		// not in the log, so sending it again cannot duplicate it.
-		op.tries++
-		if op.tries >= maxTries {
-			op.done, op.err = true, fmt.Errorf("mledger: %s: append failed on %d ledgers: %w", ml.name, op.tries, op.held)
-			continue
-		}
-		op.cur, op.entry, op.held = nil, -1, nil
-		resend = append(resend, op)
-		ml.stats.AppendsResent++
-	}
-	ml.queued = append(resend, ml.queued...)
-	old.confirmed = last + 1
 	ml.finishLedgerLocked(old)
 	ml.signalDeliver()
 	return nil
@@ -477,17 +369,9 @@ func (ml *ManagedLedger) switchFailed(err error) {
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	ml.log.Warn("ledger switch failed; queued appends fail", "queued", len(ml.queued), "err", err)
-	for _, op := range ml.queued {
-		if !op.done {
-			op.done, op.err = true, err
-		}
-	}
-	ml.queued = nil
-	if ml.err == nil {
-		ml.state = stNoLedger
-	}
+	ml.appendCore.switchFailed(err)
 	ml.signalDeliver()
-	ml.endSwitchLocked()
+	ml.cond.Broadcast()
 }
 
 // retry calls f with backoff until it succeeds or ctx ends.

@@ -93,6 +93,44 @@
 // not in the log — are re-sent in order to a new ledger; nothing is
 // reported failed while stored or stored twice (see AppendAsync).
 //
+// The decisions of the append path are a pure core, appendCore
+// (appendcore.go), as cursorCore is for cursors: no goroutine, no clock
+// read, no I/O, no lock. The shell (AppendAsync, the writer's callbacks,
+// the switch goroutine, Close) holds mu around each call, passes the time
+// in, and does what the result asks:
+//   - add/place: an append goes to the current ledger with the next entry
+//     id (the shell hands it to the writer, in that order), or is queued
+//     behind a ledger switch — started when the ledger is due for rollover
+//     (entries, size, age: rollReason), RollNext was called, or there is no
+//     ledger; refused (done at once, delivered in order) once closing or
+//     terminated;
+//   - writerResult: the writer's answer: confirmed, too large (that append
+//     fails alone, its entry id given back), fenced (the shell fences:
+//     terminate fails every pending and later append with ErrFenced), or
+//     failed (the append is held, and the first failure of the current
+//     ledger starts the switch that recovers it);
+//   - settle: once the switch closed or recovered the old ledger at its
+//     last entry, with no add in flight: appends it holds are confirmed
+//     with their positions, the others are re-queued in order ahead of
+//     those queued since, or fail after maxTries ledgers; a ledger that
+//     ends below an entry already confirmed fails the managed ledger
+//     (ErrFailed);
+//   - readyForNext, switched, requeue, switchFailed, switchAborted: the
+//     rest of a switch — none when closing with nothing queued; the new
+//     ledger becomes current and the queue is placed on it in order (the
+//     rest queued again if it is full at once); a creation that failed
+//     fails the queued appends and the next append retries; a termination
+//     meanwhile releases the new ledger;
+//   - terminate (fenced, failed — e.g. a ledger not recovered within
+//     SwitchTimeout, whose contexts stay in the shell — or closed) and
+//     takeDelivered (the done appends at the head, in append order, for
+//     the deliverer).
+//
+// Its contract: an append is done with a position only when its ledger
+// confirmed it (the writer, or recovery); callbacks run in append order;
+// an append is queued or handed to exactly one ledger. Scripted tests:
+// testdata/append (TestAppendCore).
+//
 // # Cursors and what survives a crash
 //
 // A durable cursor's record holds its mark-delete position (everything at

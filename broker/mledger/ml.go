@@ -100,52 +100,6 @@ type Stats struct {
 	Fenced         bool
 }
 
-type mlState int
-
-const (
-	stWriting   mlState = iota // cur is writable
-	stSwitching                // a switch goroutine is replacing cur; appends queue
-	stNoLedger                 // the last switch could not create a ledger; the next append retries
-	stFenced                   // terminal: another owner
-	stFailed                   // terminal: outcome of appends unknown
-	stClosed                   // terminal: closed
-)
-
-// curLedger is the ledger being written.
-type curLedger struct {
-	id        int64
-	w         *ledger.Writer
-	createdAt time.Time
-	// submitted/submittedBytes: entry ids handed out (the writer assigns
-	// the same ids, in the same order: submissions are serialized).
-	submitted, submittedBytes int64
-	// confirmed/confirmedBytes: LAC+1 and the bytes up to it.
-	confirmed, confirmedBytes int64
-	// inflight: ops handed to the writer whose callback has not run.
-	inflight int
-	// failed: the writer's first non-fencing error.
-	failed error
-	// readableLAC: a lower bound of the LAC the bookies know (piggybacked
-	// on later adds); entries above it can only be read from the cache.
-	readableLAC int64
-	// finished: closed (or recovered) by the switch; no longer open.
-	finished bool
-}
-
-// appendOp is one AppendAsync call.
-type appendOp struct {
-	payload []byte
-	cb      func(Position, error)
-	cur     *curLedger // the ledger it was handed to, nil while queued
-	entry   int64      // the entry id it was handed as
-	carried int64      // the writer's LAC when it was handed over
-	held    error      // failed by a writer failure; outcome pending recovery
-	tries   int
-	done    bool
-	pos     Position
-	err     error
-}
-
 // ManagedLedger is a topic's log: a list of ledgers, the last one written,
 // plus durable cursors. Safe for concurrent use.
 type ManagedLedger struct {
@@ -169,18 +123,13 @@ type ManagedLedger struct {
 	// order.
 	submitMu sync.Mutex
 
-	mu            sync.Mutex
-	cond          *sync.Cond
-	state         mlState
-	err           error // terminal error (stFenced, stFailed, stClosed)
-	closing       bool  // Close called: new appends fail
-	switching     bool  // a switch goroutine is running
-	rollNext      bool  // the next append starts a new ledger (RollNext)
+	mu   sync.Mutex
+	cond *sync.Cond
+	// appendCore (under mu): the append path's state — the current
+	// ledger, pending and queued appends, the terminal error.
+	appendCore
 	ledgers       []LedgerInfo
 	v             *view
-	cur           *curLedger
-	queued        []*appendOp // waiting for a switch, append order
-	ops           []*appendOp // not yet delivered, append order
 	lastConfirmed Position
 	entries       int64
 	sizeBytes     int64
@@ -255,6 +204,7 @@ func Open(ctx context.Context, name string, cfg Config) (*ManagedLedger, error) 
 		deliverDone: make(chan struct{}),
 	}
 	ml.cond = sync.NewCond(&ml.mu)
+	ml.appendCore = appendCore{ledgerName: name, rollCfg: &ml.cfg}
 	ml.cache.max = cfg.CacheSizeBytes
 	for attempt := 0; ; attempt++ {
 		err = ml.takeOver(ctx)
@@ -646,6 +596,8 @@ func (ml *ManagedLedger) Stats() Stats {
 	defer ml.mu.Unlock()
 	s := ml.stats
 	s.Entries, s.SizeBytes, s.Ledgers = ml.entries, ml.sizeBytes, len(ml.ledgers)
+	s.AppendsOK, s.AppendsFailed, s.AppendsResent = ml.counts.ok, ml.counts.failed, ml.counts.resent
+	s.Rollovers, s.LedgerFailures = ml.counts.rollovers, ml.counts.ledgerFailures
 	s.LastConfirmed = ml.lastConfirmed
 	if ml.cur != nil && !ml.cur.finished {
 		s.CurrentLedger = ml.cur.id
@@ -681,21 +633,14 @@ func (ml *ManagedLedger) wakeLocked() {
 // terminateLocked moves to a terminal state: every undelivered append
 // fails with err, waiters wake up.
 func (ml *ManagedLedger) terminateLocked(st mlState, err error) {
-	if ml.err != nil {
+	c, ok := ml.terminate(st, err)
+	if !ok {
 		return
 	}
-	ml.state, ml.err = st, err
-	for _, op := range ml.ops {
-		if !op.done {
-			op.done, op.err = true, err
-		}
-	}
-	ml.queued = nil
 	ml.wakeLocked()
 	ml.cond.Broadcast()
 	ml.signalDeliver()
-	if c := ml.cur; c != nil && !c.finished && st != stClosed {
-		c.finished = true
+	if c != nil {
 		ml.bg.Add(1)
 		go func() {
 			defer ml.bg.Done()
@@ -743,7 +688,7 @@ func (ml *ManagedLedger) Close(ctx context.Context) error {
 		ml.cond.Broadcast()
 		ml.mu.Unlock()
 	})
-	for (len(ml.ops) > 0 || ml.switching) && ctx.Err() == nil {
+	for !ml.idle() && ctx.Err() == nil {
 		ml.cond.Wait()
 	}
 	stop()
