@@ -304,9 +304,9 @@ func (a adminBroker) BundleOf(ctx context.Context, tn meta.TopicName) (admin.Bun
 }
 
 // bundleTopics returns the loaded topics of a bundle.
-func (b *Broker) bundleTopics(bd bundle) []*Topic {
+func (a adminBroker) bundleTopics(bd bundle) []*Topic {
 	var out []*Topic
-	for _, t := range b.loadedTopics() {
+	for _, t := range a.b.loadedTopics() {
 		t.mu.Lock()
 		in := t.bundle == bd
 		t.mu.Unlock()
@@ -342,7 +342,7 @@ func (a adminBroker) UnloadBundle(ctx context.Context, ns string, abd admin.Bund
 		}
 		return nil // nobody owns it: nothing is loaded
 	}
-	a.b.moveBundle(ctx, bd, a.b.bundleTopics(bd), "")
+	a.b.moveBundle(ctx, bd, a.bundleTopics(bd), "")
 	return nil
 }
 
@@ -367,7 +367,7 @@ func (a adminBroker) SplitBundle(ctx context.Context, ns string, abd admin.Bundl
 		return ownedBy(bd, owner)
 	}
 	mid := bd.lower + (bd.upper-bd.lower)/2 + 1
-	a.b.split(ctx, bd, a.b.bundleTopics(bd))
+	a.b.split(ctx, bd, a.bundleTopics(bd))
 	bs, _, err := a.b.boundaries(ctx, ns, pol)
 	if err != nil {
 		return err
@@ -378,7 +378,7 @@ func (a adminBroker) SplitBundle(ctx context.Context, ns string, abd admin.Bundl
 	if unload {
 		for _, h := range []bundle{{ns: ns, lower: bd.lower, upper: mid - 1}, {ns: ns, lower: mid, upper: bd.upper}} {
 			if a.b.own.owns(h) {
-				a.b.moveBundle(ctx, h, a.b.bundleTopics(h), "")
+				a.b.moveBundle(ctx, h, a.bundleTopics(h), "")
 			}
 		}
 	}
@@ -393,7 +393,7 @@ func (a adminBroker) UnloadNamespace(ctx context.Context, ns string) error {
 	}
 	for _, bd := range a.b.own.ownedBundles() {
 		if bd.ns == ns {
-			a.b.moveBundle(ctx, bd, a.b.bundleTopics(bd), "")
+			a.b.moveBundle(ctx, bd, a.bundleTopics(bd), "")
 		}
 	}
 	return nil

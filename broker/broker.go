@@ -53,13 +53,10 @@ type Broker struct {
 	policyTurned func()                    // the policy loop's turn, for /healthz
 	registered   atomic.Pointer[ownership] // own, once Start registered it
 
+	conns *connTable // client connections and their limits
+
 	mu     sync.Mutex
 	topics map[string]*topicSlot
-	conns  map[*conn]struct{}
-	perIP  map[string]int // open connections by client IP (conn.ip)
-	// unauth counts the open connections not yet CONNECTED (conn.unauth),
-	// bounded by Config.MaxUnauthenticatedConnections.
-	unauth int
 	// frames bounds the bytes of frames being read over all connections
 	// (Config.MaxBufferedFrameBytes); nil: no bound.
 	frames *frameBudget
@@ -91,12 +88,11 @@ func New(cfg Config) (*Broker, error) {
 		log:    cfg.Logger.With("component", "broker"),
 		meta:   meta.NewMetadata(cfg.GlobalStore),
 		topics: map[string]*topicSlot{},
-		conns:  map[*conn]struct{}{},
-		perIP:  map[string]int{},
 		id:     hex.EncodeToString(rb[:]),
 	}
 	b.peerLog = ratelog.New(b.log, 0)
 	b.metrics = newMetrics(cfg.Cluster, b)
+	b.conns = newConnTable(cfg.MaxConnectionsPerIP, cfg.MaxUnauthenticatedConnections, b.metrics.connections)
 	if cfg.MaxBufferedFrameBytes > 0 {
 		b.frames = newFrameBudget(cfg.MaxBufferedFrameBytes, func() { b.limitExceeded(limitBufferedFrames) })
 	}
@@ -207,58 +203,18 @@ func (b *Broker) acceptLoop() {
 			tc.SetNoDelay(true)
 		}
 		c := newConn(b, nc)
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
+		refused, closed := b.conns.admit(c)
+		if closed {
 			nc.Close()
 			return
 		}
-		if !underLimit(b.perIP[c.ip], b.cfg.MaxConnectionsPerIP) {
-			b.mu.Unlock()
-			b.limitExceeded(limitConnectionsPerIP)
+		if refused != "" {
+			b.limitExceeded(refused)
 			nc.Close()
 			continue
 		}
-		if !underLimit(b.unauth, b.cfg.MaxUnauthenticatedConnections) {
-			b.mu.Unlock()
-			b.limitExceeded(limitUnauthConnections)
-			nc.Close()
-			continue
-		}
-		b.conns[c] = struct{}{}
-		b.perIP[c.ip]++
-		b.unauth++
-		c.unauth = true
-		b.mu.Unlock()
-		b.metrics.connections.Inc()
 		go c.serve()
 	}
-}
-
-func (b *Broker) removeConn(c *conn) {
-	b.mu.Lock()
-	if _, ok := b.conns[c]; ok {
-		delete(b.conns, c)
-		if b.perIP[c.ip]--; b.perIP[c.ip] <= 0 {
-			delete(b.perIP, c.ip)
-		}
-		if c.unauth {
-			c.unauth = false
-			b.unauth--
-		}
-		b.metrics.connections.Dec()
-	}
-	b.mu.Unlock()
-}
-
-// connAuthenticated moves c out of the connections not yet CONNECTED.
-func (b *Broker) connAuthenticated(c *conn) {
-	b.mu.Lock()
-	if c.unauth {
-		c.unauth = false
-		b.unauth--
-	}
-	b.mu.Unlock()
 }
 
 // Close stops serving: closes client connections, then every topic (its
@@ -275,11 +231,8 @@ func (b *Broker) Close(ctx context.Context) error {
 	if b.health != nil {
 		b.health.Drain("stopping")
 	}
-	conns := make([]*conn, 0, len(b.conns))
-	for c := range b.conns {
-		conns = append(conns, c)
-	}
 	b.mu.Unlock()
+	conns := b.conns.close()
 	if b.lis != nil {
 		b.lis.Close()
 	}

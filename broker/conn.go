@@ -31,8 +31,8 @@ type conn struct {
 	nc  net.Conn
 	ip  string // the client's address without the port (per-IP limit)
 	log *slog.Logger
-	// unauth: counted in Broker.unauth (not yet CONNECTED); guarded by
-	// the broker's mu.
+	// unauth: counted in connTable.unauth (not yet CONNECTED); guarded by
+	// the table's mu.
 	unauth bool
 
 	outMu   sync.Mutex
@@ -175,7 +175,7 @@ func (c *conn) serve() {
 				handshake.Stop()
 			}
 			dec.SetLimit(maxFrame, codec.SkipOversize)
-			c.b.connAuthenticated(c)
+			c.b.conns.authenticated(c)
 		}
 	}
 }
@@ -343,7 +343,7 @@ func (c *conn) close(reason string) {
 		for _, cs := range consumers {
 			cs.sub.removeConsumer(cs)
 		}
-		c.b.removeConn(c)
+		c.b.conns.remove(c)
 		c.peerLog(slog.LevelDebug, "connection closed", "reason", reason)
 	})
 }
