@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -176,4 +177,49 @@ func TestLibrariesAndToolsKeepTheirSides(t *testing.T) {
 	if !slices.Contains(imports["tools/bench"], "broker") || !slices.Contains(imports["bookie"], "internal/grpcpool") {
 		t.Fatalf("the import walk missed known imports: tools/bench %v, bookie %v", imports["tools/bench"], imports["bookie"])
 	}
+}
+
+// maxBrokerMethods bounds the composition root's Broker type: what it
+// does beyond wiring belongs on a type of its own (a room's host, the
+// connection table, a topic), where a reader finds it by its name.
+const maxBrokerMethods = 40
+
+// TestBrokerStaysUnderItsMethodBound counts the methods declared on Broker
+// in the root's product files.
+func TestBrokerStaysUnderItsMethodBound(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var methods []string
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil || len(fd.Recv.List) != 1 {
+				continue
+			}
+			rt := fd.Recv.List[0].Type
+			if st, ok := rt.(*ast.StarExpr); ok {
+				rt = st.X
+			}
+			if id, ok := rt.(*ast.Ident); ok && id.Name == "Broker" {
+				methods = append(methods, path+": "+fd.Name.Name)
+			}
+		}
+	}
+	if len(methods) < 20 {
+		t.Fatalf("found only %d Broker methods: the count misses some (%v)", len(methods), methods)
+	}
+	if len(methods) >= maxBrokerMethods {
+		t.Errorf("Broker has %d methods, the bound is under %d: move some onto the type they belong to\n%s",
+			len(methods), maxBrokerMethods, strings.Join(methods, "\n"))
+	}
+	t.Logf("Broker has %d methods", len(methods))
 }
