@@ -794,11 +794,7 @@ func (s *Server) Handler() http.Handler {
 	// Upload: Pulsar's PostSchemaPayload {type, schema, properties}; the
 	// compatibility check applies as for a producer's schema.
 	h("POST /admin/v2/schemas/{tenant}/{ns}/{topic}/schema", func(r *http.Request) (any, error) {
-		tn, err := topic(r)
-		if err != nil {
-			return nil, err
-		}
-		ps, err := readSchemaPayload(r, tn)
+		tn, ps, err := readSchemaPayload(r, topic)
 		if err != nil {
 			return nil, err
 		}

@@ -37,26 +37,31 @@ func schemaTypeFromAdmin(t string) string {
 	return t
 }
 
-// readSchemaPayload reads Pulsar's PostSchemaPayload {type, schema,
-// properties} as the protocol's schema of topic tn.
-func readSchemaPayload(r *http.Request, tn meta.TopicName) (*pb.Schema, error) {
+// readSchemaPayload reads the topic r names (with topic) and Pulsar's
+// PostSchemaPayload {type, schema, properties} as the protocol's schema of
+// that topic.
+func readSchemaPayload(r *http.Request, topic func(*http.Request) (meta.TopicName, error)) (meta.TopicName, *pb.Schema, error) {
+	tn, err := topic(r)
+	if err != nil {
+		return tn, nil, err
+	}
 	var body struct {
 		Type       string            `json:"type"`
 		Schema     string            `json:"schema"`
 		Properties map[string]string `json:"properties"`
 	}
 	if err := readJSON(r, &body, false); err != nil {
-		return nil, err
+		return tn, nil, err
 	}
 	typ, ok := pb.Schema_Type_value[schemaTypeFromAdmin(body.Type)]
 	if !ok {
-		return nil, meta.BadRequest(fmt.Errorf("schema type %q", body.Type))
+		return tn, nil, meta.BadRequest(fmt.Errorf("schema type %q", body.Type))
 	}
 	ps := &pb.Schema{Name: proto.String(tn.Local), Type: pb.Schema_Type(typ).Enum(), SchemaData: []byte(body.Schema)}
 	for k, v := range body.Properties {
 		ps.Properties = append(ps.Properties, &pb.KeyValue{Key: proto.String(k), Value: proto.String(v)})
 	}
-	return ps, nil
+	return tn, ps, nil
 }
 
 // schemaCheckHandlers serves the schema questions that store nothing:
@@ -65,11 +70,7 @@ func readSchemaPayload(r *http.Request, tn meta.TopicName) (*pb.Schema, error) {
 // BACKWARD).
 func (s *Server) schemaCheckHandlers(h func(string, func(*http.Request) (any, error)), topic func(*http.Request) (meta.TopicName, error)) {
 	h("POST /admin/v2/schemas/{tenant}/{ns}/{topic}/version", func(r *http.Request) (any, error) {
-		tn, err := topic(r)
-		if err != nil {
-			return nil, err
-		}
-		ps, err := readSchemaPayload(r, tn)
+		tn, ps, err := readSchemaPayload(r, topic)
 		if err != nil {
 			return nil, err
 		}
@@ -80,11 +81,7 @@ func (s *Server) schemaCheckHandlers(h func(string, func(*http.Request) (any, er
 		return map[string]int64{"version": v}, nil
 	})
 	h("POST /admin/v2/schemas/{tenant}/{ns}/{topic}/compatibility", func(r *http.Request) (any, error) {
-		tn, err := topic(r)
-		if err != nil {
-			return nil, err
-		}
-		ps, err := readSchemaPayload(r, tn)
+		tn, ps, err := readSchemaPayload(r, topic)
 		if err != nil {
 			return nil, err
 		}
