@@ -85,6 +85,12 @@ type nsControl struct {
 	ttl      time.Duration
 	lastKind failover.Kind
 	wake     time.Time // the Core's last Output.Wake
+	// servedEpoch: the epoch whose serving deadline is published to the
+	// region's brokers (mayServe) — only once the Core said Serve in it,
+	// not when its lease was acquired: a planned move's new active region
+	// holds the lease while it catches up, and must not take producers or
+	// consumers until it has (the Core's "catching up" retry).
+	servedEpoch uint64
 
 	judgedAt  time.Time
 	judging   atomic.Bool                  // a publishCaughtUp runs
@@ -643,12 +649,14 @@ func (sh *Shell) stepNamespace(ctx context.Context, ns string, cores map[string]
 		switch {
 		case err == nil && resp.TTL > 0:
 			c.renewed = sent
-			sh.publishServing(ctx, ns, c)
+			if c.servedEpoch == c.epoch {
+				sh.publishServing(ctx, ns, c)
+			}
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 			// Unknown: keep the old renewal time; the deadline runs out.
 		default:
 			sh.log.Warn("failover: region lease lost", "namespace", ns, "err", err)
-			c.leaseID, c.epoch, c.renewed = 0, 0, time.Time{}
+			c.leaseID, c.epoch, c.renewed, c.servedEpoch = 0, 0, time.Time{}, 0
 		}
 	}
 	if time.Since(c.judgedAt) >= time.Second && c.judging.CompareAndSwap(false, true) {
@@ -671,6 +679,9 @@ func (sh *Shell) stepNamespace(ctx context.Context, ns string, cores map[string]
 	if out.Instruction.Kind != c.lastKind {
 		sh.log.Warn("failover: instruction", "namespace", ns, "instruction", out.String())
 		c.lastKind = out.Instruction.Kind
+	}
+	if out.Instruction.Kind == failover.Serve && c.leaseID != 0 && c.servedEpoch != c.epoch && sh.publishServing(ctx, ns, c) {
+		c.servedEpoch = c.epoch
 	}
 	if out.ReleaseLease {
 		sh.dropLease(ns, c)
@@ -781,17 +792,20 @@ func (sh *Shell) acquireLease(ctx context.Context, ns string, c *nsControl, rec 
 	}
 	c.leaseID, c.epoch, c.renewed, c.ttl = grant.ID, rec.Epoch, sent, time.Duration(grant.TTL)*time.Second
 	sh.log.Warn("failover: region lease acquired", "namespace", ns, "epoch", rec.Epoch, "ttl", c.ttl)
-	sh.publishServing(ctx, ns, c)
+	// The next step (at once) asks the Core whether to serve with it.
+	sh.nudgeControl()
 }
 
 // publishServing tells the region's brokers until when they may
-// acknowledge for the namespace.
-func (sh *Shell) publishServing(ctx context.Context, ns string, c *nsControl) {
+// acknowledge for the namespace, and reports whether it did.
+func (sh *Shell) publishServing(ctx context.Context, ns string, c *nsControl) bool {
 	deadline := failover.LeaseDeadline(c.renewed, c.ttl, sh.leaseRules())
 	v, _ := json.Marshal(serving{Epoch: c.epoch, DeadlineNs: deadline.UnixNano()})
 	if _, err := sh.cfg.Store.Put(ctx, failoverServingKey+ns, v); err != nil {
 		sh.log.Warn("failover: serving deadline not published", "namespace", ns, "err", err)
+		return false
 	}
+	return true
 }
 
 // dropLease stops the region serving the namespace, then revokes its
@@ -805,5 +819,5 @@ func (sh *Shell) dropLease(ns string, c *nsControl) {
 	_ = sh.cfg.Store.Delete(ctx, failoverServingKey+ns)
 	_, _ = sh.cfg.GlobalStore.Client().Revoke(ctx, c.leaseID)
 	sh.log.Warn("failover: region lease released", "namespace", ns, "epoch", c.epoch)
-	c.leaseID, c.epoch, c.renewed = 0, 0, time.Time{}
+	c.leaseID, c.epoch, c.renewed, c.servedEpoch = 0, 0, time.Time{}, 0
 }
