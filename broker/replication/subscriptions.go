@@ -164,6 +164,24 @@ func (t *Topic) applySubscription(ctx context.Context, from string, u *replpb.Su
 	t.applySubscriptionUpdate(ctx, pendingSubUpdate{from: from, u: u, n: n})
 }
 
+// positionsApply reports whether region from's subscription positions
+// apply in region local under the namespace's failover record rec: from is
+// the active region, or local is active after a planned move (CatchUp)
+// from region from. The old active region's last updates (sent before it
+// learned of the move) and those of its that waited here for entries still
+// in flight when the move committed carry its consumers' last
+// acknowledgements; ignored, a switch-back redelivered everything
+// acknowledged since the last position that had translated — 15 s of
+// messages when the link lagged (TestFailbackQuarantinesOrphans, issue 32).
+// Applying them is safe: a position only moves forward, to messages the
+// application acknowledged, and never while consumers are attached here.
+func positionsApply(rec meta.FailoverRecord, local, from string) bool {
+	if from == rec.Active {
+		return true
+	}
+	return rec.CatchUp && rec.Active == local && rec.Previous == from
+}
+
 func (t *Topic) applySubscriptionUpdate(ctx context.Context, p pendingSubUpdate) {
 	from, u := p.from, p.u
 	// The one place a region's cursor moves without a local consumer's
@@ -177,7 +195,8 @@ func (t *Topic) applySubscriptionUpdate(ctx context.Context, p pendingSubUpdate)
 			"translated", mdOK, "acked", nAcked, "acked_named", len(u.Acked), "mark_delete_before", before.String(), "mark_delete", after.String())
 	}()
 	pol := t.policies()
-	if !meta.ActiveStandby(pol) || t.svc.active.ActiveRegion(t.name.NamespaceName(), pol) != from || isReplCursor(u.Name) {
+	if !meta.ActiveStandby(pol) || isReplCursor(u.Name) ||
+		!positionsApply(t.svc.active.Record(t.name.NamespaceName(), pol), t.svc.cfg.Cluster, from) {
 		decision = "ignored: not from the active region"
 		t.setPendingSubscription(p, false)
 		return
