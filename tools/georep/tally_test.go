@@ -34,6 +34,10 @@ type tally struct {
 	received  map[int]bool
 	firstAt   map[int]time.Time // index → when the consumer first received it
 	dups      int               // receptions of a message received before
+	dupAt     []time.Time       // when each of them came
+	// elsewhere: receipted messages the consumer is not to receive on its
+	// topic (a quarantined async tail: expectElsewhere); missing skips them.
+	elsewhere map[int]bool
 
 	// hook, when set (TestTallyWaitsForLateReceipts), runs where drain
 	// waits for sends ("settling") and where it has found nothing missing
@@ -71,11 +75,43 @@ func (tl *tally) receive(i int) {
 	tl.mu.Lock()
 	if tl.received[i] {
 		tl.dups++
+		tl.dupAt = append(tl.dupAt, time.Now())
 	} else {
 		tl.received[i] = true
 		tl.firstAt[i] = time.Now()
 	}
 	tl.mu.Unlock()
+}
+
+// expectElsewhere marks the messages of set the consumer has not received
+// yet as delivered elsewhere (drain no longer waits for them) and returns
+// how many it marked.
+func (tl *tally) expectElsewhere(set map[int]bool) int {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.elsewhere == nil {
+		tl.elsewhere = map[int]bool{}
+	}
+	n := 0
+	for i := range set {
+		if !tl.received[i] {
+			tl.elsewhere[i] = true
+			n++
+		}
+	}
+	return n
+}
+
+// dupsSinceLocked returns how many receptions of a message received
+// before came at or after t.
+func (tl *tally) dupsSinceLocked(t time.Time) int {
+	n := 0
+	for _, at := range tl.dupAt {
+		if !at.Before(t) {
+			n++
+		}
+	}
+	return n
 }
 
 // count returns how many messages sent in phase ph were receipted.
@@ -94,7 +130,7 @@ func (tl *tally) inFlight() int {
 func (tl *tally) missingLocked() []int {
 	var missing []int
 	for i := range tl.receipted {
-		if !tl.received[i] {
+		if !tl.received[i] && !tl.elsewhere[i] {
 			missing = append(missing, i)
 		}
 	}
