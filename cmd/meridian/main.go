@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/spf13/cobra"
 )
 
@@ -31,6 +32,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	config.Bind(root.PersistentFlags(), "log-level", "log.level")
 	root.AddCommand(newEtcdCmd(), newBookieCmd(), newStandaloneCmd(), newBrokerCmd(), newUpCmd(), newAutorecoveryCmd(), newAdminCmd(), newBenchCmd())
 	root.AddCommand(newProduceCmd(), newConsumeCmd(), newDrillCmd(), newHealthCmd())
 	return root
