@@ -223,9 +223,11 @@ func TestConfigDeployExamplesLoad(t *testing.T) {
 			}
 		}
 		want := map[string]map[string]string{
-			"bookie": {"region": "east", "bookie.rack": "r1", "bookie.disk_check_interval": "1s", "bookie.mem_table_size_bytes": "67108864", "metadata.endpoints": "http://127.0.0.1:2379"},
-			"broker": {"region": "east", "broker.ensemble_size": "3", "broker.ack_quorum": "2", "broker.ownership_ttl": "10s", "broker.id": "east-broker-1"},
-			"etcd":   {"etcd.name": "east-1", "etcd.data_dir": "./data/etcd-east-1"},
+			"bookie":       {"region": "east", "bookie.rack": "r1", "bookie.disk_check_interval": "1s", "bookie.mem_table_size_bytes": "67108864", "metadata.endpoints": "http://127.0.0.1:2379"},
+			"broker":       {"region": "east", "broker.ensemble_size": "3", "broker.ack_quorum": "2", "broker.ownership_ttl": "10s", "broker.id": "east-broker-1"},
+			"etcd":         {"etcd.name": "east-1", "etcd.data_dir": "./data/etcd-east-1"},
+			"autorecovery": {"autorecovery.id": "east-recovery-1", "recovery.lost_bookie_delay": "1m0s", "gossip.seeds": ""},
+			"standalone":   {"standalone.bookies": "3", "broker.listen_addr": "127.0.0.1:6650", "standalone.tls": "false"},
 		}[role]
 		for k, v := range want {
 			if s, _ := eff.Get(k); s.Value != v || s.Source != config.FromFile {

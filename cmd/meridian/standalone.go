@@ -44,7 +44,11 @@ every subscription's position.
 https://127.0.0.1:8443, etcd and the bookies mutual TLS) with a local CA
 and certificate made in DATA-DIR/tls (kept across restarts); clients
 trust DATA-DIR/tls/ca.pem. --token-secret-key/--token-public-key turn
-token authentication on, --authorization role permissions.`,
+token authentication on, --authorization role permissions.
+
+As every role, it takes --config FILE (deploy/standalone.yaml) and
+MERIDIAN_<SECTION>_<KEY> variables for every flag (flag > environment >
+file > default); --print-config shows the result.`,
 	}
 	run := func(cmd *cobra.Command, eff *config.Effective) error {
 		log := logger()
