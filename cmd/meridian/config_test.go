@@ -291,6 +291,11 @@ func TestConfigValidationNamesTheKey(t *testing.T) {
 	if _, err := runRole(t, "broker", "--config", write("broker: {ensemble_size: 9, write_quorum: 5, ack_quorum: 3}"), "--print-config"); err != nil {
 		t.Errorf("E=9 Qw=5 Qa=3: %v", err)
 	}
+	// A flag of the root (--log-level, a global variable) survives the
+	// checks that build every role's flags afresh.
+	if out, err := runRole(t, "broker", "--log-level", "debug", "--print-config"); err != nil || !strings.Contains(out, "level: debug # flag") {
+		t.Errorf("--log-level debug: %v\n%s", err, out)
+	}
 	// Every role's defaults are valid.
 	for _, role := range roleNames {
 		if _, err := runRole(t, role, "--print-config"); err != nil {

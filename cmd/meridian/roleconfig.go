@@ -77,7 +77,8 @@ func loadRoleConfig(cmd *cobra.Command, path string, lookup func(string) (string
 }
 
 // roleCommands builds every server role's command, attached to a root
-// (so that they inherit --log-level).
+// (so that they inherit --log-level). Tests use it; a running command
+// must not (newRoot resets the global --log-level variable).
 func roleCommands() map[string]*cobra.Command {
 	root := newRoot()
 	out := map[string]*cobra.Command{}
@@ -91,15 +92,28 @@ func roleCommands() map[string]*cobra.Command {
 	return out
 }
 
+// roleConstructors build each server role's command.
+func roleConstructors() []func() *cobra.Command {
+	return []func() *cobra.Command{newEtcdCmd, newBookieCmd, newBrokerCmd, newAutorecoveryCmd, newStandaloneCmd}
+}
+
 // knownKeys are the keys (older ones too) of every role: one file may
-// serve several roles, each reading its sections.
+// serve several roles, each reading its sections. It builds the roles'
+// flag sets afresh, with no root: newRoot would reset the global
+// --log-level variable the running command has parsed.
 func knownKeys() map[string]bool {
 	known := map[string]bool{}
 	for _, k := range ignoredKeys {
 		known[k] = true
 	}
-	for _, c := range roleCommands() {
-		c.Flags().VisitAll(func(f *pflag.Flag) {
+	var level string
+	sets := []*pflag.FlagSet{pflag.NewFlagSet("root", pflag.ContinueOnError)}
+	rootFlags(sets[0], &level)
+	for _, ctor := range roleConstructors() {
+		sets = append(sets, ctor().Flags())
+	}
+	for _, fs := range sets {
+		fs.VisitAll(func(f *pflag.Flag) {
 			for _, k := range config.Keys(f) {
 				known[k] = true
 			}
