@@ -6,12 +6,13 @@
 //
 // The caller (cmd/meridian) does, per role:
 //  1. register the role's flags on a pflag.FlagSet as usual;
-//  2. Bind the flags whose key is not derived from their name (keys kept
-//     from older config files), then Section the rest: every flag still
-//     without a key gets SECTION.NAME, its name with the "SECTION-"
-//     prefix cut and dashes made underscores — so a flag added later
-//     has a key, an environment variable and a line in PrintTo without
-//     anyone remembering to add one;
+//  2. register each group of flags inside Group(fs, SECTION, …) (or call
+//     Section after registering): every flag without a key gets
+//     SECTION.NAME, its name with the "SECTION-" prefix cut and dashes
+//     made underscores — so a flag added later has a key, an environment
+//     variable and a line in PrintTo without anyone remembering to add
+//     one; then Bind the flags whose key is not derived from their name
+//     (keys kept from older config files);
 //  3. after the command line is parsed, ReadFile the --config file and
 //     Apply it and the environment to the flag set: every flag not given
 //     on the command line takes the environment's value, else the
@@ -30,7 +31,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -475,9 +475,6 @@ func valueString(f *pflag.Flag) string {
 	}
 	return f.Value.String()
 }
-
-// Int parses an integer setting's Value (a Rule's helper).
-func Int(v string) (int, error) { return strconv.Atoi(v) }
 
 // Group runs register, which adds flags to fs, and gives those of its
 // flags that have no key yet SECTION.NAME keys (as Section). Bind after
