@@ -34,9 +34,9 @@ var fourMembers = []spec{
 	{"west-bookie-1", "west", RoleBookie},
 }
 
-// testLogger shows gossip logs with -v when MERIDIAN_GOSSIP_LOG is set.
+// testLogger shows gossip logs with -v when MERIDIAN_TEST_GOSSIP_LOG is set.
 func testLogger(t *testing.T) *slog.Logger {
-	if os.Getenv("MERIDIAN_GOSSIP_LOG") == "" {
+	if os.Getenv("MERIDIAN_TEST_GOSSIP_LOG") == "" {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))

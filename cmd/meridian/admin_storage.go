@@ -31,13 +31,13 @@ func newAdminStorageCmds() []*cobra.Command {
 	var sec securityFlags
 	var tlsSrc *tlsutil.Source
 	connect := func(ctx context.Context, cmd *cobra.Command) (*cluster.Store, error) {
-		secfc := sec.merge(cmd, SecurityFileConfig{})
+		secfc := sec.settings()
 		src, err := secfc.tlsSource()
 		if err != nil {
 			return nil, err
 		}
 		tlsSrc = src
-		return secfc.connectStore(ctx, splitList(etcd), MetadataConfig{}.regionPrefix(region), src)
+		return secfc.connectStore(ctx, splitList(etcd), regionPrefix("", region), src)
 	}
 	flags := func(c *cobra.Command) {
 		c.Flags().StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints")

@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-mq/meridian/bookie/autorecovery"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/meridian-mq/meridian/internal/httpserve"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
@@ -40,13 +41,18 @@ type recoveryFlags struct {
 // register adds the flags; prefix is "" for `meridian autorecovery` and
 // "recovery-" where they sit beside other roles' flags.
 func (r *recoveryFlags) register(f *pflag.FlagSet, prefix string, withEnable bool) {
+	config.Group(f, "recovery", func() {
+		if withEnable {
+			f.BoolVar(&r.enabled, "autorecovery", true, "run auto-recovery in this process (an auditor candidate and re-replication workers)")
+		}
+		f.DurationVar(&r.delay, "lost-bookie-delay", 60*time.Second, "how long one bookie may be gone (registration expired, gossip failed) before its fragments are re-replicated; two or more gone together: at once")
+		f.DurationVar(&r.scrub, prefix+"scrub-interval", time.Hour, "how often the auditor scans every ledger for fragments below their write quorum or breaking the placement rule")
+		f.Float64Var(&r.mbps, prefix+"throttle-mbps", 50, "re-replication copy cap of this process in MiB/s (0: unlimited)")
+		f.IntVar(&r.workers, prefix+"workers", 2, "re-replication workers in this process")
+	})
 	if withEnable {
-		f.BoolVar(&r.enabled, "autorecovery", true, "run auto-recovery in this process (an auditor candidate and re-replication workers)")
+		config.Bind(f, "autorecovery", "recovery.enabled")
 	}
-	f.DurationVar(&r.delay, "lost-bookie-delay", 60*time.Second, "how long one bookie may be gone (registration expired, gossip failed) before its fragments are re-replicated; two or more gone together: at once")
-	f.DurationVar(&r.scrub, prefix+"scrub-interval", time.Hour, "how often the auditor scans every ledger for fragments below their write quorum or breaking the placement rule")
-	f.Float64Var(&r.mbps, prefix+"throttle-mbps", 50, "re-replication copy cap of this process in MiB/s (0: unlimited)")
-	f.IntVar(&r.workers, prefix+"workers", 2, "re-replication workers in this process")
 }
 
 // config builds the autorecovery.Config.
@@ -97,88 +103,94 @@ func processID() string {
 
 // newAutorecoveryCmd runs a region's auto-recovery as a process of its own.
 func newAutorecoveryCmd() *cobra.Command {
-	var region, etcd, root, id, metricsAddr string
+	var md metadataFlags
+	var id, metricsAddr string
 	var rf recoveryFlags
 	var gossip gossipFlags
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "autorecovery",
 		Short: "Run auto-recovery: detect lost bookies and re-replicate their fragments (brokers run it too, by default)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if id == "" {
-				id = processID()
-			}
-			log := logger()
-			ctx, stop := signalContext()
-			defer stop()
-			md := MetadataConfig{Endpoints: splitList(etcd), Root: root}
-			secfc := sec.merge(cmd, SecurityFileConfig{})
-			tlsSrc, err := secfc.tlsSource()
-			if err != nil {
-				return err
-			}
-			store, err := secfc.connectStore(ctx, md.Endpoints, md.regionPrefix(region), tlsSrc)
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			view, err := cluster.WatchBookies(ctx, store)
-			if err != nil {
-				return err
-			}
-			defer view.Close()
-			var alive func(string) bool
-			m, err := gossip.start(id, cluster.RoleAutorecovery, region, "", "", "", log)
-			if err != nil {
-				return err
-			}
-			if m != nil {
-				defer m.Shutdown()
-				alive = autorecovery.GossipAlive(m)
-			}
-			client, err := ledger.New(ledger.Config{Store: store, Bookies: ledger.ViewSource{View: view}, Region: region, Logger: log, DialOptions: ledgerDialOptions(tlsSrc)})
-			if err != nil {
-				return err
-			}
-			defer client.Close()
-			metrics := autorecovery.NewMetrics(region)
-			if metricsAddr != "" {
-				lis, err := net.Listen("tcp", metricsAddr)
-				if err != nil {
-					return err
-				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(metrics.Gatherer(), promhttp.HandlerOpts{}))
-				srv := httpserve.New(mux, httpserve.Options{Logger: log})
-				go srv.Serve(lis)
-				defer srv.Close()
-			}
-			cfg, err := rf.config(store, view, alive, metrics, log)
-			if err != nil {
-				return err
-			}
-			wait, err := runAutorecovery(ctx, cfg, id, rf.workers, client)
-			if err != nil {
-				return err
-			}
-			log.Info("autorecovery running", "id", id, "region", region, "lost_bookie_delay", rf.delay, "throttle_mbps", rf.mbps, "workers", rf.workers, "gossip", m != nil)
-			wait()
-			if m != nil {
-				lctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				m.Leave(lctx)
-				cancel()
-			}
-			return nil
-		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&region, "region", "default", "region whose bookies and ledgers to look after")
-	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")
-	f.StringVar(&root, "metadata-root", "/meridian", "etcd key root of Meridian's metadata")
-	f.StringVar(&id, "id", "", "name of this process in the auditor election (default: host-pid)")
-	f.StringVar(&metricsAddr, "metrics", "", "Prometheus /metrics listen address (empty: off)")
+	md.register(f, "region whose bookies and ledgers to look after", false)
+	config.Group(f, "autorecovery", func() {
+		f.StringVar(&id, "id", "", "name of this process in the auditor election (default: host-pid)")
+		f.StringVar(&metricsAddr, "metrics", "", "Prometheus /metrics listen address (empty: off)")
+	})
+	config.Bind(f, "metrics", "autorecovery.metrics_addr")
 	rf.register(f, "", false)
 	gossip.register(cmd)
 	sec.registerTLS(cmd)
+	withConfig(cmd, func(eff *config.Effective) error {
+		return validateAll(eff, rules(logRules, regionRules, gossipRules, recoveryRules, map[string]config.Rule{
+			"autorecovery.metrics_addr": config.HostPort(true),
+		}))
+	}, func(cmd *cobra.Command, _ *config.Effective) error {
+		if id == "" {
+			id = processID()
+		}
+		region := md.region
+		log := logger()
+		ctx, stop := signalContext()
+		defer stop()
+		secfc := sec.settings()
+		tlsSrc, err := secfc.tlsSource()
+		if err != nil {
+			return err
+		}
+		store, err := secfc.connectStore(ctx, md.endpoints(), md.regionPrefix(), tlsSrc)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		view, err := cluster.WatchBookies(ctx, store)
+		if err != nil {
+			return err
+		}
+		defer view.Close()
+		var alive func(string) bool
+		m, err := gossip.start(id, cluster.RoleAutorecovery, region, "", "", "", log)
+		if err != nil {
+			return err
+		}
+		if m != nil {
+			defer m.Shutdown()
+			alive = autorecovery.GossipAlive(m)
+		}
+		client, err := ledger.New(ledger.Config{Store: store, Bookies: ledger.ViewSource{View: view}, Region: region, Logger: log, DialOptions: ledgerDialOptions(tlsSrc)})
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		metrics := autorecovery.NewMetrics(region)
+		if metricsAddr != "" {
+			lis, err := net.Listen("tcp", metricsAddr)
+			if err != nil {
+				return err
+			}
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", promhttp.HandlerFor(metrics.Gatherer(), promhttp.HandlerOpts{}))
+			srv := httpserve.New(mux, httpserve.Options{Logger: log})
+			go srv.Serve(lis)
+			defer srv.Close()
+		}
+		cfg, err := rf.config(store, view, alive, metrics, log)
+		if err != nil {
+			return err
+		}
+		wait, err := runAutorecovery(ctx, cfg, id, rf.workers, client)
+		if err != nil {
+			return err
+		}
+		log.Info("autorecovery running", "id", id, "region", region, "lost_bookie_delay", rf.delay, "throttle_mbps", rf.mbps, "workers", rf.workers, "gossip", m != nil)
+		wait()
+		if m != nil {
+			lctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			m.Leave(lctx)
+			cancel()
+		}
+		return nil
+	})
 	return cmd
 }

@@ -2,105 +2,113 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/spf13/cobra"
 )
 
 func newBookieCmd() *cobra.Command {
-	var cfgPath, region, etcd string
+	var md metadataFlags
 	var powerLoss bool
-	var bc bookie.Config
+	bc := bookie.DefaultConfig()
 	var gossip gossipFlags
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "bookie",
 		Short: "Run a bookie: a storage node keeping ledger entries durably on Pebble",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fc, err := loadConfig(cfgPath)
-			if err != nil {
-				return err
-			}
-			f := cmd.Flags()
-			c := fc.Bookie
-			if f.Changed("id") {
-				c.ID = bc.ID
-			}
-			if f.Changed("listen") {
-				c.ListenAddr = bc.ListenAddr
-			}
-			if f.Changed("advertise") {
-				c.AdvertiseAddr = bc.AdvertiseAddr
-			}
-			if f.Changed("data-dir") || c.DataDir == "" {
-				c.DataDir = bc.DataDir
-			}
-			if f.Changed("rack") {
-				c.Rack = bc.Rack
-			}
-			if f.Changed("metrics") {
-				c.MetricsAddr = bc.MetricsAddr
-			}
-			if f.Changed("disk-usage-threshold") {
-				c.DiskUsageThreshold = bc.DiskUsageThreshold
-			}
-			if f.Changed("region") || fc.Region == "" {
-				fc.Region = region
-			}
-			if c.Region == "" {
-				c.Region = fc.Region
-			}
-			if f.Changed("etcd") || len(fc.Metadata.Endpoints) == 0 {
-				fc.Metadata.Endpoints = splitList(etcd)
-			}
-			if powerLoss {
-				// Drills and tests only: what is not fsynced lives in this
-				// process's memory, so a kill -9 loses it (bookie.PowerLossFS).
-				c = c.SimulatePowerLoss()
-			}
-			fc.Security = sec.merge(cmd, fc.Security)
-			if fc.Security.TLS.Enabled() {
-				c.TLS = fc.Security.TLS
-			} else {
-				fc.Security.TLS = c.TLS
-			}
-			log := logger()
-			c.Logger = log
-			ctx, stop := signalContext()
-			defer stop()
-			return runBookie(ctx, fc, c, &gossip)
-		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfgPath, "config", "", "config file (YAML; sections region, metadata, bookie)")
-	f.StringVar(&region, "region", "default", "region of this bookie")
-	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")
-	f.StringVar(&bc.ID, "id", "", "bookie id (default: the advertised address)")
-	f.StringVar(&bc.ListenAddr, "listen", bookie.DefaultListenAddr, "gRPC listen address")
-	f.StringVar(&bc.AdvertiseAddr, "advertise", "", "address clients dial (default: the listen address)")
-	f.StringVar(&bc.DataDir, "data-dir", "./data/bookie", "data directory (Pebble)")
-	f.StringVar(&bc.Rack, "rack", "", "rack label")
-	f.StringVar(&bc.MetricsAddr, "metrics", "", "Prometheus /metrics listen address (empty: off)")
-	f.Float64Var(&bc.DiskUsageThreshold, "disk-usage-threshold", bookie.DefaultDiskUsageThreshold, "disk usage fraction at which the bookie turns read-only")
-	f.BoolVar(&powerLoss, "simulate-power-loss", false, "drills and tests only: keep every write not yet fsynced in memory (bookie.PowerLossFS), so a kill -9 of this bookie loses what a power loss would")
+	md.register(f, "region of this bookie", false)
+	config.Group(f, "bookie", func() {
+		f.StringVar(&bc.ID, "id", "", "bookie id (default: the advertised address)")
+		f.StringVar(&bc.ListenAddr, "listen", bookie.DefaultListenAddr, "gRPC listen address")
+		f.StringVar(&bc.AdvertiseAddr, "advertise", "", "address clients dial (default: the listen address)")
+		f.StringVar(&bc.DataDir, "data-dir", "./data/bookie", "data directory (Pebble)")
+		f.StringVar(&bc.Rack, "rack", "", "rack label")
+		f.StringVar(&bc.MetricsAddr, "metrics", "", "Prometheus /metrics listen address (empty: off)")
+		f.Float64Var(&bc.DiskUsageThreshold, "disk-usage-threshold", bookie.DefaultDiskUsageThreshold, "disk usage fraction at which the bookie turns read-only")
+		f.DurationVar(&bc.DiskCheckInterval, "disk-check-interval", bookie.DefaultDiskCheckInterval, "how often the disk usage is sampled (also after writing an eighth of the headroom)")
+		f.DurationVar(&bc.GroupCommitMaxDelay, "group-commit-max-delay", 0, "how long the first queued add may wait to share an fsync (0: commit as soon as the previous fsync ends)")
+		f.IntVar(&bc.GroupCommitMaxBytes, "group-commit-max-bytes", bookie.DefaultGroupCommitMaxBytes, "payload bytes of one group commit at most")
+		f.IntVar(&bc.MaxEntryBytes, "max-entry-bytes", bookie.DefaultMaxEntryBytes, "largest entry payload accepted, in bytes")
+		f.IntVar(&bc.MemTableSizeBytes, "mem-table-size-bytes", bookie.DefaultMemTableSizeBytes, "Pebble memtable size in bytes")
+		f.IntVar(&bc.MaxInflightPerStream, "max-inflight-per-stream", bookie.DefaultMaxInflightPerStream, "adds of one stream received and not yet answered, at most")
+		f.DurationVar(&bc.ShutdownTimeout, "shutdown-timeout", bookie.DefaultShutdownTimeout, "how long a stopping bookie waits for open calls before cutting them")
+		f.BoolVar(&powerLoss, "simulate-power-loss", false, "drills and tests only: keep every write not yet fsynced in memory (bookie.PowerLossFS), so a kill -9 of this bookie loses what a power loss would")
+	})
+	// The keys of the config files of before; bookie.region and bookie.tls
+	// are older places of region and security.tls.
+	config.Bind(f, "listen", "bookie.listen_addr")
+	config.Bind(f, "advertise", "bookie.advertise_addr")
+	config.Bind(f, "metrics", "bookie.metrics_addr")
+	config.Bind(f, "region", "region", "bookie.region")
 	gossip.register(cmd)
 	sec.registerTLS(cmd)
+	config.Bind(f, "tls-cert-file", "security.tls.cert_file", "bookie.tls.cert_file")
+	config.Bind(f, "tls-key-file", "security.tls.key_file", "bookie.tls.key_file")
+	config.Bind(f, "tls-trust-certs-file", "security.tls.ca_file", "bookie.tls.ca_file")
+	withConfig(cmd, func(eff *config.Effective) error {
+		return validateAll(eff, rules(logRules, regionRules, gossipRules, bookieRules))
+	}, func(cmd *cobra.Command, _ *config.Effective) error {
+		c := bc
+		c.Region = md.region
+		if powerLoss {
+			// Drills and tests only: what is not fsynced lives in this
+			// process's memory, so a kill -9 loses it (bookie.PowerLossFS).
+			c = c.SimulatePowerLoss()
+		}
+		secfc := sec.settings()
+		c.TLS = secfc.TLS
+		log := logger()
+		c.Logger = log
+		ctx, stop := signalContext()
+		defer stop()
+		return runBookie(ctx, md, secfc, c, &gossip)
+	})
 	return cmd
+}
+
+var bookieRules = map[string]config.Rule{
+	"bookie.rack":           config.OptionalName,
+	"bookie.listen_addr":    config.HostPort(false),
+	"bookie.advertise_addr": config.HostPort(true),
+	"bookie.metrics_addr":   config.HostPort(true),
+	"bookie.data_dir":       config.NonEmpty,
+	"bookie.disk_usage_threshold": func(v string) error {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return err
+		}
+		if x <= 0 || x > 1 {
+			return errors.New("want a fraction in (0, 1]")
+		}
+		return nil
+	},
+	"bookie.disk_check_interval":     config.Positive,
+	"bookie.group_commit_max_delay":  config.DurationMin(0, "0: no wait"),
+	"bookie.group_commit_max_bytes":  config.IntMin(1, "bytes"),
+	"bookie.max_entry_bytes":         config.IntMin(1, "bytes"),
+	"bookie.mem_table_size_bytes":    config.IntMin(1<<20, "bytes, at least 1 MiB"),
+	"bookie.max_inflight_per_stream": config.IntMin(1, "adds"),
+	"bookie.shutdown_timeout":        config.Positive,
 }
 
 // The bookie follows its decommission record (read-only, then removed).
 var _ bookie.Decommissioner = (*cluster.BookieRegistry)(nil)
 
 // runBookie runs one bookie until ctx ends (or a decommission removed it).
-func runBookie(ctx context.Context, fc FileConfig, c bookie.Config, gossip *gossipFlags) error {
-	tlsSrc, err := fc.Security.tlsSource()
+func runBookie(ctx context.Context, md metadataFlags, sec SecurityFileConfig, c bookie.Config, gossip *gossipFlags) error {
+	tlsSrc, err := sec.tlsSource()
 	if err != nil {
 		return err
 	}
-	store, err := fc.Security.connectStore(ctx, fc.Metadata.Endpoints, fc.Metadata.regionPrefix(fc.Region), tlsSrc)
+	store, err := sec.connectStore(ctx, md.endpoints(), md.regionPrefix(), tlsSrc)
 	if err != nil {
 		return err
 	}

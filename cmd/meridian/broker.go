@@ -13,236 +13,261 @@ import (
 	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
+	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// BrokerFileConfig is the broker section of the config file.
-type BrokerFileConfig struct {
-	ID                  string        `yaml:"id"`
-	Rack                string        `yaml:"rack"`
-	ListenAddr          string        `yaml:"listen_addr"`
-	AdvertisedAddr      string        `yaml:"advertised_addr"`
-	AdminAddr           string        `yaml:"admin_addr"`
-	ReplicationAddr     string        `yaml:"replication_addr"`
-	ReplicationAdvAddr  string        `yaml:"replication_advertised_addr"`
-	MaxMessageSize      int           `yaml:"max_message_size"`
-	OwnershipTTL        time.Duration `yaml:"ownership_ttl"`
-	FailoverLeaseTTL    time.Duration `yaml:"failover_lease_ttl"`
-	EnsembleSize        int           `yaml:"ensemble_size"`
-	BundleSplitTopics   int           `yaml:"bundle_split_topics"`
-	PolicyCheckInterval time.Duration `yaml:"policy_check_interval"`
-	// DedupProducerInactivityTimeout: broker.Config's (0: 6h; negative:
-	// never).
-	DedupProducerInactivityTimeout time.Duration `yaml:"dedup_producer_inactivity_timeout"`
-	WriteQuorum                    int           `yaml:"write_quorum"`
-	AckQuorum                      int           `yaml:"ack_quorum"`
+// brokerFlags are the broker's own settings (section broker).
+type brokerFlags struct {
+	ID                             string
+	Rack                           string
+	ListenAddr                     string
+	AdvertisedAddr                 string
+	AdminAddr                      string
+	ReplicationAddr                string
+	ReplicationAdvAddr             string
+	MaxMessageSize                 int
+	OwnershipTTL                   time.Duration
+	FailoverLeaseTTL               time.Duration
+	EnsembleSize                   int
+	WriteQuorum                    int
+	AckQuorum                      int
+	BundleSplitTopics              int
+	PolicyCheckInterval            time.Duration
+	DedupProducerInactivityTimeout time.Duration
+	MaxEntriesPerLedger            int
 }
 
+// metadataFlags locate the region's etcd and the global store.
+type metadataFlags struct {
+	region, etcd, globalEtcd, root string
+}
+
+// register adds --region, --etcd and --metadata-root (and --global-etcd
+// when global) and binds them to region and metadata.* — the keys of
+// the config files of before.
+func (m *metadataFlags) register(f *pflag.FlagSet, regionHelp string, global bool) {
+	f.StringVar(&m.region, "region", "default", regionHelp)
+	f.StringVar(&m.etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")
+	f.StringVar(&m.root, "metadata-root", "/meridian", "etcd key root of Meridian's metadata: a region's keys live under ROOT/regions/REGION, the global store's under ROOT/global")
+	config.Bind(f, "region", "region")
+	config.Bind(f, "etcd", "metadata.endpoints")
+	config.Bind(f, "metadata-root", "metadata.root")
+	if global {
+		f.StringVar(&m.globalEtcd, "global-etcd", "", "the global store's endpoints, comma-separated; REGION=URL names a member's region, so that it is not sent requests while gossip sees its region unreachable (default: the region's etcd, single region)")
+		config.Bind(f, "global-etcd", "metadata.global")
+	}
+}
+
+func (m metadataFlags) endpoints() []string  { return splitList(m.etcd) }
+func (m metadataFlags) regionPrefix() string { return regionPrefix(m.root, m.region) }
+
 func newBrokerCmd() *cobra.Command {
-	var cfgPath, region, etcd, globalEtcd string
-	var bf BrokerFileConfig
+	var md metadataFlags
+	var bf brokerFlags
 	var gossip gossipFlags
 	var rf recoveryFlags
-	var maxEntries int
 	var limits connLimitFlags
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run a broker: the Pulsar protocol and admin API over the region's bookies (external etcd, bookie processes)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fc, err := loadConfig(cfgPath)
-			if err != nil {
-				return err
-			}
-			f := cmd.Flags()
-			c := fc.Broker
-			set := func(name string, dst *string, v string) {
-				if f.Changed(name) || *dst == "" {
-					*dst = v
-				}
-			}
-			set("id", &c.ID, bf.ID)
-			set("listen", &c.ListenAddr, bf.ListenAddr)
-			set("advertise", &c.AdvertisedAddr, bf.AdvertisedAddr)
-			set("admin", &c.AdminAddr, bf.AdminAddr)
-			set("replication-listen", &c.ReplicationAddr, bf.ReplicationAddr)
-			set("replication-advertise", &c.ReplicationAdvAddr, bf.ReplicationAdvAddr)
-			set("rack", &c.Rack, bf.Rack)
-			if f.Changed("ownership-ttl") || c.OwnershipTTL == 0 {
-				c.OwnershipTTL = bf.OwnershipTTL
-			}
-			if f.Changed("failover-lease-ttl") || c.FailoverLeaseTTL == 0 {
-				c.FailoverLeaseTTL = bf.FailoverLeaseTTL
-			}
-			if f.Changed("bundle-split-topics") || c.BundleSplitTopics == 0 {
-				c.BundleSplitTopics = bf.BundleSplitTopics
-			}
-			if f.Changed("policy-check-interval") || c.PolicyCheckInterval == 0 {
-				c.PolicyCheckInterval = bf.PolicyCheckInterval
-			}
-			if f.Changed("dedup-producer-inactivity-timeout") || c.DedupProducerInactivityTimeout == 0 {
-				c.DedupProducerInactivityTimeout = bf.DedupProducerInactivityTimeout
-			}
-			if f.Changed("region") || fc.Region == "" {
-				fc.Region = region
-			}
-			if f.Changed("etcd") || len(fc.Metadata.Endpoints) == 0 {
-				fc.Metadata.Endpoints = splitList(etcd)
-			}
-			log := logger()
-			ctx, stop := signalContext()
-			defer stop()
-			secfc := sec.merge(cmd, fc.Security)
-			tlsSrc, err := secfc.tlsSource()
-			if err != nil {
-				return err
-			}
-			security, err := secfc.brokerSecurity(tlsSrc)
-			if err != nil {
-				return err
-			}
-			store, err := secfc.connectStore(ctx, fc.Metadata.Endpoints, fc.Metadata.regionPrefix(fc.Region), tlsSrc)
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			global := store
-			if f.Changed("global-etcd") || len(fc.Metadata.Global) > 0 {
-				eps := fc.Metadata.Global
-				if f.Changed("global-etcd") {
-					eps = splitList(globalEtcd)
-				}
-				global, err = secfc.connectStore(ctx, eps, fc.Metadata.globalPrefix(), tlsSrc)
-				if err != nil {
-					return err
-				}
-				defer global.Close()
-			}
-			view, err := cluster.WatchBookies(ctx, store)
-			if err != nil {
-				return err
-			}
-			defer view.Close()
-			name := c.ID
-			if name == "" {
-				name = c.ListenAddr
-			}
-			m, err := gossip.start(name, cluster.RoleBroker, fc.Region, c.Rack, c.ListenAddr, c.AdminAddr, log)
-			if err != nil {
-				return err
-			}
-			var bookies ledger.BookieSource = ledger.ViewSource{View: view}
-			var health func() any
-			if m != nil {
-				defer m.Shutdown()
-				bookies = gossipFilteredBookies{inner: ledger.ViewSource{View: view}, m: m}
-				health = func() any { return healthJSON(m.Snapshot()) }
-			}
-			// Ledger ids come from the global store, so they never collide
-			// between regions (message ids are built from them).
-			lc, err := ledger.New(ledger.Config{Store: store, IDs: cluster.NewIDAllocator(global), Bookies: bookies, Region: fc.Region, Rack: c.Rack, Logger: log.With("component", "ledger"),
-				DialOptions: ledgerDialOptions(tlsSrc)})
-			if err != nil {
-				return err
-			}
-			defer lc.Close()
-			faults, err := replicationFaults()
-			if err != nil {
-				return err
-			}
-			bc := broker.Config{
-				ReplicationFaults: faults,
-				Cluster:           fc.Region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
-				MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
-				BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
-				DedupProducerInactivityTimeout: dedupTimeout(c.DedupProducerInactivityTimeout),
-				ReplicationAddr:                c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
-				Security: security,
-			}
-			limits.apply(&bc)
-			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
-			bc.ManagedLedger.MaxEntriesPerLedger = maxEntries
-			// Auto-recovery in the broker's process (see autorecovery.go).
-			var waitRecovery func()
-			if rf.enabled {
-				var alive func(string) bool
-				if m != nil {
-					alive = autorecovery.GossipAlive(m)
-				}
-				metrics := autorecovery.NewMetrics(fc.Region)
-				rcfg, err := rf.config(store, view, alive, metrics, log)
-				if err != nil {
-					return err
-				}
-				rctx, rstop := context.WithCancel(ctx)
-				defer rstop()
-				if waitRecovery, err = runAutorecovery(rctx, rcfg, "broker-"+name, rf.workers, lc); err != nil {
-					return err
-				}
-				bc.ExtraMetrics = append(bc.ExtraMetrics, metrics.Gatherer())
-			}
-			if m != nil {
-				bc.Security.GossipKeys = m
-				bc.HealthView = m.Snapshot // automatic failover of active-standby namespaces
-				bc.HealthChanges = m.Subscribe
-				bc.PublishProbe = func(ok bool, at time.Time) {
-					if err := m.SetTags(cluster.ProbeTags(ok, at)); err != nil {
-						log.Warn("publish write probe", "err", err)
-					}
-				}
-			}
-			if c.FailoverLeaseTTL > 0 {
-				r := failover.DefaultLeaseRules()
-				r.TTL, r.RenewEvery = c.FailoverLeaseTTL, c.FailoverLeaseTTL/3
-				if err := r.Validate(); err != nil {
-					return fmt.Errorf("--failover-lease-ttl: %w", err)
-				}
-				bc.FailoverLease = r
-			}
-			b, err := broker.New(bc)
-			if err != nil {
-				return err
-			}
-			if err := b.Start(); err != nil {
-				return err
-			}
-			<-ctx.Done()
-			log.Info("broker stopping: handing bundles to other brokers")
-			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			err = b.Close(cctx)
-			if waitRecovery != nil {
-				waitRecovery() // ctx is done: the auditor resigns, the workers give their claims back
-			}
-			if m != nil {
-				m.Leave(cctx)
-			}
-			return err
-		},
 	}
 	f := cmd.Flags()
-	limits.register(f)
-	f.StringVar(&cfgPath, "config", "", "config file (YAML; sections region, metadata, broker)")
-	f.StringVar(&region, "region", "default", "region of this broker")
-	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")
-	f.StringVar(&globalEtcd, "global-etcd", "", "the global store's endpoints, comma-separated; REGION=URL names a member's region, so that it is not sent requests while gossip sees its region unreachable (default: the region's etcd, single region)")
-	f.StringVar(&bf.ID, "id", "", "broker id (default: the advertised address)")
-	f.StringVar(&bf.ListenAddr, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
-	f.StringVar(&bf.AdvertisedAddr, "advertise", "", "address clients are told to connect to (default: the listen address)")
-	f.StringVar(&bf.AdminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address (empty: off)")
-	f.StringVar(&bf.ReplicationAddr, "replication-listen", "", "replication gRPC listen address, for other regions (default: the listen host, a free port)")
-	f.StringVar(&bf.ReplicationAdvAddr, "replication-advertise", "", "replication address other regions dial (default: the replication listen address)")
-	f.StringVar(&bf.Rack, "rack", "", "rack of this broker (read locality)")
-	f.DurationVar(&bf.FailoverLeaseTTL, "failover-lease-ttl", 0, "TTL of a region's lease on an active-standby namespace (0: 5s); a dead active region's namespaces move after about this long at least")
-	f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
-	f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")
-	f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")
-	f.DurationVar(&bf.DedupProducerInactivityTimeout, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
-	f.IntVar(&maxEntries, "max-entries-per-ledger", 0, "roll a topic's ledger over after this many entries (0: the default, 50000)")
+	md.register(f, "region of this broker", true)
+	config.Group(f, "broker", func() {
+		f.StringVar(&bf.ID, "id", "", "broker id (default: the advertised address)")
+		f.StringVar(&bf.ListenAddr, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
+		f.StringVar(&bf.AdvertisedAddr, "advertise", "", "address clients are told to connect to (default: the listen address)")
+		f.StringVar(&bf.AdminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address (empty: off)")
+		f.StringVar(&bf.ReplicationAddr, "replication-listen", "", "replication gRPC listen address, for other regions (default: the listen host, a free port)")
+		f.StringVar(&bf.ReplicationAdvAddr, "replication-advertise", "", "replication address other regions dial (default: the replication listen address)")
+		f.StringVar(&bf.Rack, "rack", "", "rack of this broker (read locality)")
+		f.DurationVar(&bf.FailoverLeaseTTL, "failover-lease-ttl", 0, "TTL of a region's lease on an active-standby namespace (0: 5s); a dead active region's namespaces move after about this long at least")
+		f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
+		f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")
+		f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")
+		f.DurationVar(&bf.DedupProducerInactivityTimeout, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
+		f.IntVar(&bf.MaxEntriesPerLedger, "max-entries-per-ledger", 0, "roll a topic's ledger over after this many entries (0: the default, 50000)")
+		f.IntVar(&bf.MaxMessageSize, "max-message-size", 5<<20, "largest message accepted, in bytes, announced to clients (at most 100 MiB)")
+		f.IntVar(&bf.EnsembleSize, "ensemble-size", 3, "bookies of a new ledger's ensemble (E), unless the namespace's persistence policy says otherwise; E >= Qw >= Qa >= 1")
+		f.IntVar(&bf.WriteQuorum, "write-quorum", 3, "bookies each entry is written to (Qw)")
+		f.IntVar(&bf.AckQuorum, "ack-quorum", 2, "bookies that must persist an entry before it is acknowledged (Qa)")
+		limits.register(f)
+	})
+	// The keys of the config files of before.
+	config.Bind(f, "listen", "broker.listen_addr")
+	config.Bind(f, "advertise", "broker.advertised_addr")
+	config.Bind(f, "admin", "broker.admin_addr")
+	config.Bind(f, "replication-listen", "broker.replication_addr")
+	config.Bind(f, "replication-advertise", "broker.replication_advertised_addr")
 	rf.register(f, "recovery-", true)
 	gossip.register(cmd)
 	sec.registerBroker(cmd)
+	withConfig(cmd, func(eff *config.Effective) error {
+		return validateAll(eff, rules(logRules, regionRules, gossipRules, recoveryRules, authRules, brokerRules, map[string]config.Rule{
+			"metadata.global": config.URLList(false),
+		}), quorumCheck)
+	}, func(cmd *cobra.Command, _ *config.Effective) error {
+		return runBroker(md, bf, gossip, rf, limits, sec)
+	})
 	return cmd
+}
+
+// brokerRules are the checks of the broker section (the broker and the
+// standalone share most).
+var brokerRules = map[string]config.Rule{
+	"broker.rack":                              config.OptionalName,
+	"broker.listen_addr":                       config.HostPort(false),
+	"broker.advertised_addr":                   config.HostPort(true),
+	"broker.admin_addr":                        config.HostPort(true),
+	"broker.replication_addr":                  config.HostPort(true),
+	"broker.replication_advertised_addr":       config.HostPort(true),
+	"broker.failover_lease_ttl":                config.DurationMin(0, "0: 5s"),
+	"broker.ownership_ttl":                     config.Positive,
+	"broker.bundle_split_topics":               config.IntMin(-1, "-1: never split"),
+	"broker.policy_check_interval":             config.Positive,
+	"broker.dedup_producer_inactivity_timeout": config.AnyDuration,
+	"broker.max_entries_per_ledger":            config.IntMin(0, "0: 50000"),
+	"broker.max_message_size":                  config.IntMin(1, "bytes"),
+	"broker.ensemble_size":                     config.IntMin(1, "bookies"),
+	"broker.write_quorum":                      config.IntMin(1, "bookies"),
+	"broker.ack_quorum":                        config.IntMin(1, "bookies"),
+	"broker.handshake_timeout":                 config.AnyDuration,
+	"broker.max_unauthenticated_connections":   config.IntMin(-1, "-1: no limit"),
+	"broker.max_unauthenticated_frame_bytes":   config.IntMin(-1, "-1: the message size limit"),
+	"broker.max_buffered_frame_bytes":          config.IntMin(-1, "-1: no limit"),
+	"broker.max_connections_per_ip":            config.IntMin(-1, "-1: no limit"),
+	"broker.max_producers_per_topic":           config.IntMin(-1, "-1: no limit"),
+}
+
+func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryFlags, limits connLimitFlags, sec securityFlags) error {
+	log := logger()
+	ctx, stop := signalContext()
+	defer stop()
+	secfc := sec.settings()
+	tlsSrc, err := secfc.tlsSource()
+	if err != nil {
+		return err
+	}
+	security, err := secfc.brokerSecurity(tlsSrc)
+	if err != nil {
+		return err
+	}
+	store, err := secfc.connectStore(ctx, md.endpoints(), md.regionPrefix(), tlsSrc)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	global := store
+	if eps := splitList(md.globalEtcd); len(eps) > 0 {
+		global, err = secfc.connectStore(ctx, eps, globalPrefix(md.root), tlsSrc)
+		if err != nil {
+			return err
+		}
+		defer global.Close()
+	}
+	view, err := cluster.WatchBookies(ctx, store)
+	if err != nil {
+		return err
+	}
+	defer view.Close()
+	name := c.ID
+	if name == "" {
+		name = c.ListenAddr
+	}
+	m, err := gossip.start(name, cluster.RoleBroker, md.region, c.Rack, c.ListenAddr, c.AdminAddr, log)
+	if err != nil {
+		return err
+	}
+	var bookies ledger.BookieSource = ledger.ViewSource{View: view}
+	var health func() any
+	if m != nil {
+		defer m.Shutdown()
+		bookies = gossipFilteredBookies{inner: ledger.ViewSource{View: view}, m: m}
+		health = func() any { return healthJSON(m.Snapshot()) }
+	}
+	// Ledger ids come from the global store, so they never collide
+	// between regions (message ids are built from them).
+	lc, err := ledger.New(ledger.Config{Store: store, IDs: cluster.NewIDAllocator(global), Bookies: bookies, Region: md.region, Rack: c.Rack, Logger: log.With("component", "ledger"),
+		DialOptions: ledgerDialOptions(tlsSrc)})
+	if err != nil {
+		return err
+	}
+	defer lc.Close()
+	faults, err := replicationFaults()
+	if err != nil {
+		return err
+	}
+	bc := broker.Config{
+		ReplicationFaults: faults,
+		Cluster:           md.region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
+		MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
+		BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
+		DedupProducerInactivityTimeout: dedupTimeout(c.DedupProducerInactivityTimeout),
+		ReplicationAddr:                c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
+		Security: security,
+	}
+	limits.apply(&bc)
+	bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
+	bc.ManagedLedger.MaxEntriesPerLedger = c.MaxEntriesPerLedger
+	// Auto-recovery in the broker's process (see autorecovery.go).
+	var waitRecovery func()
+	if rf.enabled {
+		var alive func(string) bool
+		if m != nil {
+			alive = autorecovery.GossipAlive(m)
+		}
+		metrics := autorecovery.NewMetrics(md.region)
+		rcfg, err := rf.config(store, view, alive, metrics, log)
+		if err != nil {
+			return err
+		}
+		rctx, rstop := context.WithCancel(ctx)
+		defer rstop()
+		if waitRecovery, err = runAutorecovery(rctx, rcfg, "broker-"+name, rf.workers, lc); err != nil {
+			return err
+		}
+		bc.ExtraMetrics = append(bc.ExtraMetrics, metrics.Gatherer())
+	}
+	if m != nil {
+		bc.Security.GossipKeys = m
+		bc.HealthView = m.Snapshot // automatic failover of active-standby namespaces
+		bc.HealthChanges = m.Subscribe
+		bc.PublishProbe = func(ok bool, at time.Time) {
+			if err := m.SetTags(cluster.ProbeTags(ok, at)); err != nil {
+				log.Warn("publish write probe", "err", err)
+			}
+		}
+	}
+	if c.FailoverLeaseTTL > 0 {
+		r := failover.DefaultLeaseRules()
+		r.TTL, r.RenewEvery = c.FailoverLeaseTTL, c.FailoverLeaseTTL/3
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("--failover-lease-ttl: %w", err)
+		}
+		bc.FailoverLease = r
+	}
+	b, err := broker.New(bc)
+	if err != nil {
+		return err
+	}
+	if err := b.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("broker stopping: handing bundles to other brokers")
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = b.Close(cctx)
+	if waitRecovery != nil {
+		waitRecovery() // ctx is done: the auditor resigns, the workers give their claims back
+	}
+	if m != nil {
+		m.Leave(cctx)
+	}
+	return err
 }
 
 // replicationFaults reads the replication fault-injection knobs of

@@ -2,77 +2,70 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/spf13/cobra"
 )
 
 func newEtcdCmd() *cobra.Command {
-	var cfgPath string
 	var ec cluster.EtcdConfig
 	cmd := &cobra.Command{
 		Use:   "etcd",
 		Short: "Run an embedded etcd member (development and tests; production uses an external etcd)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fc, err := loadConfig(cfgPath)
-			if err != nil {
-				return err
-			}
-			c := fc.Etcd
-			f := cmd.Flags()
-			if f.Changed("data-dir") || c.DataDir == "" {
-				c.DataDir = ec.DataDir
-			}
-			if f.Changed("name") || c.Name == "" {
-				c.Name = ec.Name
-			}
-			if f.Changed("client-url") || c.ClientURL == "" {
-				c.ClientURL = ec.ClientURL
-			}
-			if f.Changed("peer-url") || c.PeerURL == "" {
-				c.PeerURL = ec.PeerURL
-			}
-			if f.Changed("initial-cluster") {
-				c.InitialCluster = ec.InitialCluster
-			}
-			if f.Changed("cluster-state") {
-				c.ClusterState = ec.ClusterState
-			}
-			if f.Changed("prefer-leader") {
-				c.PreferLeader = ec.PreferLeader
-			}
-			if f.Changed("tls-cert-file") || f.Changed("tls-key-file") || f.Changed("tls-trust-certs-file") {
-				c.TLS = ec.TLS
-			}
-			log := logger()
-			c.Logger = log
-			e, err := cluster.StartEtcd(c)
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			log.Info("etcd serving", "name", c.Name, "client_url", e.ClientURL(), "data_dir", c.DataDir)
-			ctx, stop := signalContext()
-			defer stop()
-			select {
-			case <-ctx.Done():
-				return nil
-			case err := <-e.Err():
-				return fmt.Errorf("etcd: %w", err)
-			}
-		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfgPath, "config", "", "config file (YAML; section etcd)")
-	f.StringVar(&ec.DataDir, "data-dir", "./data/etcd", "data directory")
-	f.StringVar(&ec.Name, "name", "default", "member name")
-	f.StringVar(&ec.ClientURL, "client-url", "http://127.0.0.1:2379", "URL clients connect to")
-	f.StringVar(&ec.PeerURL, "peer-url", "http://127.0.0.1:2380", "URL peers connect to")
-	f.StringVar(&ec.InitialCluster, "initial-cluster", "", "name=peerURL,... of every member (default: this member alone)")
-	f.StringVar(&ec.ClusterState, "cluster-state", "new", "new or existing")
-	f.StringVar(&ec.TLS.CertFile, "tls-cert-file", "", "PEM certificate of this member: with --tls-key-file and --tls-trust-certs-file, clients and peers use mutual TLS (https:// URLs)")
-	f.StringVar(&ec.TLS.KeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
-	f.StringVar(&ec.TLS.CAFile, "tls-trust-certs-file", "", "PEM CA certificates clients and peers must chain to")
-	f.BoolVar(&ec.PreferLeader, "prefer-leader", false, "take the raft leadership whenever another member leads (the global store's witness: a leader change extends every lease, so a dead region's member must not lead)")
+	config.Group(f, "etcd", func() {
+		f.StringVar(&ec.DataDir, "data-dir", "./data/etcd", "data directory")
+		f.StringVar(&ec.Name, "name", "default", "member name")
+		f.StringVar(&ec.ClientURL, "client-url", "http://127.0.0.1:2379", "URL clients connect to")
+		f.StringVar(&ec.PeerURL, "peer-url", "http://127.0.0.1:2380", "URL peers connect to")
+		f.StringVar(&ec.InitialCluster, "initial-cluster", "", "name=peerURL,... of every member (default: this member alone)")
+		f.StringVar(&ec.ClusterState, "cluster-state", "new", "new or existing")
+		f.StringVar(&ec.TLS.CertFile, "tls-cert-file", "", "PEM certificate of this member: with --tls-key-file and --tls-trust-certs-file, clients and peers use mutual TLS (https:// URLs)")
+		f.StringVar(&ec.TLS.KeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+		f.StringVar(&ec.TLS.CAFile, "tls-trust-certs-file", "", "PEM CA certificates clients and peers must chain to")
+		f.BoolVar(&ec.PreferLeader, "prefer-leader", false, "take the raft leadership whenever another member leads (the global store's witness: a leader change extends every lease, so a dead region's member must not lead)")
+		f.Int64Var(&ec.QuotaBackendBytes, "quota-backend-bytes", 0, "etcd's backend size limit in bytes (0: etcd's default, 2 GiB; etcd recommends at most 8 GiB)")
+		f.DurationVar(&ec.StartTimeout, "start-timeout", 60*time.Second, "how long to wait for the member to be ready (with several members it needs a quorum)")
+		f.DurationVar(&ec.LeaderCheckInterval, "leader-check-interval", 2*time.Second, "how often a --prefer-leader member checks who leads")
+	})
+	// The keys of the config files of before (cluster.EtcdConfig's).
+	config.Bind(f, "tls-cert-file", "etcd.tls.cert_file")
+	config.Bind(f, "tls-key-file", "etcd.tls.key_file")
+	config.Bind(f, "tls-trust-certs-file", "etcd.tls.ca_file")
+	withConfig(cmd, func(eff *config.Effective) error {
+		return validateAll(eff, rules(logRules, etcdRules))
+	}, func(cmd *cobra.Command, _ *config.Effective) error {
+		c := ec
+		log := logger()
+		c.Logger = log
+		e, err := cluster.StartEtcd(c)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		log.Info("etcd serving", "name", c.Name, "client_url", e.ClientURL(), "data_dir", c.DataDir)
+		ctx, stop := signalContext()
+		defer stop()
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-e.Err():
+			return fmt.Errorf("etcd: %w", err)
+		}
+	})
 	return cmd
+}
+
+var etcdRules = map[string]config.Rule{
+	"etcd.data_dir":              config.NonEmpty,
+	"etcd.name":                  config.Name,
+	"etcd.client_url":            config.URL(false),
+	"etcd.peer_url":              config.URL(false),
+	"etcd.cluster_state":         config.OneOf("new", "existing"),
+	"etcd.quota_backend_bytes":   config.IntMin(0, "0: etcd's default"),
+	"etcd.start_timeout":         config.Positive,
+	"etcd.leader_check_interval": config.Positive,
 }

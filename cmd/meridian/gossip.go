@@ -10,11 +10,14 @@ import (
 	"strings"
 
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// gossipFlags are the flags every gossiping role (broker, bookie) takes.
+// gossipFlags are the flags every gossiping role (broker, bookie,
+// autorecovery) takes; their keys are gossip.addr, gossip.seeds, ….
 type gossipFlags struct {
 	addr    string
 	seeds   string
@@ -25,6 +28,10 @@ type gossipFlags struct {
 
 func (g *gossipFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
+	config.Group(f, "gossip", func() { g.registerFlags(f) })
+}
+
+func (g *gossipFlags) registerFlags(f *pflag.FlagSet) {
 	f.StringVar(&g.addr, "gossip-addr", "", "gossip (serf) bind address host:port; empty: no gossip")
 	f.StringVar(&g.seeds, "gossip-seeds", "", "gossip members to join, comma-separated host:port")
 	f.StringVar(&g.key, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; empty: plaintext (visible in ps: prefer --gossip-key-file)")

@@ -10,7 +10,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func main() {
@@ -30,10 +32,16 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	rootFlags(root.PersistentFlags(), &logLevel)
 	root.AddCommand(newEtcdCmd(), newBookieCmd(), newStandaloneCmd(), newBrokerCmd(), newUpCmd(), newAutorecoveryCmd(), newAdminCmd(), newBenchCmd())
 	root.AddCommand(newProduceCmd(), newConsumeCmd(), newDrillCmd(), newHealthCmd())
 	return root
+}
+
+// rootFlags are the flags of every command (persistent on the root).
+func rootFlags(f *pflag.FlagSet, level *string) {
+	f.StringVar(level, "log-level", "info", "log level: debug, info, warn, error")
+	config.Bind(f, "log-level", "log.level")
 }
 
 func logger() *slog.Logger {

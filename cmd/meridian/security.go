@@ -15,6 +15,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/authtoken"
+	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -24,7 +25,8 @@ import (
 // verifiers and client options. Secrets (keys, tokens, passwords) come
 // from files named by flags; they are never logged.
 
-// SecurityFileConfig is the config file's "security" section.
+// SecurityFileConfig is the config file's "security" section, as the
+// flags (registerTLS, registerBroker) hold it.
 type SecurityFileConfig struct {
 	// TLS: this process's certificate, key and trusted CAs (PEM files).
 	// With them, every listener of the process is TLS and every link to
@@ -52,9 +54,6 @@ type SecurityFileConfig struct {
 	// certificate's common name when etcd checks client certificates.
 	EtcdUser         string `yaml:"etcd_user"`
 	EtcdPasswordFile string `yaml:"etcd_password_file"`
-	// TokenFile (processes that call a broker's admin API, e.g. `up`):
-	// the token they present.
-	TokenFile string `yaml:"token_file"`
 }
 
 // securityFlags are the security flags of the server roles.
@@ -64,52 +63,47 @@ type securityFlags struct {
 	superUsers string
 }
 
+// registerTLS adds the TLS and etcd-credential flags, keys security.tls.*
+// and security.etcd_*.
 func (s *securityFlags) registerTLS(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&s.fc.TLS.CertFile, "tls-cert-file", "", "PEM certificate (chain) of this process; with --tls-key-file and --tls-trust-certs-file every listener is TLS and every link to another Meridian process mutual TLS (files re-read when they change)")
-	f.StringVar(&s.fc.TLS.KeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
-	f.StringVar(&s.fc.TLS.CAFile, "tls-trust-certs-file", "", "PEM CA certificates peers must chain to")
-	f.StringVar(&s.fc.EtcdUser, "etcd-user", "", "etcd user (etcd authentication; default: the TLS certificate's common name when etcd checks client certificates)")
-	f.StringVar(&s.fc.EtcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password")
+	config.Group(f, "security", func() {
+		f.StringVar(&s.fc.TLS.CertFile, "tls-cert-file", "", "PEM certificate (chain) of this process; with --tls-key-file and --tls-trust-certs-file every listener is TLS and every link to another Meridian process mutual TLS (files re-read when they change)")
+		f.StringVar(&s.fc.TLS.KeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+		f.StringVar(&s.fc.TLS.CAFile, "tls-trust-certs-file", "", "PEM CA certificates peers must chain to")
+		f.StringVar(&s.fc.EtcdUser, "etcd-user", "", "etcd user (etcd authentication; default: the TLS certificate's common name when etcd checks client certificates)")
+		f.StringVar(&s.fc.EtcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password")
+	})
+	config.Bind(f, "tls-cert-file", "security.tls.cert_file")
+	config.Bind(f, "tls-key-file", "security.tls.key_file")
+	config.Bind(f, "tls-trust-certs-file", "security.tls.ca_file")
 }
 
+// registerBroker adds registerTLS's flags and the broker's
+// authentication and authorization flags (keys security.*).
 func (s *securityFlags) registerBroker(cmd *cobra.Command) {
 	s.registerTLS(cmd)
 	f := cmd.Flags()
-	f.StringVar(&s.fc.TokenSecretKey, "token-secret-key", "", "verify JWT tokens with this secret key (file:///path, as Pulsar's tokenSecretKey); turns authentication on")
-	f.StringVar(&s.fc.TokenPublicKey, "token-public-key", "", "verify JWT tokens with this public key (file:///path, RS256 or ES256, as Pulsar's tokenPublicKey); turns authentication on")
-	f.StringVar(&s.fc.TokenAudience, "token-audience", "", "accept only tokens whose aud claim names this audience (as Pulsar's tokenAudience; default: any)")
-	f.BoolVar(&s.fc.Authorization, "authorization", false, "enforce roles' permissions (super-users, tenant admins, namespace produce/consume grants); needs a token key")
-	f.StringVar(&s.superUsers, "superuser-roles", "", "roles that may do everything, comma-separated")
-	f.DurationVar(&s.fc.AuthRefreshCheck, "auth-refresh-check", 0, "how often connections' token expiry is checked (0: 60s); an expired token is challenged, then the connection closed")
+	config.Group(f, "security", func() {
+		f.StringVar(&s.fc.TokenSecretKey, "token-secret-key", "", "verify JWT tokens with this secret key (file:///path, as Pulsar's tokenSecretKey); turns authentication on")
+		f.StringVar(&s.fc.TokenPublicKey, "token-public-key", "", "verify JWT tokens with this public key (file:///path, RS256 or ES256, as Pulsar's tokenPublicKey); turns authentication on")
+		f.StringVar(&s.fc.TokenAudience, "token-audience", "", "accept only tokens whose aud claim names this audience (as Pulsar's tokenAudience; default: any)")
+		f.BoolVar(&s.fc.Authorization, "authorization", false, "enforce roles' permissions (super-users, tenant admins, namespace produce/consume grants); needs a token key")
+		f.StringVar(&s.superUsers, "superuser-roles", "", "roles that may do everything, comma-separated")
+		f.DurationVar(&s.fc.AuthRefreshCheck, "auth-refresh-check", 0, "how often connections' token expiry is checked (0: 60s); an expired token is challenged, then the connection closed")
+	})
 }
 
-// merge lays the flags that were given over the file's section.
-func (s *securityFlags) merge(cmd *cobra.Command, file SecurityFileConfig) SecurityFileConfig {
-	f := cmd.Flags()
-	out := file
-	str := func(name string, dst *string, v string) {
-		if f.Lookup(name) != nil && (f.Changed(name) || *dst == "") {
-			*dst = v
-		}
-	}
-	str("tls-cert-file", &out.TLS.CertFile, s.fc.TLS.CertFile)
-	str("tls-key-file", &out.TLS.KeyFile, s.fc.TLS.KeyFile)
-	str("tls-trust-certs-file", &out.TLS.CAFile, s.fc.TLS.CAFile)
-	str("etcd-user", &out.EtcdUser, s.fc.EtcdUser)
-	str("etcd-password-file", &out.EtcdPasswordFile, s.fc.EtcdPasswordFile)
-	str("token-secret-key", &out.TokenSecretKey, s.fc.TokenSecretKey)
-	str("token-public-key", &out.TokenPublicKey, s.fc.TokenPublicKey)
-	str("token-audience", &out.TokenAudience, s.fc.TokenAudience)
-	if f.Changed("authorization") {
-		out.Authorization = s.fc.Authorization
-	}
-	if f.Changed("superuser-roles") {
-		out.SuperUserRoles = splitList(s.superUsers)
-	}
-	if f.Changed("auth-refresh-check") {
-		out.AuthRefreshCheck = s.fc.AuthRefreshCheck
-	}
+// authRules check registerBroker's settings.
+var authRules = map[string]config.Rule{
+	"security.auth_refresh_check": config.DurationMin(0, "0: 60s"),
+}
+
+// settings are the security settings the flags hold (the file and the
+// environment already applied to them: internal/config).
+func (s *securityFlags) settings() SecurityFileConfig {
+	out := s.fc
+	out.SuperUserRoles = splitList(s.superUsers)
 	return out
 }
 
