@@ -596,3 +596,19 @@ func (d *Delayed) MemoryBytes() int64 {
 	}
 	return n
 }
+
+// Release queues entries of the delayed index whose time came (Delayed.Due)
+// for dispatch: into replay, sent before new entries as replays are. An
+// entry already dispatched (pending) is left as it is.
+func (c *Core) Release(ps []Position) {
+	for _, p := range ps {
+		if _, ok := c.pending[p]; !ok {
+			if _, ok := c.replay[p]; !ok {
+				c.replay[p] = 0
+			}
+		}
+	}
+}
+
+// Replays returns the number of entries waiting in replay.
+func (c *Core) Replays() int { return len(c.replay) }

@@ -45,6 +45,7 @@ func newBrokerCmd() *cobra.Command {
 	var rf recoveryFlags
 	var maxEntries int
 	var limits connLimitFlags
+	var delayed delayedFlags
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -160,6 +161,7 @@ func newBrokerCmd() *cobra.Command {
 				Security: security,
 			}
 			limits.apply(&bc)
+			delayed.apply(&bc)
 			bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 			bc.ManagedLedger.MaxEntriesPerLedger = maxEntries
 			// Auto-recovery in the broker's process (see autorecovery.go).
@@ -222,6 +224,7 @@ func newBrokerCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	limits.register(f)
+	delayed.register(f)
 	f.StringVar(&cfgPath, "config", "", "config file (YAML; sections region, metadata, broker)")
 	f.StringVar(&region, "region", "default", "region of this broker")
 	f.StringVar(&etcd, "etcd", "http://127.0.0.1:2379", "the region's etcd endpoints, comma-separated")

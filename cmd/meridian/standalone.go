@@ -26,6 +26,7 @@ func newStandaloneCmd() *cobra.Command {
 	var policyEvery, dedupInactivity time.Duration
 	var maxConnsPerIP, maxProducersPerTopic int
 	var limits connLimitFlags
+	var delayed delayedFlags
 	var rf recoveryFlags
 	var sec securityFlags
 	var genTLS bool
@@ -152,6 +153,7 @@ token authentication on, --authorization role permissions.`,
 				Security:                       security,
 			}
 			limits.apply(&bc)
+			delayed.apply(&bc)
 			// Self-healing storage in the same process (autorecovery.go).
 			if rf.enabled {
 				metrics := autorecovery.NewMetrics("standalone")
@@ -201,6 +203,7 @@ token authentication on, --authorization role permissions.`,
 	f.StringVar(&advertise, "advertise", "", "address clients are told to connect to (default: the listen address; set it when listening on 0.0.0.0, e.g. in a container)")
 	f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
 	limits.register(f)
+	delayed.register(f)
 	f.IntVar(&maxConnsPerIP, "max-connections-per-ip", 0, "Pulsar connections allowed from one client IP (0: the broker default, 1000; -1: no limit)")
 	f.IntVar(&maxProducersPerTopic, "max-producers-per-topic", 0, "producers allowed on one topic (0: the broker default, 10000; -1: no limit)")
 	f.DurationVar(&dedupInactivity, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
