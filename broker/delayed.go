@@ -47,6 +47,12 @@ type delayedShell struct {
 // delayedRetry is the back-off after a failed snapshot read or write.
 const delayedRetry = time.Second
 
+// delayedCursorProperty is set (and flushed) on a subscription's cursor
+// before its first bucket is persisted, so a load looks for persisted
+// buckets (an etcd range read) only for subscriptions that ever had some:
+// a broker loading 100,000 topics does not read 100,000 empty ranges.
+const delayedCursorProperty = "meridian.delayedIndex"
+
 func delayedPrefix(sub string) string { return "delayed/" + mledger.EscapeName(sub) + "/" }
 
 func (s *Subscription) delayedConfig() dispatch.DelayedConfig {
@@ -158,7 +164,7 @@ func (s *Subscription) armDelayedLocked(atMs int64) {
 // read everything from the cursor.
 func (s *Subscription) restoreDelayed(ctx context.Context) error {
 	idx := dispatch.NewDelayed(s.delayedConfig())
-	if s.durable {
+	if s.durable && s.cursor.Properties()[delayedCursorProperty] != 0 {
 		prefix := delayedPrefix(s.name)
 		names, err := s.topic.ml.ListSnapshots(ctx, prefix)
 		if err != nil {
@@ -262,6 +268,22 @@ func (s *Subscription) delayedIO(ctx context.Context) {
 			return
 		}
 		failed := false
+		if len(w.Seal) > 0 && s.cursor.Properties()[delayedCursorProperty] == 0 {
+			// Mark the cursor before the first bucket exists (see
+			// delayedCursorProperty).
+			s.cursor.SetProperty(delayedCursorProperty, 1)
+			if err := s.cursor.Flush(ctx); err != nil {
+				log.Warn("cursor not marked as having a delayed-delivery index; retrying", "err", err)
+				s.cursor.SetProperty(delayedCursorProperty, 0)
+				s.mu.Lock()
+				for _, sw := range w.Seal {
+					s.dl.idx.Sealed(w.Gen, sw.Bucket, false)
+				}
+				s.mu.Unlock()
+				s.delayedBackoff()
+				return
+			}
+		}
 		for _, sw := range w.Seal {
 			b, err := s.bucketSnapshot(ctx, sw.Bucket)
 			if err == nil {
@@ -352,7 +374,7 @@ func (s *Subscription) stopDelayed() {
 // deleteDelayed deletes the subscription's persisted index (the
 // subscription is deleted; it has stopped).
 func (s *Subscription) deleteDelayed(ctx context.Context) error {
-	if !s.durable {
+	if !s.durable || s.cursor.Properties()[delayedCursorProperty] == 0 {
 		return nil
 	}
 	names, err := s.topic.ml.ListSnapshots(ctx, delayedPrefix(s.name))
