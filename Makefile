@@ -45,7 +45,7 @@ RACE_PKGS += ./internal/healthz/
 RACE_PKGS += ./internal/config/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./tools/netfault/ ./tools/testutil/ ./tools/up/ ./cmd/... ./tools/georep/
 
-.PHONY: image test-image build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
+.PHONY: bench-delayed image test-image build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meridian
@@ -108,6 +108,13 @@ bench: build
 # latency while it creates, etcd's database size -> BENCHMARKS-scale.md.
 bench-scale: build
 	./$(BIN) bench scale --out BENCHMARKS-scale.md --topics $${TOPICS:-100000} --time-box $${TIME_BOX:-25m}
+
+# Delayed delivery (issue 35; not in CI): a standalone's heap and RSS with
+# MESSAGES (default 1,000,000) messages delayed by up to an hour, held by a
+# Shared subscription, with the bucketed index and, side by side, with all
+# in memory (--delayed-bucket-entries -1). About 5-15 minutes.
+bench-delayed:
+	MERIDIAN_BENCH_DELAYED=$${MESSAGES:-1000000} $(GO) test ./broker/ -run '^TestDelayedIndexMemoryBench$$' -count=1 -v -timeout 90m
 
 # Failover RTO, median and max over RUNS runs of the kill -9 and SIGSTOP
 # region-loss tests (about 1 minute per run): with the default settings

@@ -104,6 +104,7 @@ func (t *Topic) stats() admin.TopicStats {
 		active, hasActive := s.core.Active()
 		hasActive = hasActive && (typ == pb.CommandSubscribe_Exclusive || typ == pb.CommandSubscribe_Failover)
 		unacked := s.core.Unacked()
+		ss.MsgDelayed, ss.DelayedIndexBytes = s.delayedStatsLocked()
 		for _, cv := range s.core.Consumers() {
 			if hasActive && cv.ID == active {
 				ss.ActiveConsumerName = cv.Name
@@ -119,7 +120,8 @@ func (t *Topic) stats() admin.TopicStats {
 		ss.MsgRateOut, ss.MsgThroughputOut = s.out.Rate(now)
 		ss.MsgOutCounter, ss.BytesOutCounter = s.out.Totals()
 		ss.MsgBacklog = s.cursor.Backlog()
-		ss.MsgBacklogNoDelayed = ss.MsgBacklog
+		// Held entries are not acknowledged: part of the backlog.
+		ss.MsgBacklogNoDelayed = max(0, ss.MsgBacklog-ss.MsgDelayed)
 		ss.BacklogSize = ss.MsgBacklog * avg
 		ss.NonContiguousDeletedMessagesRanges = len(s.cursor.AckedRanges())
 		ss.MarkDelete = s.cursor.MarkDeleted().String()

@@ -149,6 +149,17 @@ type Config struct {
 	// loop, every tenth of the timeout at most. 0 means the default, 6h;
 	// -1 never expires.
 	DedupProducerInactivityTimeout time.Duration
+	// DelayedBucketEntries: a Shared or Key_Shared subscription's
+	// delayed-delivery index seals its open bucket into a persisted
+	// snapshot (broker/delayed.go) once it holds this many delayed entries,
+	// keeping only the segment due next in memory. 0 means the default,
+	// 50,000 (the open bucket then costs about 2 MB); -1 never seals: every
+	// delayed entry stays in memory (32 bytes each) and nothing is
+	// persisted — a restart reads them from the log again.
+	DelayedBucketEntries int
+	// DelayedSegmentEntries: entries per segment of a sealed bucket, the
+	// unit loaded back into memory when due. 0 means the default, 1,000.
+	DelayedSegmentEntries int
 
 	// BrokerID identifies this broker in the region (its registration and
 	// the bundles it owns). Default: the advertised address.

@@ -66,6 +66,9 @@ type Subscription struct {
 	stopped bool
 	running bool // under mu
 	runWG   sync.WaitGroup
+
+	// dl is the delayed-delivery index's shell (delayed.go).
+	dl delayedShell
 }
 
 func newSubscription(t *Topic, name string, typ pb.CommandSubscribe_SubType, cur *mledger.Cursor, durable bool) *Subscription {
@@ -113,6 +116,7 @@ func (s *Subscription) stop(ctx context.Context) {
 	s.stopped = true
 	s.mu.Unlock()
 	close(s.stopCh)
+	s.stopDelayed()
 	if !waitCtx(ctx, s.runWG.Wait) {
 		s.topic.b.log.Warn("subscription stop: dispatch still running", "topic", s.topic.name.String(), "sub", s.name, "err", ctx.Err())
 	}
@@ -163,6 +167,15 @@ func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, 
 		return nil, fmt.Errorf("%w: subscription %s is %s, not %s", meta.ErrConsumerBusy, s.name, was, m.GetSubType())
 	case errors.Is(err, dispatch.ErrExclusiveBusy):
 		return nil, fmt.Errorf("%w: exclusive subscription %s already has a consumer", meta.ErrConsumerBusy, s.name)
+	}
+	if !s.holdsDelayed() && s.dl.idx != nil && s.dl.idx.Len() > 0 {
+		// The first consumer of an Exclusive or Failover subscription that
+		// was Shared (before a restart, or until its consumers left): these
+		// types hold nothing back, so the cursor reads the held entries
+		// again, in order (no other consumer: nothing is pending).
+		s.clearDelayedLocked()
+		s.core.Reset()
+		s.cursor.Rewind()
 	}
 	cfg := s.topic.b.cfg
 	if !underLimit(s.core.Len(), cfg.MaxConsumersPerSubscription) {
@@ -322,6 +335,7 @@ func (s *Subscription) seekTo(ctx context.Context, p mledger.Position, _ bool) e
 	}
 	s.mu.Lock()
 	s.core.Reset()
+	s.clearDelayedLocked()
 	s.mu.Unlock()
 	return s.cursor.ResetTo(ctx, p)
 }
@@ -397,14 +411,17 @@ func (s *Subscription) dispatchOnce() (more, caughtUp bool) {
 		s.mu.Unlock()
 		return false, false
 	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
+	defer cancel()
+	canRead, dueLeft := s.delayedStep(ctx)
+	s.mu.Lock()
 	r := s.core.StartRound()
 	s.mu.Unlock()
 	if r == nil {
 		return false, false
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30e9)
-	defer cancel()
 	var out []delivery
 	for p, ok := r.NextReplay(); ok; p, ok = r.NextReplay() {
 		mp := mledger.Position(p)
@@ -428,6 +445,9 @@ func (s *Subscription) dispatchOnce() (more, caughtUp bool) {
 	s.mu.Lock()
 	n := s.core.ToRead(r, math.Float64frombits(s.topic.perEntry.Load()))
 	s.mu.Unlock()
+	if !canRead {
+		n = 0 // the delayed index is not restored yet: it retries
+	}
 	if n > 0 {
 		es, err := s.cursor.ReadEntries(ctx, n, 4<<20)
 		if err != nil {
@@ -447,13 +467,17 @@ func (s *Subscription) dispatchOnce() (more, caughtUp bool) {
 		caughtUp = len(es) == 0 && err == nil
 	}
 	s.deliver(out)
-	return more, caughtUp
+	// Entries whose time came wait for room in replay: another round.
+	return more || (dueLeft && len(out) > 0), caughtUp
 }
 
 // offer hands an entry read for round r (a replay, or a new entry) to the
 // core and returns what to send, if anything.
 func (s *Subscription) offer(r *dispatch.Round, e mledger.Entry, replay bool) (delivery, bool) {
 	m, err := entry.ParseMeta(e.Data)
+	if !replay && err == nil && m.DeliverAtMs > 0 && s.holdDelayed(e.Pos, m.DeliverAtMs) {
+		return delivery{}, false // held until its time (delayed.go)
+	}
 	de := dispatch.Entry{Pos: dispatch.Position(e.Pos), Key: m.Key, NumMessages: m.NumMessages, Undecodable: err != nil}
 	s.mu.Lock()
 	var d dispatch.Delivery

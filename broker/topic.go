@@ -643,6 +643,9 @@ func (t *Topic) deleteSubscription(ctx context.Context, name string) error {
 	}
 	s.stop(ctx)
 	t.b.metrics.subscriptions.Dec()
+	if err := s.deleteDelayed(ctx); err != nil {
+		t.b.log.Warn("delayed-delivery index of a deleted subscription not deleted; its snapshots stay until the topic is deleted", "topic", t.name.String(), "sub", name, "err", err)
+	}
 	if s.durable {
 		return t.ml.DeleteCursor(ctx, name)
 	}

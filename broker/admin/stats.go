@@ -71,8 +71,13 @@ type SubscriptionStats struct {
 	MsgOutCounter    int64   `json:"msgOutCounter"`
 	BytesOutCounter  int64   `json:"bytesOutCounter"`
 	// MsgBacklog counts entries (a batch is one), as Meridian's cursors do.
-	MsgBacklog                         int64           `json:"msgBacklog"`
-	MsgBacklogNoDelayed                int64           `json:"msgBacklogNoDelayed"`
+	MsgBacklog          int64 `json:"msgBacklog"`
+	MsgBacklogNoDelayed int64 `json:"msgBacklogNoDelayed"`
+	// MsgDelayed: entries held by the delayed-delivery index (Shared and
+	// Key_Shared) until their deliver_at_time; DelayedIndexBytes: the
+	// index's memory, about (its persisted buckets not counted).
+	MsgDelayed                         int64           `json:"msgDelayed"`
+	DelayedIndexBytes                  int64           `json:"delayedMessageIndexSizeInBytes"`
 	BacklogSize                        int64           `json:"backlogSize"`
 	UnackedMessages                    int             `json:"unackedMessages"`
 	IsDurable                          bool            `json:"isDurable"`
@@ -251,6 +256,8 @@ func (p *PartitionedTopicStats) add(name string, st TopicStats, perPartition boo
 		agg.BytesOutCounter += ss.BytesOutCounter
 		agg.MsgBacklog += ss.MsgBacklog
 		agg.MsgBacklogNoDelayed += ss.MsgBacklogNoDelayed
+		agg.MsgDelayed += ss.MsgDelayed
+		agg.DelayedIndexBytes += ss.DelayedIndexBytes
 		agg.BacklogSize += ss.BacklogSize
 		agg.UnackedMessages += ss.UnackedMessages
 		agg.NonContiguousDeletedMessagesRanges += ss.NonContiguousDeletedMessagesRanges

@@ -18,6 +18,11 @@
 // set), what to read (a round's replays, ToRead), positions to
 // acknowledge on the cursor, ActiveChanges for Failover.
 //
+// Delayed (delayed.go) is the delayed-delivery index of a Shared or
+// Key_Shared subscription: entries held until their deliver_at_time, in
+// buckets persisted by the shell (broker/delayed.go); its caller's duties
+// are on its type.
+//
 // No goroutines, clock, I/O, locks or logging; it imports nothing of the
 // broker (not even mledger: Position has mledger.Position's fields, so the
 // two convert into each other), only the standard library.

@@ -141,6 +141,10 @@ type Meta struct {
 	SequenceID   int64 // first sequence id of the entry
 	HighestSeqID int64 // last sequence id of the entry
 	EventTimeMs  int64
+	// DeliverAtMs is the message's deliver_at_time (Unix ms; 0: none):
+	// the producer's DeliverAfter or DeliverAt, in the outer metadata of a
+	// batch (the Go client never batches a delayed message).
+	DeliverAtMs int64
 }
 
 // parseEntryMeta parses the message metadata (not the payload) of a stored
@@ -162,6 +166,7 @@ func ParseMeta(b []byte) (Meta, error) {
 		ProducerName: md.GetProducerName(),
 		SequenceID:   int64(md.GetSequenceId()),
 		EventTimeMs:  int64(md.GetEventTime()),
+		DeliverAtMs:  md.GetDeliverAtTime(),
 	}
 	if md.NumMessagesInBatch != nil {
 		m.NumMessages = int(md.GetNumMessagesInBatch())

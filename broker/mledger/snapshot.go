@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -314,6 +315,31 @@ func (s *Snapshot) step(name string) error {
 // managed ledger are allowed (a topic writes its last snapshot after
 // closing its log); they are fenced as before.
 func (s *Snapshot) Write(ctx context.Context, data []byte) (SnapshotInfo, error) {
+	var chunks [][]byte
+	for off := 0; off < len(data) || len(chunks) == 0; off += s.o.ChunkBytes {
+		chunks = append(chunks, data[off:min(off+s.o.ChunkBytes, len(data))])
+	}
+	return s.write(ctx, data, chunks, s.o.InlineMaxBytes >= 0 && len(data) <= s.o.InlineMaxBytes)
+}
+
+// WriteSegments replaces the snapshot with a blob made of segments, each
+// written as one entry of the snapshot's ledger (never inline), so that
+// ReadSegment reads one back alone: an immutable blob that its owner
+// loads piece by piece (a delayed-delivery bucket: the segment due next
+// in memory, the later ones on the bookies). Read returns their
+// concatenation. Each segment must fit one ledger entry (at most the
+// ledger client's entry limit, 5 MiB by default); an empty list writes
+// one empty segment. Same contract and errors as Write.
+func (s *Snapshot) WriteSegments(ctx context.Context, segments [][]byte) (SnapshotInfo, error) {
+	if len(segments) == 0 {
+		segments = [][]byte{nil}
+	}
+	return s.write(ctx, bytes.Join(segments, nil), segments, false)
+}
+
+// write persists data, made of chunks (one ledger entry each), inline in
+// the record if inline.
+func (s *Snapshot) write(ctx context.Context, data []byte, chunkList [][]byte, inline bool) (SnapshotInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, rev, err := s.get(ctx)
@@ -327,7 +353,7 @@ func (s *Snapshot) Write(ctx context.Context, data []byte) (SnapshotInfo, error)
 		WrittenMs: s.ml.now().UnixMilli(),
 	}
 	garbage := s.pendingGarbage(rec, rev)
-	if s.o.InlineMaxBytes >= 0 && len(data) <= s.o.InlineMaxBytes {
+	if inline {
 		next.Inline = data
 		if rec.LedgerId != 0 {
 			garbage = append(garbage, rec.LedgerId)
@@ -389,12 +415,10 @@ func (s *Snapshot) Write(ctx context.Context, data []byte) (SnapshotInfo, error)
 	if err := s.step(stepAppend); err != nil {
 		return SnapshotInfo{}, err
 	}
-	chunks := 0
-	errs := make(chan error, len(data)/s.o.ChunkBytes+1)
-	for off := 0; off < len(data) || chunks == 0; off += s.o.ChunkBytes {
-		end := min(off+s.o.ChunkBytes, len(data))
-		chunks++
-		w.AppendAsync(data[off:end], func(_ int64, err error) { errs <- err })
+	chunks := len(chunkList)
+	errs := make(chan error, chunks)
+	for _, c := range chunkList {
+		w.AppendAsync(c, func(_ int64, err error) { errs <- err })
 	}
 	for range chunks {
 		select {
@@ -491,6 +515,74 @@ func (s *Snapshot) Read(ctx context.Context) ([]byte, SnapshotInfo, error) {
 	return data, info, nil
 }
 
+// ReadSegment returns segment i (from 0) of a snapshot written by
+// WriteSegments: the payload of entry i of its ledger, which the ledger
+// client verified against its digest. The record's CRC-32C covers the
+// whole blob, so it is not checked here: a caller that needs more than
+// the digest keeps a checksum in its segments. ErrNoSnapshot: none was
+// written; ErrSnapshotCorrupt: the snapshot has no segment i (it is
+// inline, or has fewer entries), its ledger is gone, or the entry does not
+// match its digest. Other errors are worth retrying.
+func (s *Snapshot) ReadSegment(ctx context.Context, i int64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, _, err := s.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Version == 0 {
+		return nil, fmt.Errorf("%w: %s: %s", ErrNoSnapshot, s.ml.name, s.name)
+	}
+	corrupt := func(format string, args ...any) ([]byte, error) {
+		return nil, fmt.Errorf("%w: %s: %s version %d: %s", ErrSnapshotCorrupt, s.ml.name, s.name, rec.Version, fmt.Sprintf(format, args...))
+	}
+	if rec.LedgerId == 0 || i < 0 || i >= rec.Entries {
+		return corrupt("no segment %d (ledger %d, %d entries)", i, rec.LedgerId, rec.Entries)
+	}
+	r, err := s.ml.lc.Open(ctx, rec.LedgerId)
+	if errors.Is(err, ledger.ErrNoSuchLedger) {
+		return corrupt("ledger %d: %v", rec.LedgerId, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mledger: %s: snapshot %s: open ledger %d: %w", s.ml.name, s.name, rec.LedgerId, err)
+	}
+	if n := r.LastEntry() + 1; n != rec.Entries {
+		return corrupt("ledger %d has %d entries, the record says %d", rec.LedgerId, n, rec.Entries)
+	}
+	ent, err := r.Read(ctx, i)
+	if errors.Is(err, ledger.ErrCorrupt) {
+		return corrupt("ledger %d entry %d: %v", rec.LedgerId, i, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mledger: %s: snapshot %s: read ledger %d entry %d: %w", s.ml.name, s.name, rec.LedgerId, i, err)
+	}
+	return ent.Payload, nil
+}
+
+// ListSnapshots returns the names of the managed ledger's snapshots that
+// begin with prefix and have a record (written, or listing garbage), in
+// name order: an owner that names its snapshots under a prefix of its own
+// finds, after a crash, those it made and no longer points to.
+func (ml *ManagedLedger) ListSnapshots(ctx context.Context, prefix string) ([]string, error) {
+	actx, cancel := context.WithTimeout(ctx, etcdAttemptTimeout)
+	defer cancel()
+	dir := snapshotsDir(ml.name)
+	kvs, _, err := ml.store.List(actx, dir+EscapeName(prefix))
+	if err != nil {
+		return nil, fmt.Errorf("mledger: %s: list snapshots: %w", ml.name, err)
+	}
+	var out []string
+	for _, kv := range kvs {
+		name, err := UnescapeName(strings.TrimPrefix(kv.Key, dir))
+		if err != nil || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 // Delete removes the snapshot: the record first lists every ledger of it
 // as garbage, then they are deleted, then the record. A crash in between
 // leaves the garbage to the next open.
@@ -498,8 +590,12 @@ func (s *Snapshot) Delete(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, rev, err := s.get(ctx)
-	if err != nil || rev == 0 {
+	if err != nil {
 		return err
+	}
+	if rev == 0 {
+		s.forget()
+		return nil
 	}
 	all := garbageOf(rec, true)
 	newRev, err := s.cas(ctx, rev, &mlpb.SnapshotRecord{Garbage: all})
@@ -520,7 +616,20 @@ func (s *Snapshot) Delete(ctx context.Context) error {
 		return err
 	}
 	s.cleared, s.clearedRev = nil, 0
+	s.forget()
 	return nil
+}
+
+// forget drops the handle of a deleted snapshot from the managed ledger:
+// an owner that makes and deletes many snapshots (delayed-delivery
+// buckets) keeps none of the deleted ones. A later OpenSnapshot of the
+// name starts afresh.
+func (s *Snapshot) forget() {
+	s.ml.snapMu.Lock()
+	if s.ml.snapshots[s.name] == s {
+		delete(s.ml.snapshots, s.name)
+	}
+	s.ml.snapMu.Unlock()
 }
 
 // deleteSnapshotLedgers deletes the ledgers of every snapshot of the

@@ -365,3 +365,66 @@ func TestSnapshotVerifyAndDelete(t *testing.T) {
 		t.Fatalf("snapshot records after the managed ledger was deleted: %d, %v", len(kvs), err)
 	}
 }
+
+// A segmented snapshot (a delayed-delivery bucket) is read back one
+// segment at a time and whole; the segments of other names are listed by
+// prefix; a deleted one is forgotten by the managed ledger.
+func TestSnapshotSegmentsReadOneAtATimeAndListByPrefix(t *testing.T) {
+	e := newSnapEnv(t)
+	name := "tenant/ns/persistent/segs"
+	ml := e.open(name)
+	segs := [][]byte{blob(1, 10), nil, blob(2, 70<<10), blob(3, 1)}
+	s := e.snapshot(ml, "delayed/s%2F1/b1", SnapshotOptions{})
+	info, err := s.WriteSegments(e.ctx(), segs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Ledger == 0 || info.Entries != int64(len(segs)) {
+		t.Fatalf("segments written as %+v, want a ledger of %d entries (never inline)", info, len(segs))
+	}
+	for i, want := range segs {
+		got, err := s.ReadSegment(e.ctx(), int64(i))
+		if err != nil {
+			t.Fatalf("segment %d: %v", i, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("segment %d: %d bytes, want %d", i, len(got), len(want))
+		}
+	}
+	mustRead(t, s, bytes.Join(segs, nil))
+	if _, err := s.ReadSegment(e.ctx(), int64(len(segs))); !errors.Is(err, ErrSnapshotCorrupt) {
+		t.Fatalf("segment past the end: err = %v, want ErrSnapshotCorrupt", err)
+	}
+	inline := e.snapshot(ml, "delayed/s%2F1/list", SnapshotOptions{})
+	if _, err := inline.Write(e.ctx(), []byte("small")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inline.ReadSegment(e.ctx(), 0); !errors.Is(err, ErrSnapshotCorrupt) {
+		t.Fatalf("segment of an inline snapshot: err = %v, want ErrSnapshotCorrupt", err)
+	}
+	if _, err := e.snapshot(ml, "delayed/s/b1", SnapshotOptions{}).Write(e.ctx(), []byte("other")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ml.ListSnapshots(e.ctx(), "delayed/s%2F1/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"delayed/s%2F1/b1", "delayed/s%2F1/list"}; !slices.Equal(got, want) {
+		t.Fatalf("ListSnapshots = %q, want %q", got, want)
+	}
+	if err := s.Delete(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	ml.snapMu.Lock()
+	_, kept := ml.snapshots[s.Name()]
+	ml.snapMu.Unlock()
+	if kept {
+		t.Fatal("a deleted snapshot's handle is still kept by the managed ledger")
+	}
+	if _, err := ledger.ReadMetadata(e.ctx(), e.r.Store, info.Ledger); !errors.Is(err, ledger.ErrNoSuchLedger) {
+		t.Fatalf("ledger %d after Delete: err = %v", info.Ledger, err)
+	}
+	if got, _ := ml.ListSnapshots(e.ctx(), "delayed/s%2F1/"); !slices.Equal(got, []string{"delayed/s%2F1/list"}) {
+		t.Fatalf("after Delete ListSnapshots = %q", got)
+	}
+}

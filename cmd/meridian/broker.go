@@ -69,6 +69,7 @@ func newBrokerCmd() *cobra.Command {
 	var gossip gossipFlags
 	var rf recoveryFlags
 	var limits connLimitFlags
+	var delayed delayedFlags
 	var sec securityFlags
 	cmd := &cobra.Command{
 		Use:   "broker",
@@ -95,6 +96,7 @@ func newBrokerCmd() *cobra.Command {
 		f.IntVar(&bf.WriteQuorum, "write-quorum", 3, "bookies each entry is written to (Qw)")
 		f.IntVar(&bf.AckQuorum, "ack-quorum", 2, "bookies that must persist an entry before it is acknowledged (Qa)")
 		limits.register(f)
+		delayed.register(f)
 	})
 	// The keys of the config files of before.
 	config.Bind(f, "listen", "broker.listen_addr")
@@ -110,7 +112,7 @@ func newBrokerCmd() *cobra.Command {
 			"metadata.global": config.URLList(false),
 		}), quorumCheck)
 	}, func(cmd *cobra.Command, _ *config.Effective) error {
-		return runBroker(md, bf, gossip, rf, limits, sec)
+		return runBroker(md, bf, gossip, rf, limits, delayed, sec)
 	})
 	return cmd
 }
@@ -142,7 +144,7 @@ var brokerRules = map[string]config.Rule{
 	"broker.max_producers_per_topic":           config.IntMin(-1, "-1: no limit"),
 }
 
-func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryFlags, limits connLimitFlags, sec securityFlags) error {
+func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryFlags, limits connLimitFlags, delayed delayedFlags, sec securityFlags) error {
 	log := logger()
 	ctx, stop := signalContext()
 	defer stop()
@@ -210,6 +212,7 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 		Security: security,
 	}
 	limits.apply(&bc)
+	delayed.apply(&bc)
 	bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 	bc.ManagedLedger.MaxEntriesPerLedger = c.MaxEntriesPerLedger
 	// Auto-recovery in the broker's process (see autorecovery.go).

@@ -26,6 +26,7 @@ func newStandaloneCmd() *cobra.Command {
 	var bookieMetrics []string
 	var policyEvery, dedupInactivity time.Duration
 	var limits connLimitFlags
+	var delayed delayedFlags
 	var rf recoveryFlags
 	var sec securityFlags
 	var genTLS bool
@@ -155,6 +156,7 @@ file > default); --print-config shows the result.`,
 			Security:                       security,
 		}
 		limits.apply(&bc)
+		delayed.apply(&bc)
 		// Self-healing storage in the same process (autorecovery.go).
 		if rf.enabled {
 			metrics := autorecovery.NewMetrics("standalone")
@@ -214,6 +216,7 @@ file > default); --print-config shows the result.`,
 		f.StringVar(&advertise, "advertise", "", "address clients are told to connect to (default: the listen address; set it when listening on 0.0.0.0, e.g. in a container)")
 		f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
 		limits.register(f)
+		delayed.register(f)
 		f.DurationVar(&dedupInactivity, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
 	})
 	config.Bind(f, "listen", "broker.listen_addr")
