@@ -1,0 +1,208 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/meridian-mq/meridian/tools/testutil"
+	"google.golang.org/protobuf/proto"
+)
+
+// Issue 35, the Pulsar features applications rely on, with the unmodified
+// Go client against one `meridian standalone`: producer access modes and
+// the topic epoch, a producer's initial subscription, non-durable
+// subscriptions, batch-index acknowledgements with cumulative acks (the
+// last one restarts the standalone).
+func TestApplicationFeatures(t *testing.T) {
+	s := standalone(t)
+	client := newPulsarClient(t, s.URL)
+
+	// Exclusive (Pulsar's AbstractTopic): a second Exclusive is fenced
+	// (ProducerFenced), a Shared one busy (ProducerBusy); an Exclusive is
+	// fenced while Shared producers are attached.
+	t.Run("exclusive", func(t *testing.T) {
+		topic := topicName(t)
+		p1, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, ProducerAccessMode: pulsar.ProducerAccessModeExclusive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, client, topic, pulsar.ProducerAccessModeExclusive, "ProducerFenced")
+		wantRefused(t, client, topic, pulsar.ProducerAccessModeShared, "ProducerBusy")
+		p1.Close()
+		shared, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic})
+		if err != nil {
+			t.Fatalf("a shared producer after the exclusive one left: %v", err)
+		}
+		wantRefused(t, client, topic, pulsar.ProducerAccessModeExclusive, "ProducerFenced")
+		shared.Close()
+		p2, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, ProducerAccessMode: pulsar.ProducerAccessModeExclusive})
+		if err != nil {
+			t.Fatalf("an exclusive producer on a topic without producers: %v", err)
+		}
+		p2.Close()
+	})
+
+	// WaitForExclusive: the PRODUCER request is held (producer_ready=false)
+	// while another producer holds the topic, and granted when it leaves.
+	t.Run("wait-for-exclusive", func(t *testing.T) {
+		topic := topicName(t)
+		p1, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, ProducerAccessMode: pulsar.ProducerAccessModeExclusive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type created struct {
+			p   pulsar.Producer
+			err error
+		}
+		done := make(chan created, 1)
+		go func() {
+			p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, ProducerAccessMode: pulsar.ProducerAccessModeWaitForExclusive})
+			done <- created{p, err}
+		}()
+		// Queued: it holds the topic's queue, so a Shared producer is busy
+		// (the refusal also shows the waiter reached the broker).
+		testutil.Eventually(t, time.Minute, "the waiting producer to be queued", func() bool {
+			p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, SendTimeout: 5 * time.Second})
+			if err == nil {
+				p.Close()
+				t.Fatal("a shared producer joined a topic with an exclusive producer")
+			}
+			return strings.Contains(err.Error(), "waiting for exclusive")
+		})
+		select {
+		case c := <-done:
+			t.Fatalf("WaitForExclusive returned while the exclusive producer is open: %v", c.err)
+		default:
+		}
+		if _, err := p1.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("first")}); err != nil {
+			t.Fatalf("the exclusive producer, with one waiting: %v", err)
+		}
+		p1.Close()
+		var c created
+		select {
+		case c = <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("WaitForExclusive not granted a minute after the exclusive producer closed")
+		}
+		if c.err != nil {
+			t.Fatalf("WaitForExclusive: %v", c.err)
+		}
+		defer c.p.Close()
+		if _, err := c.p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("second")}); err != nil {
+			t.Fatalf("the granted producer: %v", err)
+		}
+	})
+
+	// ExclusiveWithFencing takes over (the Go client v0.19 has no such
+	// mode: the taker speaks the protocol itself): the Go producer holding
+	// the topic is closed, its reconnect is refused (ProducerFenced) so it
+	// closes for good, and nothing it sends afterwards is stored.
+	t.Run("exclusive-with-fencing", func(t *testing.T) {
+		topic := topicName(t)
+		cons, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cons.Close()
+		old, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, ProducerAccessMode: pulsar.ProducerAccessModeExclusive, DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer old.Close()
+		if _, err := old.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("old-0")}); err != nil {
+			t.Fatal(err)
+		}
+		r := dialRaw(t, s.URL)
+		rawProducer(t, r, topic, 1, pb.ProducerAccessMode_ExclusiveWithFencing, nil)
+		r.write(sendFrame(t, 1, 0, []byte("new-0")))
+		if f := r.next(); f.Cmd.GetType() != pb.BaseCommand_SEND_RECEIPT {
+			t.Fatalf("the taker's send: %v", f.Cmd)
+		}
+		testutil.Eventually(t, time.Minute, "the fenced producer's sends to fail", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := old.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("old-late")})
+			return err != nil && !errors.Is(err, context.DeadlineExceeded)
+		})
+		r.write(sendFrame(t, 1, 1, []byte("new-1")))
+		if f := r.next(); f.Cmd.GetType() != pb.BaseCommand_SEND_RECEIPT {
+			t.Fatalf("the taker's send: %v", f.Cmd)
+		}
+		var got []string
+		for _, m := range receiveN(t, cons, 3, true) {
+			got = append(got, string(m.Payload()))
+		}
+		if strings.Join(got, ",") != "old-0,new-0,new-1" {
+			t.Fatalf("stored %v, want old-0,new-0,new-1 (nothing of the fenced producer after the take-over)", got)
+		}
+	})
+
+	// The topic epoch in PRODUCER_SUCCESS moves with every exclusive grant
+	// and is persisted: after the topic reloads, a producer carrying an
+	// epoch the topic has passed is still fenced; one with the current
+	// epoch (a reconnect) is granted and keeps it.
+	t.Run("topic-epoch", func(t *testing.T) {
+		topic := topicName(t)
+		a, b := dialRaw(t, s.URL), dialRaw(t, s.URL)
+		ea := rawProducer(t, a, topic, 1, pb.ProducerAccessMode_Exclusive, nil)
+		eb := rawProducer(t, b, topic, 1, pb.ProducerAccessMode_ExclusiveWithFencing, nil)
+		if ea.GetTopicEpoch() >= eb.GetTopicEpoch() || ea.TopicEpoch == nil || eb.TopicEpoch == nil {
+			t.Fatalf("epochs %v then %v: an exclusive take-over must move the epoch", ea.TopicEpoch, eb.TopicEpoch)
+		}
+		if f := a.next(); f.Cmd.GetType() != pb.BaseCommand_CLOSE_PRODUCER {
+			t.Fatalf("the fenced producer got %v, want CLOSE_PRODUCER", f.Cmd.GetType())
+		}
+		b.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(1), RequestId: proto.Uint64(7)}})
+		b.next()
+		code, body := adminCall(t, "PUT", s.AdminURL+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/unload", nil)
+		if code/100 != 2 {
+			t.Fatalf("unload: %d %s", code, body)
+		}
+		c := dialRaw(t, s.URL)
+		stale := ea.GetTopicEpoch()
+		c.send(rawProducerCmd(topic, 2, pb.ProducerAccessMode_Exclusive, &stale))
+		if f := c.next(); f.Cmd.GetType() != pb.BaseCommand_ERROR || f.Cmd.Error.GetError() != pb.ServerError_ProducerFenced {
+			t.Fatalf("after a reload, a producer with the passed epoch %d got %v, want ProducerFenced", stale, f.Cmd)
+		}
+		cur := eb.GetTopicEpoch()
+		if ec := rawProducer(t, c, topic, 3, pb.ProducerAccessMode_Exclusive, &cur); ec.GetTopicEpoch() != cur {
+			t.Fatalf("reconnect with the current epoch %d got epoch %d", cur, ec.GetTopicEpoch())
+		}
+	})
+}
+
+// wantRefused creates a producer of mode on topic and expects the error
+// code want.
+func wantRefused(t *testing.T, client pulsar.Client, topic string, mode pulsar.ProducerAccessMode, want string) {
+	t.Helper()
+	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, ProducerAccessMode: mode})
+	if err == nil {
+		p.Close()
+		t.Fatalf("a producer of access mode %d was created, want %s", mode, want)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("producer of access mode %d: %v, want %s", mode, err, want)
+	}
+}
+
+func rawProducerCmd(topic string, id uint64, mode pb.ProducerAccessMode, epoch *uint64) *pb.BaseCommand {
+	return &pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: &pb.CommandProducer{
+		Topic: proto.String(topic), ProducerId: proto.Uint64(id), RequestId: proto.Uint64(100 + id),
+		ProducerAccessMode: mode.Enum(), TopicEpoch: epoch}}
+}
+
+// rawProducer creates a producer on r and returns its PRODUCER_SUCCESS.
+func rawProducer(t *testing.T, r *rawConn, topic string, id uint64, mode pb.ProducerAccessMode, epoch *uint64) *pb.CommandProducerSuccess {
+	t.Helper()
+	r.send(rawProducerCmd(topic, id, mode, epoch))
+	f := r.next()
+	if f.Cmd.GetType() != pb.BaseCommand_PRODUCER_SUCCESS || !f.Cmd.ProducerSuccess.GetProducerReady() {
+		t.Fatalf("producer %d (%v): %v", id, mode, f.Cmd)
+	}
+	return f.Cmd.ProducerSuccess
+}
