@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/cluster"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
@@ -172,6 +175,98 @@ func TestApplicationFeatures(t *testing.T) {
 		cur := eb.GetTopicEpoch()
 		if ec := rawProducer(t, c, topic, 3, pb.ProducerAccessMode_Exclusive, &cur); ec.GetTopicEpoch() != cur {
 			t.Fatalf("reconnect with the current epoch %d got epoch %d", cur, ec.GetTopicEpoch())
+		}
+	})
+
+	// A producer's initial_subscription_name creates that durable
+	// subscription at the earliest position (Pulsar's): the Go client's
+	// dead-letter producer asks for one, so a consumer subscribing to the
+	// dead-letter topic later, at the latest position, still gets what was
+	// routed there.
+	t.Run("initial-subscription", func(t *testing.T) {
+		topic := topicName(t)
+		dlq := topic + "-DLQ"
+		cons, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "work", Type: pulsar.Shared,
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest, NackRedeliveryDelay: 50 * time.Millisecond,
+			DLQ: &pulsar.DLQPolicy{MaxDeliveries: 1, DeadLetterTopic: dlq, InitialSubscriptionName: "dead"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cons.Close()
+		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		produce(t, p, 1, nil)
+		cons.Nack(receiveN(t, cons, 1, false)[0]) // its redelivery goes to the DLQ
+		testutil.Eventually(t, time.Minute, "the dead-letter topic's initial subscription", func() bool {
+			code, body := adminCall(t, "GET", s.AdminURL+"/admin/v2/persistent/"+strings.TrimPrefix(dlq, "persistent://")+"/subscriptions", nil)
+			return code == 200 && strings.Contains(string(body), `"dead"`)
+		})
+		dead, err := client.Subscribe(pulsar.ConsumerOptions{Topic: dlq, SubscriptionName: "dead"}) // Latest: the subscription exists
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dead.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		m, err := dead.Receive(ctx)
+		if err != nil || string(m.Payload()) != "0" {
+			t.Fatalf("the dead-lettered message on the initial subscription: %v %v", m, err)
+		}
+	})
+
+	// A non-durable subscription lives as long as its consumers: closed
+	// and subscribed again, it starts at the latest message (not where
+	// the last consumer was), and it never has a record in the store.
+	t.Run("non-durable", func(t *testing.T) {
+		topic := topicName(t)
+		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		opts := pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "nd", SubscriptionMode: pulsar.NonDurable}
+		c1, err := client.Subscribe(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		produce(t, p, 3, nil)
+		receiveN(t, c1, 1, true) // "0" acknowledged; "1" and "2" not
+		c1.Close()
+		code, body := adminCall(t, "GET", s.AdminURL+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/subscriptions", nil)
+		if code != 200 || strings.Contains(string(body), `"nd"`) {
+			t.Fatalf("subscriptions after the non-durable one's only consumer closed: %d %s", code, body)
+		}
+		c2, err := client.Subscribe(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("after")}); err != nil {
+			t.Fatal(err)
+		}
+		if m := receiveN(t, c2, 1, true)[0]; string(m.Payload()) != "after" {
+			t.Fatalf("the re-created non-durable subscription started with %q, want the message sent after it (latest)", m.Payload())
+		}
+		// Its cursor has no record; a durable subscription's has.
+		d, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "d"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		tn, err := meta.ParseTopic(topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := testutil.Store(t, standaloneEtcd(t, s), "/meridian/regions/standalone")
+		dir := "/managed-ledgers/" + mledger.EscapeName(tn.ManagedLedgerName()) + "/cursors/"
+		if _, err := store.Get(context.Background(), dir+"d"); err != nil {
+			t.Fatalf("the durable subscription's record %s: %v", dir+"d", err)
+		}
+		if _, err := store.Get(context.Background(), dir+"nd"); !errors.Is(err, cluster.ErrNotFound) {
+			t.Fatalf("the non-durable subscription's record: err = %v, want none", err)
 		}
 	})
 }

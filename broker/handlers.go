@@ -406,6 +406,9 @@ func (c *conn) handleSeek(m *pb.CommandSeek) {
 		return
 	}
 	c.sendSuccess(m.GetRequestId())
+	cs.sub.mu.Lock()
+	cs.sub.seeking = true
+	cs.sub.mu.Unlock()
 	cs.sub.closeConsumers("")
 }
 

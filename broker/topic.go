@@ -637,7 +637,11 @@ func (t *Topic) unsubscribe(ctx context.Context, cs *Consumer) error {
 		return fmt.Errorf("%w: subscription %s has %d consumers", meta.ErrConsumerBusy, s.name, n)
 	}
 	s.removeConsumer(cs)
-	return t.deleteSubscription(ctx, s.name)
+	err := t.deleteSubscription(ctx, s.name)
+	if errors.Is(err, meta.ErrNotFound) && !s.durable {
+		return nil // its last consumer's leaving removed it (dropNonDurable)
+	}
+	return err
 }
 
 func (t *Topic) deleteSubscription(ctx context.Context, name string) error {
