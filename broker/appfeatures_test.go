@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/proto/mlpb"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
@@ -267,6 +269,130 @@ func TestApplicationFeatures(t *testing.T) {
 		}
 		if _, err := store.Get(context.Background(), dir+"nd"); !errors.Is(err, cluster.ErrNotFound) {
 			t.Fatalf("the non-durable subscription's record: err = %v, want none", err)
+		}
+	})
+
+	// Batch-index acknowledgements (EnableBatchIndexAcknowledgment): the
+	// first 5 messages of a 10-message batch acknowledged — cumulatively
+	// (5th message) or one by one, with the ack grouping's defaults, with
+	// acks sent at once (MaxSize 0), or with AckWithResponse — and the
+	// consumer closed: its successor gets only messages 5..9 (from 0),
+	// and so does one after a kill -9 and restart of the broker, from
+	// the cursor's persisted record. Last: it restarts the standalone.
+	t.Run("batch-index-ack", func(t *testing.T) {
+		type variant struct {
+			name       string
+			cumulative bool
+			opts       func(*pulsar.ConsumerOptions)
+		}
+		variants := []variant{
+			{"cumulative", true, func(*pulsar.ConsumerOptions) {}},
+			{"cumulative-immediate", true, func(o *pulsar.ConsumerOptions) { o.AckGroupingOptions = &pulsar.AckGroupingOptions{MaxSize: 0} }},
+			{"cumulative-with-response", true, func(o *pulsar.ConsumerOptions) { o.AckWithResponse = true }},
+			{"individual", false, func(*pulsar.ConsumerOptions) {}},
+			{"individual-with-response", false, func(o *pulsar.ConsumerOptions) { o.AckWithResponse = true }},
+		}
+		store := testutil.Store(t, standaloneEtcd(t, s), "/meridian/regions/standalone")
+		topics := make([]string, len(variants))
+		optsOf := func(i int) pulsar.ConsumerOptions {
+			o := pulsar.ConsumerOptions{Topic: topics[i], SubscriptionName: "s", Type: pulsar.Exclusive,
+				SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest, EnableBatchIndexAcknowledgment: true}
+			variants[i].opts(&o)
+			return o
+		}
+		// wantRest receives the rest of the batch, "5".."9", first.
+		wantRest := func(t *testing.T, c pulsar.Consumer, ack bool) {
+			t.Helper()
+			var got []string
+			for _, m := range receiveN(t, c, 5, ack) {
+				got = append(got, string(m.Payload()))
+			}
+			if strings.Join(got, ",") != "5,6,7,8,9" {
+				t.Fatalf("after the first 5 of the batch were acknowledged: %v, want 5..9", got)
+			}
+		}
+		for i, v := range variants {
+			topics[i] = topicName(t) + "-" + v.name
+			c, err := client.Subscribe(optsOf(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topics[i], BatchingMaxMessages: 10, BatchingMaxPublishDelay: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := make([]pulsar.MessageID, 10)
+			errs := make(chan error, 10)
+			for j := range ids {
+				p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(j))}, func(id pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+					ids[j] = id
+					errs <- err
+				})
+			}
+			if err := p.Flush(); err != nil { // one batch, sent now
+				t.Fatal(err)
+			}
+			for range ids {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.Close()
+			for j, id := range ids {
+				if id.EntryID() != ids[0].EntryID() || id.BatchIdx() != int32(j) {
+					t.Fatalf("message %d has id %v: the 10 messages are not one batch", j, id)
+				}
+			}
+			msgs := receiveN(t, c, 10, false)
+			if v.cumulative {
+				err = c.AckCumulative(msgs[4])
+			} else {
+				for _, m := range msgs[:5] {
+					if err = c.Ack(m); err != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", v.name, err)
+			}
+			c.Close()
+			c, err = client.Subscribe(optsOf(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantRest(t, c, false)
+			c.Close()
+			// The partial batch is in the cursor's record.
+			tn, _ := meta.ParseTopic(topics[i])
+			key := "/managed-ledgers/" + mledger.EscapeName(tn.ManagedLedgerName()) + "/cursors/s"
+			testutil.Eventually(t, 30*time.Second, v.name+": the partial batch in the cursor record", func() bool {
+				kv, err := store.Get(context.Background(), key)
+				rec := &mlpb.CursorInfo{}
+				return err == nil && proto.Unmarshal(kv.Value, rec) == nil && len(rec.BatchAcks) == 1 &&
+					rec.BatchAcks[0].GetPosition().GetEntryId() == int64(ids[0].EntryID())
+			})
+		}
+		s.Restart() // kill -9: only what the cursor persisted counts
+		client := newPulsarClient(t, s.URL)
+		for i, v := range variants {
+			c, err := client.Subscribe(optsOf(i))
+			if err != nil {
+				t.Fatalf("%s after the restart: %v", v.name, err)
+			}
+			wantRest(t, c, true)
+			p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topics[i]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("end")}); err != nil {
+				t.Fatal(err)
+			}
+			p.Close()
+			if m := receiveN(t, c, 1, true)[0]; string(m.Payload()) != "end" {
+				t.Fatalf("%s: %q after the rest of the batch, want end (nothing of it again)", v.name, m.Payload())
+			}
+			c.Close()
 		}
 	})
 }

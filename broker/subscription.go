@@ -81,6 +81,11 @@ func newSubscription(t *Topic, name string, typ pb.CommandSubscribe_SubType, cur
 		wakeCh:    make(chan struct{}, 1),
 		stopCh:    make(chan struct{}),
 	}
+	// Batches acknowledged in part before a restart or reload: their
+	// redelivery carries only what is left of them.
+	for _, b := range cur.BatchAcks() {
+		s.core.RestoreBatchAck(dispatch.Position(b.Pos), b.Unacked)
+	}
 	s.wake()
 	return s
 }
@@ -299,20 +304,26 @@ func (s *Subscription) updateActive() {
 	}
 }
 
-// ack handles ACK: individual (with batch-index acks when ack_set is
-// present) or cumulative.
+// ack handles ACK: individual or cumulative, with batch-index acks when
+// ack_set is present. A batch acknowledged only in part is recorded on the
+// cursor (SetBatchAck), persisted with it, so after a reconnect or a
+// restart only its unacknowledged messages are redelivered.
 func (s *Subscription) ack(cs *Consumer, m *pb.CommandAck) {
 	if m.GetAckType() == pb.CommandAck_Cumulative {
 		if len(m.MessageId) == 0 {
 			return
 		}
 		id := m.MessageId[0]
-		p := dispatch.Position(s.topic.localPos(positionOf(id)))
+		at := dispatch.Position(s.topic.localPos(positionOf(id)))
 		s.mu.Lock()
-		p, ok := s.core.AckCumulative(p, len(id.AckSet) > 0)
+		p, ok := s.core.AckCumulative(at, id.AckSet)
+		partial := s.core.BatchAckSet(at)
 		s.mu.Unlock()
 		if ok {
 			s.cursor.AckCumulative(mledger.Position(p))
+		}
+		if partial != nil {
+			s.cursor.SetBatchAck(mledger.Position(at), partial)
 		}
 		s.afterAck()
 		return
@@ -323,7 +334,18 @@ func (s *Subscription) ack(cs *Consumer, m *pb.CommandAck) {
 	}
 	s.mu.Lock()
 	full := s.core.Ack(acks)
+	var partial []mledger.BatchAck
+	for _, a := range acks {
+		if len(a.AckSet) > 0 {
+			if set := s.core.BatchAckSet(a.Pos); set != nil {
+				partial = append(partial, mledger.BatchAck{Pos: mledger.Position(a.Pos), Unacked: set})
+			}
+		}
+	}
 	s.mu.Unlock()
+	for _, b := range partial {
+		s.cursor.SetBatchAck(b.Pos, b.Unacked)
+	}
 	if len(full) > 0 {
 		ps := make([]mledger.Position, len(full))
 		for i, p := range full {
