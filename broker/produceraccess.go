@@ -234,11 +234,13 @@ func (t *Topic) persistEpoch(ctx context.Context) error {
 	return t.ml.SetProperty(ctx, epochProperty, int64(e))
 }
 
-// refuseWaitingLocked refuses every queued producer (the topic unloads):
-// their clients retry and reach the topic's next owner.
+// refuseWaitingLocked refuses every queued producer (the topic unloads,
+// or the region stops serving its namespace) with a retriable error, and
+// takes them out of the core's queue.
 func (t *Topic) refuseWaitingLocked() {
 	for id, w := range t.waiting {
 		delete(t.waiting, id)
-		w.ch <- admitted{err: fmt.Errorf("%w: %s is closing", meta.ErrTopicFenced, t.name)}
+		t.access.Remove(id) // queued: nothing is promoted
+		w.ch <- admitted{err: fmt.Errorf("%w: %s is closing or moving: look it up again", meta.ErrTopicFenced, t.name)}
 	}
 }
