@@ -77,11 +77,8 @@ func (t *Topic) stats() admin.TopicStats {
 	_, st.BytesInCounter = t.in.Totals()
 	t.mu.Lock()
 	for p := range t.producers {
-		ps := admin.PublisherStats{AccessMode: "Shared", ProducerName: p.name, ProducerID: p.id, Address: p.conn.nc.RemoteAddr().String(),
+		ps := admin.PublisherStats{AccessMode: p.mode.String(), ProducerName: p.name, ProducerID: p.id, Address: p.conn.nc.RemoteAddr().String(),
 			ClientVersion: p.conn.clientVersion, ConnectedSince: pulsarTime(p.since)}
-		if p.exclusive {
-			ps.AccessMode = "Exclusive"
-		}
 		ps.MsgRateIn, ps.MsgThroughputIn = p.in.Rate(now)
 		if ps.MsgRateIn > 0 {
 			ps.AverageMsgSize = ps.MsgThroughputIn / ps.MsgRateIn

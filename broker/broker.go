@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/access"
 	"github.com/meridian-mq/meridian/broker/admin"
 	"github.com/meridian-mq/meridian/broker/failoverctl"
 	"github.com/meridian-mq/meridian/broker/meta"
@@ -23,6 +24,7 @@ import (
 	"github.com/meridian-mq/meridian/internal/healthz"
 	"github.com/meridian-mq/meridian/internal/ratelog"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Broker serves the Pulsar protocol for the topics of its region.
@@ -511,14 +513,14 @@ func (b *Broker) newProducerName() string {
 	return fmt.Sprintf("%s-%s-%d", b.cfg.Cluster, b.id, b.producerSeq.Add(1))
 }
 
-func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProducer) (*Producer, int64, error) {
+func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProducer) (*Producer, admission, error) {
 	// Before the topic is loaded: a refused name costs nothing.
 	if err := meta.ValidProducerName(m.GetProducerName()); err != nil {
-		return nil, 0, err
+		return nil, admission{}, err
 	}
 	t, err := b.getTopic(ctx, m.GetTopic(), true)
 	if err != nil {
-		return nil, 0, err
+		return nil, admission{}, err
 	}
 	name := m.GetProducerName()
 	if name == "" {
@@ -526,25 +528,36 @@ func (b *Broker) createProducer(ctx context.Context, c *conn, m *pb.CommandProdu
 	}
 	p := &Producer{
 		id: m.GetProducerId(), name: name, conn: c, topic: t,
-		exclusive: m.GetProducerAccessMode() != pb.ProducerAccessMode_Shared,
-		pending:   make(chan struct{}, b.cfg.MaxPendingSendsPerProducer),
-		since:     time.Now(),
+		mode:    access.Mode(m.GetProducerAccessMode()),
+		pending: make(chan struct{}, b.cfg.MaxPendingSendsPerProducer),
+		since:   time.Now(),
 	}
 	if m.Schema != nil {
 		v, err := t.schemaFor(ctx, m.Schema)
 		if err != nil {
-			return nil, 0, err
+			return nil, admission{}, err
 		}
 		p.schemaVersion = v
 	}
+	// Only the active region decides on access: a standby one redirects
+	// before any producer is granted, queued or fenced here.
 	if err := b.fo.CheckActive(ctx, t.name, t.policies()); err != nil {
-		return nil, 0, err
+		return nil, admission{}, err
 	}
-	last, err := t.addProducer(p)
+	if sub := m.GetInitialSubscriptionName(); sub != "" {
+		if err := t.ensureInitialSubscription(ctx, sub); err != nil {
+			return nil, admission{}, err
+		}
+	}
+	var epoch *uint64
+	if m.TopicEpoch != nil {
+		epoch = proto.Uint64(m.GetTopicEpoch())
+	}
+	adm, err := t.addProducer(ctx, p, epoch)
 	if err != nil {
-		return nil, 0, err
+		return nil, admission{}, err
 	}
-	return p, last, nil
+	return p, adm, nil
 }
 
 func (b *Broker) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe) (*Consumer, error) {

@@ -46,7 +46,7 @@ func testConnOf(t *testing.T, b *Broker) (*conn, *Producer) {
 	}
 	topic := newTopic(b, tn, nil, meta.Policies{})
 	p := &Producer{id: 1, name: "p", conn: c, topic: topic, pending: make(chan struct{}, 10)}
-	if _, err := topic.addProducer(p); err != nil {
+	if _, err := topic.addProducer(context.Background(), p, nil); err != nil {
 		t.Fatal(err)
 	}
 	c.producers[p.id] = p

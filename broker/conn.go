@@ -62,6 +62,9 @@ type conn struct {
 	consumers      map[uint64]*Consumer
 	pendingProduce map[uint64]chan struct{} // producer creations in progress, by producer id
 	pendingSub     map[uint64]bool          // subscriptions in progress, by consumer id
+	// waitingProducers: producers queued for exclusive access
+	// (WaitForExclusive) whose PRODUCER request is held, by producer id.
+	waitingProducers map[uint64]*Producer
 	// closedProducers: ids of producers the broker closed (CLOSE_PRODUCER:
 	// their topic unloaded) that the client has not created again on this
 	// connection. SENDs of theirs still in flight are dropped without an
@@ -76,15 +79,16 @@ func newConn(b *Broker, nc net.Conn) *conn {
 	}
 	c := &conn{
 		b: b, nc: nc, ip: ip,
-		log:             b.log.With("remote", nc.RemoteAddr().String()),
-		outWake:         make(chan struct{}, 1),
-		outDrained:      make(chan struct{}, 1),
-		closed:          make(chan struct{}),
-		producers:       map[uint64]*Producer{},
-		consumers:       map[uint64]*Consumer{},
-		pendingProduce:  map[uint64]chan struct{}{},
-		pendingSub:      map[uint64]bool{},
-		closedProducers: map[uint64]struct{}{},
+		log:              b.log.With("remote", nc.RemoteAddr().String()),
+		outWake:          make(chan struct{}, 1),
+		outDrained:       make(chan struct{}, 1),
+		closed:           make(chan struct{}),
+		producers:        map[uint64]*Producer{},
+		consumers:        map[uint64]*Consumer{},
+		pendingProduce:   map[uint64]chan struct{}{},
+		pendingSub:       map[uint64]bool{},
+		waitingProducers: map[uint64]*Producer{},
+		closedProducers:  map[uint64]struct{}{},
 	}
 	c.lastRecv.Store(time.Now().UnixNano())
 	return c

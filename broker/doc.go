@@ -10,7 +10,8 @@
 //	broker/            the root: Config, Broker (Start, Close), the Pulsar
 //	                   listener and connections (conn.go, handlers.go,
 //	                   connauth.go), topics and producers with
-//	                   deduplication (topic.go), subscriptions (the
+//	                   deduplication (topic.go), producer access modes
+//	                   (the access shell, produceraccess.go), subscriptions (the
 //	                   dispatch shell, subscription.go), ownership of bundles and
 //	                   lookups (ownership.go, balance.go), namespace
 //	                   policies enforced on loaded topics (policies.go),
@@ -27,6 +28,9 @@
 //	broker/dispatch    the pure dispatch core: which consumer receives
 //	                   which entry for each subscription type, permits,
 //	                   replay and redelivery, Key_Shared ordering
+//	broker/access      the pure producer-access core: Shared, Exclusive,
+//	                   WaitForExclusive, ExclusiveWithFencing, the topic
+//	                   epoch
 //	broker/meta        the floor every room stands on: names, tenants,
 //	                   namespaces and their policies, schemas, the failover
 //	                   record, shared errors

@@ -26,6 +26,8 @@ func serverError(err error) pb.ServerError {
 		return pb.ServerError_ProducerBlockedQuotaExceededException
 	case errors.Is(err, meta.ErrProducerBusy):
 		return pb.ServerError_ProducerBusy
+	case errors.Is(err, meta.ErrProducerFenced):
+		return pb.ServerError_ProducerFenced
 	case errors.Is(err, meta.ErrConsumerBusy):
 		return pb.ServerError_ConsumerBusy
 	case errors.Is(err, meta.ErrNotAllowed):

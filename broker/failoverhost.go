@@ -71,6 +71,9 @@ func (f failoverTopic) RegionFailed(region string, epoch uint64) {
 func (f failoverTopic) CloseProducers() {
 	t := f.t
 	t.mu.Lock()
+	// Queued producers first: the producers' leaving must not grant one of
+	// them exclusive access in a region that no longer serves.
+	t.refuseWaitingLocked()
 	producers := make([]*Producer, 0, len(t.producers))
 	for p := range t.producers {
 		producers = append(producers, p)

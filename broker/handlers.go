@@ -101,13 +101,14 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 	if old != nil {
 		// (The topic's lock is taken without the connection's.)
 		if tn, err := meta.ParseTopic(m.GetTopic()); err == nil && tn == old.topic.name {
-			if last, ok := old.topic.producerLastSeq(old); ok {
+			if last, epoch, ok := old.topic.producerLastSeq(old); ok {
 				c.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
 					RequestId:      proto.Uint64(m.GetRequestId()),
 					ProducerName:   proto.String(old.name),
 					LastSequenceId: proto.Int64(last),
 					SchemaVersion:  old.schemaVersion,
 					ProducerReady:  proto.Bool(true),
+					TopicEpoch:     epoch,
 				}})
 				c.endRequest()
 				return
@@ -143,10 +144,46 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 			c.sendError(m.GetRequestId(), err)
 			return
 		}
-		p, lastSeq, err := c.b.createProducer(ctx, c, m)
+		if m.GetInitialSubscriptionName() != "" {
+			// Creating a subscription is consuming's right (as Pulsar checks
+			// SUBSCRIBE for it).
+			if err := c.authorizeTopic(ctx, m.GetTopic(), security.OpConsume); err != nil {
+				c.sendError(m.GetRequestId(), fmt.Errorf("%w: creating initial subscription %s: %v", meta.ErrAuthorization, m.GetInitialSubscriptionName(), err))
+				return
+			}
+		}
+		p, adm, err := c.b.createProducer(ctx, c, m)
 		if err != nil {
 			c.sendError(m.GetRequestId(), err)
 			return
+		}
+		if adm.wait != nil {
+			// Queued for exclusive access: say so (the Go client then waits
+			// without a timeout) and hold the request until it is granted,
+			// refused, or the client leaves.
+			c.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
+				RequestId:     proto.Uint64(m.GetRequestId()),
+				ProducerName:  proto.String(p.name),
+				ProducerReady: proto.Bool(false),
+			}})
+			c.mu.Lock()
+			c.waitingProducers[id] = p
+			c.mu.Unlock()
+			select {
+			case adm.admitted = <-adm.wait:
+			case <-c.closed:
+				p.topic.removeProducer(p)
+				adm.admitted = admitted{err: fmt.Errorf("%w: connection closed", meta.ErrServiceNotReady)}
+			}
+			c.mu.Lock()
+			if c.waitingProducers[id] == p {
+				delete(c.waitingProducers, id)
+			}
+			c.mu.Unlock()
+			if adm.err != nil {
+				c.sendError(m.GetRequestId(), adm.err)
+				return
+			}
 		}
 		c.mu.Lock()
 		if old := c.producers[id]; old != nil {
@@ -155,16 +192,29 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 			c.sendError(m.GetRequestId(), fmt.Errorf("%w: producer id %d already in use on this connection", meta.ErrProducerBusy, id))
 			return
 		}
+		select {
+		case <-c.closed:
+			// Closed while it was granted: close already let go of the
+			// connection's producers, not of this one.
+			c.mu.Unlock()
+			p.topic.removeProducer(p)
+			return
+		default:
+		}
 		c.producers[id] = p
 		delete(c.closedProducers, id) // created again: its SENDs are its own
 		c.mu.Unlock()
-		c.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
+		ps := &pb.CommandProducerSuccess{
 			RequestId:      proto.Uint64(m.GetRequestId()),
 			ProducerName:   proto.String(p.name),
-			LastSequenceId: proto.Int64(lastSeq),
+			LastSequenceId: proto.Int64(adm.last),
 			SchemaVersion:  p.schemaVersion,
 			ProducerReady:  proto.Bool(true),
-		}})
+		}
+		if adm.hasEpoch {
+			ps.TopicEpoch = proto.Uint64(adm.epoch)
+		}
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: ps})
 	}()
 }
 
@@ -222,6 +272,10 @@ func (c *conn) handleCloseProducer(m *pb.CommandCloseProducer) {
 	p := c.producers[m.GetProducerId()]
 	delete(c.producers, m.GetProducerId())
 	delete(c.closedProducers, m.GetProducerId())
+	if p == nil {
+		// Still queued for exclusive access: it gives up.
+		p = c.waitingProducers[m.GetProducerId()]
+	}
 	c.mu.Unlock()
 	if p != nil {
 		p.topic.removeProducer(p)
@@ -352,6 +406,9 @@ func (c *conn) handleSeek(m *pb.CommandSeek) {
 		return
 	}
 	c.sendSuccess(m.GetRequestId())
+	cs.sub.mu.Lock()
+	cs.sub.seeking = true
+	cs.sub.mu.Unlock()
 	cs.sub.closeConsumers("")
 }
 

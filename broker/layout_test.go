@@ -22,7 +22,7 @@ import (
 const module = "github.com/meridian-mq/meridian"
 
 var (
-	rooms = []string{"broker/admin", "broker/security", "broker/failoverctl", "broker/replication", "broker/stretched", "broker/dispatch"}
+	rooms = []string{"broker/admin", "broker/security", "broker/failoverctl", "broker/replication", "broker/stretched", "broker/dispatch", "broker/access"}
 	floor = []string{"broker/meta", "broker/entry", "broker/codec", "broker/mledger"}
 	// The composition root is imported only by the binary that wires it
 	// and the tools that run it in process.

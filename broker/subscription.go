@@ -55,6 +55,11 @@ type Subscription struct {
 	core      *dispatch.Core
 	consumers map[dispatch.ID]*Consumer // the core's consumers
 	nextKey   dispatch.ID
+	// seeking: a seek closed the consumers of this non-durable
+	// subscription, which stays for them to come back (their cursor was
+	// reset; a reader's seek by time is not in the start id it sends);
+	// cleared when one joins.
+	seeking bool
 
 	// The dispatch goroutine (run) runs only while it can make progress
 	// or waits for new entries with permits to spend; wake starts it. A
@@ -78,6 +83,11 @@ func newSubscription(t *Topic, name string, typ pb.CommandSubscribe_SubType, cur
 		consumers: map[dispatch.ID]*Consumer{},
 		wakeCh:    make(chan struct{}, 1),
 		stopCh:    make(chan struct{}),
+	}
+	// Batches acknowledged in part before a restart or reload: their
+	// redelivery carries only what is left of them.
+	for _, b := range cur.BatchAcks() {
+		s.core.RestoreBatchAck(dispatch.Position(b.Pos), b.Unacked)
 	}
 	s.wake()
 	return s
@@ -187,6 +197,7 @@ func (s *Subscription) addConsumer(c *conn, m *pb.CommandSubscribe) (*Consumer, 
 		s.topic.b.limitExceeded(limitConsumersPerTopic)
 		return nil, fmt.Errorf("%w: %s has reached the limit of %d consumers", meta.ErrConsumerBusy, s.topic.name, cfg.MaxConsumersPerTopic)
 	}
+	s.seeking = false
 	s.nextKey++
 	cs := &Consumer{id: m.GetConsumerId(), key: s.nextKey, conn: c, sub: s, since: time.Now()}
 	s.core.AddConsumer(dispatch.ConsumerInfo{ID: cs.key, ConsumerID: cs.id, Name: m.GetConsumerName(), Priority: m.GetPriorityLevel()})
@@ -214,9 +225,40 @@ func (s *Subscription) removeConsumer(cs *Consumer) {
 	s.core.RemoveConsumer(cs.key) // what it had not acknowledged goes to the others
 	s.topic.consumers.Add(-1)
 	s.topic.b.metrics.consumers.Dec()
+	unused := !s.durable && s.core.Len() == 0 && !s.seeking
 	s.mu.Unlock()
+	if unused {
+		s.topic.dropNonDurable(s)
+		return
+	}
 	s.updateActive()
 	s.wake()
+}
+
+// dropNonDurable removes a non-durable subscription left without
+// consumers, as Pulsar does: its cursor lives only as long as its
+// consumers, so a consumer that subscribes again under the same name
+// starts from its own start position (the latest message, or the
+// start message id a reader sends), not from where the last one was.
+// (Such subscriptions stayed, so a re-created non-durable consumer was
+// sent old messages and every reader that ever closed left one behind.)
+// It holds nothing: no record, and it never held back trimming.
+func (t *Topic) dropNonDurable(s *Subscription) {
+	t.mu.Lock()
+	if t.subs[s.name] != s || s.consumerCount() > 0 {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.subs, s.name)
+	t.mu.Unlock()
+	t.b.metrics.subscriptions.Dec()
+	// Off the caller's goroutine (a connection's reader): stop waits for a
+	// dispatch round.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.stop(ctx)
+	}()
 }
 
 // closeConsumers sends CLOSE_CONSUMER to every consumer (after a seek, or
@@ -275,20 +317,26 @@ func (s *Subscription) updateActive() {
 	}
 }
 
-// ack handles ACK: individual (with batch-index acks when ack_set is
-// present) or cumulative.
+// ack handles ACK: individual or cumulative, with batch-index acks when
+// ack_set is present. A batch acknowledged only in part is recorded on the
+// cursor (SetBatchAck), persisted with it, so after a reconnect or a
+// restart only its unacknowledged messages are redelivered.
 func (s *Subscription) ack(cs *Consumer, m *pb.CommandAck) {
 	if m.GetAckType() == pb.CommandAck_Cumulative {
 		if len(m.MessageId) == 0 {
 			return
 		}
 		id := m.MessageId[0]
-		p := dispatch.Position(s.topic.localPos(positionOf(id)))
+		at := dispatch.Position(s.topic.localPos(positionOf(id)))
 		s.mu.Lock()
-		p, ok := s.core.AckCumulative(p, len(id.AckSet) > 0)
+		p, ok := s.core.AckCumulative(at, id.AckSet)
+		partial := s.core.BatchAckSet(at)
 		s.mu.Unlock()
 		if ok {
 			s.cursor.AckCumulative(mledger.Position(p))
+		}
+		if partial != nil {
+			s.cursor.SetBatchAck(mledger.Position(at), partial)
 		}
 		s.afterAck()
 		return
@@ -299,7 +347,18 @@ func (s *Subscription) ack(cs *Consumer, m *pb.CommandAck) {
 	}
 	s.mu.Lock()
 	full := s.core.Ack(acks)
+	var partial []mledger.BatchAck
+	for _, a := range acks {
+		if len(a.AckSet) > 0 {
+			if set := s.core.BatchAckSet(a.Pos); set != nil {
+				partial = append(partial, mledger.BatchAck{Pos: mledger.Position(a.Pos), Unacked: set})
+			}
+		}
+	}
 	s.mu.Unlock()
+	for _, b := range partial {
+		s.cursor.SetBatchAck(b.Pos, b.Unacked)
+	}
 	if len(full) > 0 {
 		ps := make([]mledger.Position, len(full))
 		for i, p := range full {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-mq/meridian/broker/access"
 	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
@@ -35,6 +36,13 @@ type Topic struct {
 
 	mu        sync.Mutex
 	producers map[*Producer]struct{}
+	// access decides on producers' access modes (produceraccess.go);
+	// waiting holds the queued (WaitForExclusive) ones; producerKeys
+	// numbers producers for it. epochMu orders writes of the topic epoch.
+	access       *access.Core
+	waiting      map[access.ID]*waiter
+	producerKeys uint64
+	epochMu      sync.Mutex
 	// consumers counts the consumers of all subscriptions (changed under
 	// the subscription's lock), for MaxConsumersPerTopic.
 	consumers atomic.Int64
@@ -142,6 +150,8 @@ func newTopic(b *Broker, tn meta.TopicName, ml *mledger.ManagedLedger, pol meta.
 	t := &Topic{
 		b: b, name: tn, ml: ml, pol: pol, store: b.cfg.Store,
 		producers: map[*Producer]struct{}{},
+		access:    access.New(0, false),
+		waiting:   map[access.ID]*waiter{},
 		subs:      map[string]*Subscription{},
 		dedup:     map[string]*dedupState{},
 		applied:   map[string]uint64{},
@@ -158,6 +168,9 @@ func newTopic(b *Broker, tn meta.TopicName, ml *mledger.ManagedLedger, pol meta.
 // (dedupsnap.go), then a replay of every entry after it (their metadata
 // carry producer name and sequence ids).
 func (t *Topic) load(ctx context.Context) error {
+	if err := t.loadEpoch(ctx); err != nil {
+		return fmt.Errorf("topic epoch: %w", err)
+	}
 	from := t.ml.FirstPosition()
 	snap, err := t.readSnapshot(ctx)
 	if err != nil {
@@ -353,59 +366,19 @@ func (t *Topic) dedupEnabled() bool {
 	return t.pol.Deduplication == nil || *t.pol.Deduplication
 }
 
-// addProducer registers p and returns the last sequence id persisted for
-// its name (-1 if none), from which the client continues.
-func (t *Topic) addProducer(p *Producer) (int64, error) {
+// producerLastSeq is the last persisted sequence id of p's name and the
+// topic epoch (nil: none), if p is still one of the topic's producers.
+func (t *Topic) producerLastSeq(p *Producer) (int64, *uint64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
-		return 0, fmt.Errorf("%w: %s is closing", meta.ErrTopicFenced, t.name)
+	if _, ok := t.producers[p]; !ok || t.closed || p.fenced {
+		return 0, nil, false
 	}
-	if t.quotaErr != nil {
-		return 0, t.quotaErr
+	var epoch *uint64
+	if e, ok := t.access.Epoch(); ok {
+		epoch = &e
 	}
-	if !underLimit(len(t.producers), t.b.cfg.MaxProducersPerTopic) {
-		t.b.limitExceeded(limitProducersPerTopic)
-		return 0, fmt.Errorf("%w: %s has reached the limit of %d producers", meta.ErrProducerBusy, t.name, t.b.cfg.MaxProducersPerTopic)
-	}
-	for q := range t.producers {
-		if q.exclusive || p.exclusive {
-			return 0, fmt.Errorf("%w: %s already has producer %s", meta.ErrProducerBusy, t.name, q.name)
-		}
-		if q.name == p.name {
-			return 0, fmt.Errorf("%w: producer named %s already connected to %s", meta.ErrProducerBusy, p.name, t.name)
-		}
-	}
-	t.producers[p] = struct{}{}
-	t.b.metrics.producers.Inc()
-	st := t.dedupFor(p.name)
-	st.connected++
-	return st.lastPersisted, nil
-}
-
-// producerLastSeq is the last persisted sequence id of p's name, if p is
-// still one of the topic's producers.
-func (t *Topic) producerLastSeq(p *Producer) (int64, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.producers[p]; !ok || t.closed {
-		return 0, false
-	}
-	return t.dedupFor(p.name).lastPersisted, true
-}
-
-func (t *Topic) removeProducer(p *Producer) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.producers[p]; ok {
-		delete(t.producers, p)
-		t.b.metrics.producers.Dec()
-		if st := t.dedup[p.name]; st != nil && st.connected > 0 {
-			if st.connected--; st.connected == 0 {
-				st.idleSince = time.Now()
-			}
-		}
-	}
+	return t.dedupFor(p.name).lastPersisted, epoch, true
 }
 
 // publish appends one SEND's entry, deduplicating by producer name and
@@ -413,16 +386,19 @@ func (t *Topic) removeProducer(p *Producer) {
 // persisted message it runs at once with the original position (or -1:-1
 // when that is no longer remembered).
 func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
-	t.publishMetered(producerName, nil, seq, numMsgs, fm, cb)
+	t.publishMetered(nil, producerName, nil, seq, numMsgs, fm, cb)
 }
 
-// publishMetered is publish that also counts the persisted message on in
-// (its producer's meter; nil: none).
-func (t *Topic) publishMetered(producerName string, in *ratemeter.Meter, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
+// publishMetered is publish from producer from (nil: not a client's) that
+// also counts the persisted message on in (its producer's meter; nil:
+// none). A fenced producer's SEND is dropped without an answer (its client
+// is told to reconnect, and fails its pending sends when the reconnect is
+// refused).
+func (t *Topic) publishMetered(from *Producer, producerName string, in *ratemeter.Meter, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
 	msg := fm.Msg()
 	highest := seq + int64(max(numMsgs, 1)) - 1
 	t.mu.Lock()
-	if t.closed {
+	if t.closed || (from != nil && from.fenced) {
 		t.mu.Unlock()
 		cb(mledger.Position{}, errDropSilently)
 		return
@@ -601,6 +577,37 @@ func (t *Topic) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe) 
 	return s.addConsumer(c, m)
 }
 
+// ensureInitialSubscription creates the durable subscription name at the
+// earliest position unless the topic has it (a producer's
+// initial_subscription_name, as Pulsar's: the Go client's dead-letter
+// producer asks for one, so what it writes is kept for a consumer that
+// subscribes later).
+func (t *Topic) ensureInitialSubscription(ctx context.Context, name string) error {
+	if err := meta.ValidSubscription(name); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	closed, s := t.closed, t.subs[name]
+	t.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%w: %s is closing", meta.ErrTopicFenced, t.name)
+	}
+	if s != nil {
+		return nil
+	}
+	cur, err := t.ml.OpenCursor(ctx, name, mledger.Earliest)
+	if err != nil {
+		return fmt.Errorf("%w: initial subscription %s: %v", meta.ErrServiceNotReady, name, err)
+	}
+	t.mu.Lock()
+	if t.subs[name] == nil {
+		t.subs[name] = newSubscription(t, name, 0, cur, true)
+		t.b.metrics.subscriptions.Inc()
+	}
+	t.mu.Unlock()
+	return nil
+}
+
 // startPosition is a non-durable (reader) subscription's first position.
 // MessageIds name entries; the reader filters below its start id itself.
 func (t *Topic) startPosition(m *pb.CommandSubscribe) mledger.Position {
@@ -630,7 +637,11 @@ func (t *Topic) unsubscribe(ctx context.Context, cs *Consumer) error {
 		return fmt.Errorf("%w: subscription %s has %d consumers", meta.ErrConsumerBusy, s.name, n)
 	}
 	s.removeConsumer(cs)
-	return t.deleteSubscription(ctx, s.name)
+	err := t.deleteSubscription(ctx, s.name)
+	if errors.Is(err, meta.ErrNotFound) && !s.durable {
+		return nil // its last consumer's leaving removed it (dropNonDurable)
+	}
+	return err
 }
 
 func (t *Topic) deleteSubscription(ctx context.Context, name string) error {
@@ -708,6 +719,7 @@ func (t *Topic) beginUnload() (notify func(target string), finish func(context.C
 	for _, s := range t.subs {
 		subs = append(subs, s)
 	}
+	t.refuseWaitingLocked()
 	t.mu.Unlock()
 	notify = func(target string) {
 		for _, p := range producers {
@@ -740,11 +752,15 @@ func (t *Topic) beginUnload() (notify func(target string), finish func(context.C
 
 // Producer is one producer on a connection.
 type Producer struct {
-	id            uint64
-	name          string
-	conn          *conn
-	topic         *Topic
-	exclusive     bool
+	id    uint64
+	name  string
+	conn  *conn
+	topic *Topic
+	mode  access.Mode
+	key   access.ID // its name in the topic's access core
+	// fenced: an ExclusiveWithFencing producer took the topic over; its
+	// SENDs are dropped. Under the topic's mu.
+	fenced        bool
 	schemaVersion []byte
 	pending       chan struct{} // bounds SENDs not yet persisted
 	// in meters its messages persisted; since is when it was created.
@@ -758,7 +774,7 @@ func (p *Producer) publish(m *pb.CommandSend, msg entry.Framed) {
 	p.pending <- struct{}{} // back-pressure: blocks the connection's reader when full
 	seq := m.GetSequenceId()
 	n := int(m.GetNumMessages())
-	p.topic.publishMetered(p.name, &p.in, int64(seq), n, msg, func(pos mledger.Position, err error) {
+	p.topic.publishMetered(p, p.name, &p.in, int64(seq), n, msg, func(pos mledger.Position, err error) {
 		<-p.pending
 		if errors.Is(err, errDropSilently) {
 			return

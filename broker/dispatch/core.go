@@ -144,8 +144,8 @@ type Core struct {
 	replay   map[Position]uint32
 	redelivs map[Position]uint32 // times an entry was sent from replay
 	// batchAcks: batch-index acknowledgements of partly acknowledged
-	// entries (bit set = acknowledged), not persisted: a restart redelivers
-	// the whole batch.
+	// entries (bit set = acknowledged); the caller persists them with the
+	// cursor (BatchAckSet) and restores them (RestoreBatchAck).
 	batchAcks map[Position][]uint64
 	drain     map[uint32]*drainRef
 }
@@ -338,15 +338,21 @@ func (c *Core) dropPending(pos Position) {
 	}
 }
 
-// AckCumulative handles a cumulative ack of the message in entry p;
-// inBatch says the ack named a message inside a batch (its ack set was
-// not empty), which acknowledges only the entries before p. Everything
-// acknowledged leaves pending and replay. It returns the position through
-// which the caller acknowledges the cursor, or false when that is before
-// the first entry of p's ledger.
-func (c *Core) AckCumulative(p Position, inBatch bool) (Position, bool) {
-	if inBatch {
-		p = Position{Ledger: p.Ledger, Entry: p.Entry - 1}
+// AckCumulative handles a cumulative ack of the message in entry p.
+// ackSet, when not empty, says the ack named a message inside a batch
+// (the protocol's ack_set: a bit SET for each index still
+// unacknowledged): the entries before p are acknowledged, and p's batch
+// only up to that message (recorded as a batch-index ack of a pending p,
+// as Ack does; BatchAckSet then has what the caller persists) unless that
+// completes it. Everything acknowledged leaves pending and replay. It
+// returns the position through which the caller acknowledges the cursor,
+// or false when that is before the first entry of p's ledger.
+func (c *Core) AckCumulative(p Position, ackSet []int64) (Position, bool) {
+	if len(ackSet) > 0 {
+		pe := c.pending[p]
+		if pe == nil || !c.batchAck(p, ackSet, pe.size) {
+			p = Position{Ledger: p.Ledger, Entry: p.Entry - 1}
+		}
 	}
 	for pos := range c.pending {
 		if !p.Less(pos) {
@@ -360,7 +366,47 @@ func (c *Core) AckCumulative(p Position, inBatch bool) (Position, bool) {
 			delete(c.replay, pos)
 		}
 	}
+	for pos := range c.batchAcks {
+		if !p.Less(pos) {
+			delete(c.batchAcks, pos) // restored (RestoreBatchAck), not pending
+		}
+	}
 	return p, p.Entry >= 0
+}
+
+// BatchAckSet returns what is recorded of entry p's batch: a bit SET for
+// each index still unacknowledged (the protocol's ack_set, the form the
+// cursor persists), or nil when no index of p is acknowledged (or all
+// are: then p itself is).
+func (c *Core) BatchAckSet(p Position) []int64 {
+	acked := c.batchAcks[p]
+	if acked == nil {
+		return nil
+	}
+	set := make([]int64, len(acked))
+	for i := range acked {
+		set[i] = int64(^acked[i])
+	}
+	if pe := c.pending[p]; pe != nil && pe.size%64 != 0 && len(set) > 0 {
+		set[len(set)-1] &= int64(uint64(1)<<uint(pe.size%64) - 1) // bits past the batch's end
+	}
+	return set
+}
+
+// RestoreBatchAck seeds the batch-index acks of entry p from its persisted
+// form (unacked: a bit SET for each index still unacknowledged, as
+// BatchAckSet returns), after a restart or reload: when p is dispatched
+// again its Delivery carries them, and further batch-index acks add to
+// them.
+func (c *Core) RestoreBatchAck(p Position, unacked []int64) {
+	if len(unacked) == 0 {
+		return
+	}
+	acked := make([]uint64, len(unacked))
+	for i, w := range unacked {
+		acked[i] = ^uint64(w)
+	}
+	c.batchAcks[p] = acked
 }
 
 // Ack handles individual acks, in order. An entry is acknowledged when
@@ -392,8 +438,10 @@ func (c *Core) Ack(acks []Ack) []Position {
 // now acknowledged.
 func (c *Core) batchAck(p Position, ackSet []int64, size int) bool {
 	acked := c.batchAcks[p]
-	if acked == nil {
-		acked = make([]uint64, (size+63)/64)
+	if words := (size + 63) / 64; len(acked) < words {
+		// New, or restored from a shorter form: the indexes it did not
+		// cover are unacknowledged.
+		acked = append(acked, make([]uint64, words-len(acked))...)
 		c.batchAcks[p] = acked
 	}
 	all := true

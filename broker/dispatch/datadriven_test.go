@@ -25,9 +25,12 @@ import (
 //	publish [keys=a,b,...]   appends entries, one per key; or input lines
 //	                      "[key=K] [n=N] [bad]" (n: messages in a batch;
 //	                      bad: undecodable); positions 1:0, 1:1, ...
-//	ack [cumulative=L:E] [in-batch]
+//	ack [cumulative=L:E] [in-batch] [batch=(i,j)]
 //	                      individual acks as input lines "L:E [batch=i,j]"
-//	                      (batch: the batch indexes acknowledged now)
+//	                      (batch: the batch indexes acknowledged now); a
+//	                      cumulative ack in-batch names a message of L:E
+//	                      (nothing of it acknowledged), with batch those
+//	                      indexes of it acknowledged
 //	redeliver id=N [pos=(L:E,...)]   negative acks (all held if no pos)
 //	trim through=L:E      the log drops entries at or before L:E
 //	fail-reads [replay=N] [cursor=N]   the next N reads fail
@@ -198,7 +201,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 
 	case "ack":
 		if a, ok := d.Arg("cumulative"); ok {
-			p, ok := h.core.AckCumulative(parsePos(t, d, a.SingleVal(t)), d.HasArg("in-batch"))
+			p := parsePos(t, d, a.SingleVal(t))
+			var set []int64
+			if d.HasArg("in-batch") {
+				set = []int64{-1} // a message inside the batch, none of it acknowledged
+			}
+			if b, ok := d.Arg("batch"); ok {
+				set = h.ackSet(t, d, p, strings.Join(b.Vals, ","))
+			}
+			p, ok := h.core.AckCumulative(p, set)
 			if ok {
 				h.ackCumulative(p)
 				h.printf("cursor acked through %s", p)

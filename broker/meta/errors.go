@@ -20,6 +20,12 @@ var (
 	// new Go producer fails with it; a reconnecting one retries with
 	// back-off.
 	ErrProducerBusy = errors.New("producer busy")
+	// ErrProducerFenced → ProducerFenced: an exclusive producer holds the
+	// topic, or one took it over (ExclusiveWithFencing) and the topic
+	// epoch moved past the producer's. The Go client fails a new producer
+	// and closes a reconnecting one for good. Never a standby region's
+	// answer (it redirects).
+	ErrProducerFenced = errors.New("producer fenced")
 	// ErrConsumerBusy → ConsumerBusy: an exclusive subscription has a
 	// consumer, or MaxConsumersPerTopic/-Subscription is reached (as
 	// Pulsar); a new Go consumer fails, a reconnecting one retries.

@@ -341,3 +341,51 @@ func TestCursorRecordCapAndEncoding(t *testing.T) {
 		t.Fatalf("info round trip: %+v (%v), want %+v", gotInfo, err, info)
 	}
 }
+
+// Partly acknowledged batches (Pulsar's batchDeletedIndexes): kept for
+// stored, unacknowledged entries; forgotten once the entry is
+// acknowledged (individually, cumulatively, or by a reset); persisted in
+// the cursor record in position order and validated when read back.
+func TestCursorBatchAcks(t *testing.T) {
+	v, lc := testView()
+	c := &cursorCore{markDelete: Position{10, 0}}
+	if !c.setBatch(v, lc, Position{12, 1}, []int64{0b1100}) || !c.setBatch(v, lc, Position{10, 2}, []int64{0b10}) {
+		t.Fatal("a partial batch of a stored entry not recorded")
+	}
+	if c.setBatch(v, lc, Position{10, 0}, []int64{1}) || c.setBatch(v, lc, Position{11, 0}, []int64{1}) || c.setBatch(v, lc, Position{14, 5}, []int64{1}) {
+		t.Fatal("a batch state for an acknowledged or unstored entry was recorded")
+	}
+	if c.setBatch(v, lc, Position{12, 1}, []int64{0b1100}) {
+		t.Fatal("the same state twice is a change")
+	}
+	got := c.batches(10)
+	if len(got) != 2 || got[0].Pos != (Position{10, 2}) || got[1].Pos != (Position{12, 1}) {
+		t.Fatalf("batches %+v, want 10:2 then 12:1", got)
+	}
+	rec := cursorRecord{markDelete: c.markDelete, batches: got}
+	b, err := encodeCursor(rec, time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := decodeCursor("k", b)
+	if err != nil || fmt.Sprint(back.batches) != fmt.Sprint(got) {
+		t.Fatalf("round trip: %+v (%v), want %+v", back.batches, err, got)
+	}
+	bad, _ := encodeCursor(cursorRecord{markDelete: Position{12, 1}, batches: got}, time.Unix(1, 0))
+	if _, err := decodeCursor("k", bad); err == nil {
+		t.Fatal("a record with a batch state at or before mark-delete was accepted")
+	}
+	c.ack(v, lc, Position{12, 1})
+	if _, ok := c.batch[Position{12, 1}]; ok {
+		t.Fatal("an acknowledged entry kept its batch state")
+	}
+	c.ackCumulative(v, lc, Position{10, 2})
+	if len(c.batch) != 0 {
+		t.Fatalf("a cumulative ack left %v", c.batch)
+	}
+	c.setBatch(v, lc, Position{14, 0}, []int64{1})
+	c.resetTo(v, lc, Earliest)
+	if len(c.batch) != 0 {
+		t.Fatal("a reset kept batch state")
+	}
+}

@@ -198,6 +198,31 @@ func (c *Cursor) changedLocked(changed bool) {
 	}
 }
 
+// SetBatchAck records which messages of the batch in entry p are still
+// unacknowledged (unacked: a bit SET for each such batch index, as the
+// protocol's ack_set; empty forgets them), persisted with the cursor, so
+// a consumer after a restart is sent only those (Pulsar's
+// batchDeletedIndexes). The entry itself stays unacknowledged; an
+// acknowledged or unstored entry is ignored, and acknowledging the entry
+// forgets its batch state.
+func (c *Cursor) SetBatchAck(p Position, unacked []int64) {
+	v, lc := c.ml.snapshot()
+	c.mu.Lock()
+	changed := c.core.setBatch(v, lc, p, unacked)
+	c.changedLocked(changed)
+	c.mu.Unlock()
+	if changed {
+		c.ml.scheduleFlush(c)
+	}
+}
+
+// BatchAcks returns the partly acknowledged batches, in position order.
+func (c *Cursor) BatchAcks() []BatchAck {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.batches(len(c.core.batch))
+}
+
 // IsAcked reports whether the entry at p is acknowledged.
 func (c *Cursor) IsAcked(p Position) bool {
 	c.mu.Lock()
@@ -300,6 +325,7 @@ func (c *Cursor) recordLocked(limit int) cursorRecord {
 		r.acked = r.acked[:limit]
 	}
 	r.acked = append([]Range(nil), r.acked...)
+	r.batches = c.core.batches(limit)
 	return r
 }
 
@@ -490,7 +516,14 @@ func (ml *ManagedLedger) addStoredCursor(name string, kv cluster.KV, v *view) (*
 	c := &Cursor{ml: ml, name: name, durable: true, props: rec.props, rev: kv.ModRevision, persisted: rec.markDelete}
 	c.core.markDelete = rec.markDelete
 	c.core.acked = rec.acked
+	for _, b := range rec.batches {
+		if c.core.batch == nil {
+			c.core.batch = map[Position][]int64{}
+		}
+		c.core.batch[b.Pos] = b.Unacked
+	}
 	c.core.advance(v)
+	c.core.dropBatchAcked()
 	c.core.rewind(v)
 	ml.cursors[name] = c
 	return c, nil

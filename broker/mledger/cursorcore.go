@@ -1,6 +1,16 @@
 package mledger
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
+
+// BatchAck is a partly acknowledged batch: its entry and a bit SET for
+// each batch index still unacknowledged (the protocol's ack_set words).
+type BatchAck struct {
+	Pos     Position
+	Unacked []int64
+}
 
 // cursorCore is a cursor's state and the pure rules that move it. It does
 // no I/O and takes no locks: the Cursor shell holds its mutex around every
@@ -12,11 +22,73 @@ import "sort"
 //     disjoint, and the first range does not start at next(markDelete)
 //     (advance folds it into markDelete);
 //   - an entry is acknowledged iff it is at or before markDelete or inside
-//     a range of acked.
+//     a range of acked;
+//   - every entry in batch (a batch only some of whose messages are
+//     acknowledged) is after markDelete and not acknowledged.
 type cursorCore struct {
 	markDelete Position
 	readPos    Position
 	acked      []Range
+	// batch: partly acknowledged batches → a bit SET for each batch index
+	// still unacknowledged (the protocol's ack_set), as the subscription
+	// last reported it (setBatch).
+	batch map[Position][]int64
+}
+
+// setBatch records the batch indexes of the stored entry p still
+// unacknowledged (unacked, the protocol's ack_set; empty: forget them).
+// It reports whether anything changed; an entry acknowledged, or not
+// stored, is ignored.
+func (c *cursorCore) setBatch(v *view, lc, p Position, unacked []int64) bool {
+	if len(unacked) == 0 {
+		if _, ok := c.batch[p]; !ok {
+			return false
+		}
+		delete(c.batch, p)
+		return true
+	}
+	if c.isAcked(p) || !v.stored(p, lc) {
+		return false
+	}
+	if old, ok := c.batch[p]; ok && slices.Equal(old, unacked) {
+		return false
+	}
+	if c.batch == nil {
+		c.batch = map[Position][]int64{}
+	}
+	c.batch[p] = slices.Clone(unacked)
+	return true
+}
+
+// dropBatchAcked forgets the batch state of acknowledged entries.
+func (c *cursorCore) dropBatchAcked() {
+	for p := range c.batch {
+		if c.isAcked(p) {
+			delete(c.batch, p)
+		}
+	}
+}
+
+// batches returns the partly acknowledged batches in position order, at
+// most limit.
+func (c *cursorCore) batches(limit int) []BatchAck {
+	out := make([]BatchAck, 0, len(c.batch))
+	for p, u := range c.batch {
+		out = append(out, BatchAck{Pos: p, Unacked: slices.Clone(u)})
+	}
+	slices.SortFunc(out, func(a, b BatchAck) int {
+		switch {
+		case a.Pos.Less(b.Pos):
+			return -1
+		case b.Pos.Less(a.Pos):
+			return 1
+		}
+		return 0
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
 }
 
 // isAcked reports whether p is acknowledged.
@@ -61,6 +133,7 @@ func (c *cursorCore) ack(v *view, lc, p Position) bool {
 		copy(c.acked[i+1:], c.acked[i:])
 		c.acked[i] = Range{p, p}
 	}
+	delete(c.batch, p)
 	c.advance(v)
 	return true
 }
@@ -81,6 +154,7 @@ func (c *cursorCore) ackCumulative(v *view, lc, p Position) bool {
 		c.acked[0].From = v.next(p) // straddles p
 	}
 	c.advance(v)
+	c.dropBatchAcked()
 	return true
 }
 
@@ -151,6 +225,7 @@ func (c *cursorCore) resetTo(v *view, lc, p Position) {
 	c.markDelete = prev(p)
 	c.readPos = p
 	c.acked = nil
+	c.batch = nil
 }
 
 // ackedRanges returns a copy of the individually acknowledged ranges.

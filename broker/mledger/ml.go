@@ -145,6 +145,10 @@ type ManagedLedger struct {
 	snapMu    sync.Mutex
 	snapshots map[string]*Snapshot // opened by OpenSnapshot (snapshot.go)
 
+	// props: the LedgerProperties record (properties.go); props.mu is
+	// taken before metaMu.
+	props ledgerProps
+
 	flushMu      sync.Mutex
 	flushTimer   *time.Timer
 	flushPending bool

@@ -139,6 +139,7 @@ func decodeInfo(key string, b []byte) (infoRecord, error) {
 type cursorRecord struct {
 	markDelete Position
 	acked      []Range
+	batches    []BatchAck // ascending
 	props      map[string]int64
 	dropped    int64
 }
@@ -154,6 +155,9 @@ func encodeCursor(r cursorRecord, now time.Time) ([]byte, error) {
 	for _, a := range r.acked {
 		m.Acked = append(m.Acked, &mlpb.AckRange{From: posToProto(a.From), To: posToProto(a.To)})
 	}
+	for _, b := range r.batches {
+		m.BatchAcks = append(m.BatchAcks, &mlpb.BatchAck{Position: posToProto(b.Pos), Unacked: b.Unacked})
+	}
 	return proto.Marshal(m)
 }
 
@@ -168,6 +172,9 @@ func decodeCursor(key string, b []byte) (cursorRecord, error) {
 	r := cursorRecord{markDelete: posFromProto(m.MarkDelete), props: m.Properties, dropped: m.DroppedRanges}
 	for _, a := range m.Acked {
 		r.acked = append(r.acked, Range{posFromProto(a.From), posFromProto(a.To)})
+	}
+	for _, b := range m.BatchAcks {
+		r.batches = append(r.batches, BatchAck{Pos: posFromProto(b.Position), Unacked: b.Unacked})
 	}
 	return r, validateCursor(key, r)
 }

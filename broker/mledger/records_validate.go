@@ -20,6 +20,16 @@ func validateCursor(key string, r cursorRecord) error {
 		}
 		prev = a.To
 	}
+	prev = r.markDelete
+	for i, b := range r.batches {
+		if !prev.Less(b.Pos) {
+			return fmt.Errorf("mledger: record %s: batch ack %d (%s) is not after %s", key, i, b.Pos, prev)
+		}
+		if len(b.Unacked) == 0 {
+			return fmt.Errorf("mledger: record %s: batch ack %d (%s) has no unacknowledged index", key, i, b.Pos)
+		}
+		prev = b.Pos
+	}
 	if r.dropped < 0 {
 		return fmt.Errorf("mledger: record %s: negative dropped-range count %d", key, r.dropped)
 	}

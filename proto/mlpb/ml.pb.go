@@ -364,7 +364,11 @@ type CursorInfo struct {
 	// How many acked ranges beyond the cap were left out of this record.
 	DroppedRanges int64 `protobuf:"varint,5,opt,name=dropped_ranges,json=droppedRanges,proto3" json:"dropped_ranges,omitempty"`
 	// When the record was written, Unix ms (informational).
-	UpdatedMs     int64 `protobuf:"varint,6,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	UpdatedMs int64 `protobuf:"varint,6,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	// Entries above mark_delete holding a batch only some of whose messages
+	// are acknowledged (Pulsar's batchDeletedIndexes), ascending; an entry
+	// here is not in acked.
+	BatchAcks     []*BatchAck `protobuf:"bytes,7,rep,name=batch_acks,json=batchAcks,proto3" json:"batch_acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +445,124 @@ func (x *CursorInfo) GetUpdatedMs() int64 {
 	return 0
 }
 
+func (x *CursorInfo) GetBatchAcks() []*BatchAck {
+	if x != nil {
+		return x.BatchAcks
+	}
+	return nil
+}
+
+// A partly acknowledged batch: its entry and, as the protocol's ack_set
+// (Java BitSet words), a bit SET for each batch index still
+// unacknowledged.
+type BatchAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Position      *Position              `protobuf:"bytes,1,opt,name=position,proto3" json:"position,omitempty"`
+	Unacked       []int64                `protobuf:"varint,2,rep,packed,name=unacked,proto3" json:"unacked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchAck) Reset() {
+	*x = BatchAck{}
+	mi := &file_mlpb_ml_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchAck) ProtoMessage() {}
+
+func (x *BatchAck) ProtoReflect() protoreflect.Message {
+	mi := &file_mlpb_ml_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchAck.ProtoReflect.Descriptor instead.
+func (*BatchAck) Descriptor() ([]byte, []int) {
+	return file_mlpb_ml_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BatchAck) GetPosition() *Position {
+	if x != nil {
+		return x.Position
+	}
+	return nil
+}
+
+func (x *BatchAck) GetUnacked() []int64 {
+	if x != nil {
+		return x.Unacked
+	}
+	return nil
+}
+
+// Small named values a managed ledger's owner keeps with it (Pulsar's
+// managed-ledger properties: the topic epoch of exclusive producers), in a
+// record of their own beside the ManagedLedgerInfo, written only by the
+// owner (compare-and-swap, fenced by the ledger list's revision).
+type LedgerProperties struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FormatVersion uint32                 `protobuf:"varint,1,opt,name=format_version,json=formatVersion,proto3" json:"format_version,omitempty"`
+	Values        map[string]int64       `protobuf:"bytes,2,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LedgerProperties) Reset() {
+	*x = LedgerProperties{}
+	mi := &file_mlpb_ml_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerProperties) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerProperties) ProtoMessage() {}
+
+func (x *LedgerProperties) ProtoReflect() protoreflect.Message {
+	mi := &file_mlpb_ml_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerProperties.ProtoReflect.Descriptor instead.
+func (*LedgerProperties) Descriptor() ([]byte, []int) {
+	return file_mlpb_ml_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LedgerProperties) GetFormatVersion() uint32 {
+	if x != nil {
+		return x.FormatVersion
+	}
+	return 0
+}
+
+func (x *LedgerProperties) GetValues() map[string]int64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 // A snapshot kept for a managed ledger (broker/mledger, snapshot.go): a
 // blob of any size, written as the entries of a ledger of its own (or,
 // when small, inline in this record), that this record points to. Changed
@@ -474,7 +596,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_mlpb_ml_proto_msgTypes[5]
+	mi := &file_mlpb_ml_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +608,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_mlpb_ml_proto_msgTypes[5]
+	mi := &file_mlpb_ml_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +621,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_mlpb_ml_proto_rawDescGZIP(), []int{5}
+	return file_mlpb_ml_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SnapshotRecord) GetFormatVersion() uint32 {
@@ -591,7 +713,7 @@ const file_mlpb_ml_proto_rawDesc = "" +
 	"\bentry_id\x18\x02 \x01(\x03R\aentryId\"b\n" +
 	"\bAckRange\x12,\n" +
 	"\x04from\x18\x01 \x01(\v2\x18.meridian.ml.v1.PositionR\x04from\x12(\n" +
-	"\x02to\x18\x02 \x01(\v2\x18.meridian.ml.v1.PositionR\x02to\"\xef\x02\n" +
+	"\x02to\x18\x02 \x01(\v2\x18.meridian.ml.v1.PositionR\x02to\"\xa8\x03\n" +
 	"\n" +
 	"CursorInfo\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x129\n" +
@@ -603,8 +725,19 @@ const file_mlpb_ml_proto_rawDesc = "" +
 	"properties\x12%\n" +
 	"\x0edropped_ranges\x18\x05 \x01(\x03R\rdroppedRanges\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x06 \x01(\x03R\tupdatedMs\x1a=\n" +
+	"updated_ms\x18\x06 \x01(\x03R\tupdatedMs\x127\n" +
+	"\n" +
+	"batch_acks\x18\a \x03(\v2\x18.meridian.ml.v1.BatchAckR\tbatchAcks\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"Z\n" +
+	"\bBatchAck\x124\n" +
+	"\bposition\x18\x01 \x01(\v2\x18.meridian.ml.v1.PositionR\bposition\x12\x18\n" +
+	"\aunacked\x18\x02 \x03(\x03R\aunacked\"\xba\x01\n" +
+	"\x10LedgerProperties\x12%\n" +
+	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12D\n" +
+	"\x06values\x18\x02 \x03(\v2,.meridian.ml.v1.LedgerProperties.ValuesEntryR\x06values\x1a9\n" +
+	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x90\x02\n" +
 	"\x0eSnapshotRecord\x12%\n" +
@@ -637,7 +770,7 @@ func file_mlpb_ml_proto_rawDescGZIP() []byte {
 }
 
 var file_mlpb_ml_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mlpb_ml_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_mlpb_ml_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_mlpb_ml_proto_goTypes = []any{
 	(ManagedLedgerState)(0),   // 0: meridian.ml.v1.ManagedLedgerState
 	(*LedgerInfo)(nil),        // 1: meridian.ml.v1.LedgerInfo
@@ -645,22 +778,28 @@ var file_mlpb_ml_proto_goTypes = []any{
 	(*Position)(nil),          // 3: meridian.ml.v1.Position
 	(*AckRange)(nil),          // 4: meridian.ml.v1.AckRange
 	(*CursorInfo)(nil),        // 5: meridian.ml.v1.CursorInfo
-	(*SnapshotRecord)(nil),    // 6: meridian.ml.v1.SnapshotRecord
-	nil,                       // 7: meridian.ml.v1.CursorInfo.PropertiesEntry
+	(*BatchAck)(nil),          // 6: meridian.ml.v1.BatchAck
+	(*LedgerProperties)(nil),  // 7: meridian.ml.v1.LedgerProperties
+	(*SnapshotRecord)(nil),    // 8: meridian.ml.v1.SnapshotRecord
+	nil,                       // 9: meridian.ml.v1.CursorInfo.PropertiesEntry
+	nil,                       // 10: meridian.ml.v1.LedgerProperties.ValuesEntry
 }
 var file_mlpb_ml_proto_depIdxs = []int32{
-	0, // 0: meridian.ml.v1.ManagedLedgerInfo.state:type_name -> meridian.ml.v1.ManagedLedgerState
-	1, // 1: meridian.ml.v1.ManagedLedgerInfo.ledgers:type_name -> meridian.ml.v1.LedgerInfo
-	3, // 2: meridian.ml.v1.AckRange.from:type_name -> meridian.ml.v1.Position
-	3, // 3: meridian.ml.v1.AckRange.to:type_name -> meridian.ml.v1.Position
-	3, // 4: meridian.ml.v1.CursorInfo.mark_delete:type_name -> meridian.ml.v1.Position
-	4, // 5: meridian.ml.v1.CursorInfo.acked:type_name -> meridian.ml.v1.AckRange
-	7, // 6: meridian.ml.v1.CursorInfo.properties:type_name -> meridian.ml.v1.CursorInfo.PropertiesEntry
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	0,  // 0: meridian.ml.v1.ManagedLedgerInfo.state:type_name -> meridian.ml.v1.ManagedLedgerState
+	1,  // 1: meridian.ml.v1.ManagedLedgerInfo.ledgers:type_name -> meridian.ml.v1.LedgerInfo
+	3,  // 2: meridian.ml.v1.AckRange.from:type_name -> meridian.ml.v1.Position
+	3,  // 3: meridian.ml.v1.AckRange.to:type_name -> meridian.ml.v1.Position
+	3,  // 4: meridian.ml.v1.CursorInfo.mark_delete:type_name -> meridian.ml.v1.Position
+	4,  // 5: meridian.ml.v1.CursorInfo.acked:type_name -> meridian.ml.v1.AckRange
+	9,  // 6: meridian.ml.v1.CursorInfo.properties:type_name -> meridian.ml.v1.CursorInfo.PropertiesEntry
+	6,  // 7: meridian.ml.v1.CursorInfo.batch_acks:type_name -> meridian.ml.v1.BatchAck
+	3,  // 8: meridian.ml.v1.BatchAck.position:type_name -> meridian.ml.v1.Position
+	10, // 9: meridian.ml.v1.LedgerProperties.values:type_name -> meridian.ml.v1.LedgerProperties.ValuesEntry
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_mlpb_ml_proto_init() }
@@ -674,7 +813,7 @@ func file_mlpb_ml_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mlpb_ml_proto_rawDesc), len(file_mlpb_ml_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

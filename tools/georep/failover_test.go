@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -62,6 +63,28 @@ func TestManualFailoverSteersClients(t *testing.T) {
 	for _, p := range warm {
 		p.Close()
 	}
+
+	// Producer access modes are decided by the active region only (issue
+	// 35): an Exclusive producer through the standby region is steered to
+	// east and granted there, not in west; a second one, through either
+	// region, is fenced by east (ProducerFenced).
+	west := d.client("west")
+	ex, err := west.CreateProducer(pulsar.ProducerOptions{Topic: topic, ProducerAccessMode: pulsar.ProducerAccessModeExclusive})
+	if err != nil {
+		t.Fatalf("an exclusive producer through the standby region: %v", err)
+	}
+	if e, w := d.publishers("east", path), d.publishers("west", path); e != 1 || w != 0 {
+		t.Fatalf("the exclusive producer: east serves %d producers, west %d; want 1 and 0", e, w)
+	}
+	for _, c := range []pulsar.Client{west, d.client("east")} {
+		if p2, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, ProducerAccessMode: pulsar.ProducerAccessModeExclusive}); err == nil {
+			p2.Close()
+			t.Fatal("a second exclusive producer was granted")
+		} else if !strings.Contains(err.Error(), "ProducerFenced") {
+			t.Fatalf("a second exclusive producer: %v, want ProducerFenced", err)
+		}
+	}
+	ex.Close()
 
 	client := d.client("")
 	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: 30 * time.Second})
