@@ -26,6 +26,7 @@ RACE_PKGS += ./broker/failoverctl/
 RACE_PKGS += ./broker/replication/
 RACE_PKGS += ./broker/stretched/
 RACE_PKGS += ./broker/dispatch/
+RACE_PKGS += ./broker/access/
 RACE_PKGS += ./replicator/...
 RACE_PKGS += ./failover/
 RACE_PKGS += ./drill/...
