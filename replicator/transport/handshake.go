@@ -83,9 +83,9 @@ func (d *Dialer) Open(ctx context.Context, addr string, h Hello) (*Stream, error
 // Addr is the address of the broker the stream reached (the owner).
 func (s *Stream) Addr() string { return s.addr }
 
-// SendBatch sends b.
+// SendBatch sends b, stamped with the time it is handed to the stream.
 func (s *Stream) SendBatch(b replicator.Batch) error {
-	return s.cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Batch{Batch: BatchToProto(b)}})
+	return s.cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Batch{Batch: BatchToProto(b, time.Now().UnixNano())}})
 }
 
 // SendSubscription sends a subscription's position.
