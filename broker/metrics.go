@@ -116,7 +116,7 @@ func newMetrics(cluster string, b *Broker) *metrics {
 	m.replAlerts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "replication_alerts_total",
 		Help: "Replication alerts (over-quota, needs-resync, ...), by kind.", ConstLabels: l}, []string{"kind"})
 	m.replStages = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "meridian", Subsystem: "replication", Name: "stage_seconds",
-		Help:        "Seconds replicated entries spend in each stage of their way, by stage: east_read (origin: quorum-confirmed add → the sender read it), east_send (read → sent), wire_apply (sent → handed to the target's managed ledger; two brokers' clocks), west_persist (handed → quorum-confirmed at the target), west_dispatch (confirmed → first sent to a consumer).",
+		Help:        "Seconds replicated entries spend in each stage of their way, by stage: east_persist (origin: handed to its managed ledger → quorum-confirmed; the same work as west_persist, before both lags), east_read (quorum-confirmed → the sender read it), east_send (read → sent), wire_apply (sent → handed to the target's managed ledger; two brokers' clocks), west_persist (handed → quorum-confirmed at the target), west_dispatch (confirmed → first sent to a consumer).",
 		ConstLabels: l, Buckets: replication.LagBuckets}, []string{"stage"})
 	m.replStoreToStore = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "meridian", Subsystem: "replication", Name: "store_to_store_seconds",
 		Help:        "Seconds from a replicated entry's quorum-confirmed add in its origin region to its quorum-confirmed add here, by origin region (two brokers' clocks: exact on one machine).",

@@ -518,7 +518,7 @@ func (t *Topic) publishMetered(producerName string, in *ratemeter.Meter, seq int
 		}
 		if err == nil {
 			now := time.Now()
-			t.repl.Persisted(pos, now) // before the senders wake for it
+			t.repl.Persisted(pos, start, now) // before the senders wake for it
 			t.in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))
 			if in != nil {
 				in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))

@@ -77,9 +77,12 @@ type Entry struct {
 
 // Stamps are the times an entry passed the stages of its replication
 // (Unix ns; 0 unknown). Persisted and Sent are the origin broker's clock
-// and travel on the wire; Read stays at the origin. A target compares
+// and travel on the wire; Appended and Read stay at the origin. A target compares
 // them with its own clock only as an estimate (exact on one machine).
 type Stamps struct {
+	// Appended: the origin broker handed the entry to its managed ledger
+	// (stays at the origin).
+	Appended int64
 	// Persisted: the origin's bookies confirmed the entry's add (its
 	// quorum persisted it).
 	Persisted int64

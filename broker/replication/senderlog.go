@@ -106,7 +106,8 @@ func (l *topicLog) Read(ctx context.Context, req replicator.ReadRequest, cursorS
 		case d.Origin.Region == "":
 			re.Origin, re.OriginSeq, re.PublishMs, re.Data = local, d.Origin.Seq, d.PublishMs, d.Msg
 			re.OriginID = replicator.MessageID{Ledger: e.Pos.Ledger, Entry: e.Pos.Entry, Batch: -1}
-			re.Stamps = replicator.Stamps{Persisted: l.t.stamps.get(e.Pos), Read: readNs}
+			appended, persisted := l.t.stamps.get(e.Pos)
+			re.Stamps = replicator.Stamps{Appended: appended, Persisted: persisted, Read: readNs}
 		default:
 			re.Origin, re.OriginSeq, re.PublishMs = d.Origin.Region, d.Origin.Seq, d.PublishMs
 			re.OriginID = replicator.MessageID{Ledger: d.Origin.ID.Ledger, Entry: d.Origin.ID.Entry, Batch: -1}

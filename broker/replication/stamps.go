@@ -15,6 +15,9 @@ import (
 // take anyway on the hot path — one clock read per entry per stage, one
 // histogram observation — and the stages are observed where they end:
 //
+//	east_persist   origin: handed to its managed ledger → its bookies
+//	               confirmed the add (before both lags: the same work as
+//	               west_persist, for comparison)
 //	east_read      origin: quorum-confirmed add → the sender read it
 //	east_send      origin: read → its batch handed to the stream
 //	wire_apply     the stream, the target's apply → handed to its managed
@@ -30,6 +33,7 @@ import (
 
 // Stage names, the stage label of the stage histogram.
 const (
+	StageEastPersist  = "east_persist"
 	StageEastRead     = "east_read"
 	StageEastSend     = "east_send"
 	StageWireApply    = "wire_apply"
@@ -38,7 +42,7 @@ const (
 )
 
 // Stages lists the stages in the order an entry passes them.
-var Stages = []string{StageEastRead, StageEastSend, StageWireApply, StageWestPersist, StageWestDispatch}
+var Stages = []string{StageEastPersist, StageEastRead, StageEastSend, StageWireApply, StageWestPersist, StageWestDispatch}
 
 // LagBuckets are the buckets of the stage and store-to-store histograms:
 // 20 µs to 20 s, each 1.26× the last, so a percentile read from them is
@@ -59,27 +63,28 @@ type persistTimes struct {
 }
 
 type stamp struct {
-	pos mledger.Position
-	ns  int64
+	pos                 mledger.Position
+	appended, persisted int64 // Unix ns; appended 0 for a replicated entry
 }
 
-func (p *persistTimes) put(pos mledger.Position, ns int64) {
+func (p *persistTimes) put(pos mledger.Position, appended, persisted int64) {
 	i := uint64(pos.Entry) % stampRing
 	p.mu.Lock()
-	p.ring[i] = stamp{pos, ns}
+	p.ring[i] = stamp{pos, appended, persisted}
 	p.mu.Unlock()
 }
 
-// get returns when the entry at pos was persisted (0: not remembered).
-func (p *persistTimes) get(pos mledger.Position) int64 {
+// get returns when the entry at pos was handed to the managed ledger and
+// persisted (0, 0: not remembered).
+func (p *persistTimes) get(pos mledger.Position) (appended, persisted int64) {
 	i := uint64(pos.Entry) % stampRing
 	p.mu.Lock()
 	s := p.ring[i]
 	p.mu.Unlock()
 	if s.pos != pos {
-		return 0
+		return 0, 0
 	}
-	return s.ns
+	return s.appended, s.persisted
 }
 
 // observeSince observes now − since in seconds on o, when since is known
@@ -104,9 +109,10 @@ func stageObservers(h *prometheus.HistogramVec) map[string]prometheus.Observer {
 }
 
 // Persisted is told, in the append callback of a local entry (one a
-// producer published here), that the entry at pos was persisted at now.
-func (t *Topic) Persisted(pos mledger.Position, now time.Time) {
-	t.stamps.put(pos, now.UnixNano())
+// producer published here), that the entry at pos, handed to the managed
+// ledger at appended, was persisted at now.
+func (t *Topic) Persisted(pos mledger.Position, appended, now time.Time) {
+	t.stamps.put(pos, appended.UnixNano(), now.UnixNano())
 }
 
 // ReplicatedPersisted is told, in the append callback of the replicated
@@ -115,7 +121,7 @@ func (t *Topic) Persisted(pos mledger.Position, now time.Time) {
 // stages and the store-to-store lag.
 func (t *Topic) ReplicatedPersisted(e *replicator.Entry, pos mledger.Position, handed, now time.Time) {
 	ns := now.UnixNano()
-	t.stamps.put(pos, ns)
+	t.stamps.put(pos, 0, ns)
 	svc := t.svc
 	observeSince(svc.stageObs[StageWireApply], e.Stamps.Sent, handed.UnixNano())
 	observeSince(svc.stageObs[StageWestPersist], handed.UnixNano(), ns)
@@ -127,20 +133,24 @@ func (t *Topic) ReplicatedPersisted(e *replicator.Entry, pos mledger.Position, h
 // Dispatched is told that the replicated entry at pos was sent to a
 // consumer for the first time, at now.
 func (t *Topic) Dispatched(pos mledger.Position, now time.Time) {
-	observeSince(t.svc.stageObs[StageWestDispatch], t.stamps.get(pos), now.UnixNano())
+	_, persisted := t.stamps.get(pos)
+	observeSince(t.svc.stageObs[StageWestDispatch], persisted, now.UnixNano())
 }
 
 // observeSent observes the origin's stages of the entries of batch b,
 // handed to the stream at now (a resend counts again: its read → send
 // includes the wait for it).
 func (svc *Service) observeSent(b replicator.Batch, now time.Time) {
-	read, send := svc.stageObs[StageEastRead], svc.stageObs[StageEastSend]
+	persist, read, send := svc.stageObs[StageEastPersist], svc.stageObs[StageEastRead], svc.stageObs[StageEastSend]
 	if read == nil {
 		return
 	}
 	ns := now.UnixNano()
 	for i := range b.Entries {
 		s := &b.Entries[i].Stamps
+		if s.Persisted != 0 {
+			observeSince(persist, s.Appended, s.Persisted)
+		}
 		observeSince(read, s.Persisted, s.Read)
 		observeSince(send, s.Read, ns)
 	}

@@ -55,15 +55,17 @@ func TestStagesAndStoreToStoreFromTheEntrysStamps(t *testing.T) {
 	top, stages, s2s := stampEnv(t)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
-	// The origin's side: persisted at 0, read at 1 ms, sent at 3 ms.
-	e := replicator.Entry{Origin: "east", OriginSeq: 1, Stamps: replicator.Stamps{Persisted: at(0).UnixNano(), Read: at(1).UnixNano()}}
+	// The origin's side: handed to its log 2 ms before its persistence
+	// at 0, read at 1 ms, sent at 3 ms.
+	e := replicator.Entry{Origin: "east", OriginSeq: 1, Stamps: replicator.Stamps{Appended: at(-2).UnixNano(), Persisted: at(0).UnixNano(), Read: at(1).UnixNano()}}
 	top.svc.observeSent(replicator.Batch{Entries: []replicator.Entry{e}}, at(3))
+	wantObserved(t, stages, StageEastPersist, 1, 2*time.Millisecond)
 	wantObserved(t, stages, StageEastRead, 1, time.Millisecond)
 	wantObserved(t, stages, StageEastSend, 1, 2*time.Millisecond)
 
 	// The target's: the batch sent at 3 ms, handed to the log at 4 ms,
 	// persisted at 9 ms, dispatched at 10 ms.
-	e.Stamps.Read, e.Stamps.Sent = 0, at(3).UnixNano() // Read stays at the origin
+	e.Stamps.Appended, e.Stamps.Read, e.Stamps.Sent = 0, 0, at(3).UnixNano() // Appended and Read stay at the origin
 	pos := mledger.Position{Ledger: 7, Entry: 42}
 	top.ReplicatedPersisted(&e, pos, at(4), at(9))
 	top.Dispatched(pos, at(10))
@@ -87,8 +89,8 @@ func TestStagesAndStoreToStoreFromTheEntrysStamps(t *testing.T) {
 
 	// A local entry's persistence is remembered for its sender's read.
 	local := mledger.Position{Ledger: 8, Entry: 1}
-	top.Persisted(local, at(40))
-	if got := top.stamps.get(local); got != at(40).UnixNano() {
-		t.Fatalf("local entry persisted at %v, want %v", time.Unix(0, got).Sub(t0), 40*time.Millisecond)
+	top.Persisted(local, at(38), at(40))
+	if a, p := top.stamps.get(local); a != at(38).UnixNano() || p != at(40).UnixNano() {
+		t.Fatalf("local entry handed at %v and persisted at %v, want 38ms and 40ms", time.Unix(0, a).Sub(t0), time.Unix(0, p).Sub(t0))
 	}
 }

@@ -674,6 +674,10 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (sum GeorepS
 			notes = append(notes, fmt.Sprintf("east took %.0f msgs/s in this step; replication ÷ local produce = %s; while east produced, west received %.0f msgs/s (%s of it), then caught up %v after east's last receipt",
 				r.rate(), ratio(row.replRate, r.rate()), row.replDuring, ratio(row.replDuring, r.rate()), row.catchUp.Round(time.Millisecond)))
 		}
+		if h := row.hists["s2s"]; len(row.lag) > 0 && h.count() > 0 {
+			notes = append(notes, fmt.Sprintf("store to store (east's quorum-confirmed add → west's): p50 %s, p99 %s, max ≤ %s; stages: %s",
+				ms(h.quantile(0.5)), ms(h.quantile(0.99)), ms(h.maxBound()), row.hists.stages()))
+		}
 		if row.note != "" {
 			notes = append(notes, row.note)
 		}
