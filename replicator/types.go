@@ -77,8 +77,9 @@ type Entry struct {
 
 // Stamps are the times an entry passed the stages of its replication
 // (Unix ns; 0 unknown). Persisted and Sent are the origin broker's clock
-// and travel on the wire; Appended and Read stay at the origin. A target compares
-// them with its own clock only as an estimate (exact on one machine).
+// and travel on the wire; Appended and Read stay at the origin; Received
+// is the target's. A target compares the origin's with its own clock only
+// as an estimate (exact on one machine).
 type Stamps struct {
 	// Appended: the origin broker handed the entry to its managed ledger
 	// (stays at the origin).
@@ -90,6 +91,9 @@ type Stamps struct {
 	Read int64
 	// Sent: the origin's sender handed its batch to the stream.
 	Sent int64
+	// Received: the target's transport received the batch (the target's
+	// clock).
+	Received int64
 }
 
 // replicatesTo reports whether e goes to region r.

@@ -20,8 +20,11 @@ import (
 //	               west_persist, for comparison)
 //	east_read      origin: quorum-confirmed add → the sender read it
 //	east_send      origin: read → its batch handed to the stream
-//	wire_apply     the stream, the target's apply → handed to its managed
-//	               ledger (two brokers' clocks)
+//	wire           sent → the target's transport received the batch (two
+//	               brokers' clocks)
+//	west_apply     target: received → handed to its managed ledger (its
+//	               stream's apply loop, the applier, the batch's earlier
+//	               entries' hand-over)
 //	west_persist   target: handed → its bookies confirmed the add
 //	west_dispatch  target: confirmed → sent to a consumer (first dispatch)
 //
@@ -36,13 +39,14 @@ const (
 	StageEastPersist  = "east_persist"
 	StageEastRead     = "east_read"
 	StageEastSend     = "east_send"
-	StageWireApply    = "wire_apply"
+	StageWire         = "wire"
+	StageWestApply    = "west_apply"
 	StageWestPersist  = "west_persist"
 	StageWestDispatch = "west_dispatch"
 )
 
 // Stages lists the stages in the order an entry passes them.
-var Stages = []string{StageEastPersist, StageEastRead, StageEastSend, StageWireApply, StageWestPersist, StageWestDispatch}
+var Stages = []string{StageEastPersist, StageEastRead, StageEastSend, StageWire, StageWestApply, StageWestPersist, StageWestDispatch}
 
 // LagBuckets are the buckets of the stage and store-to-store histograms:
 // 20 µs to 20 s, each 1.26× the last, so a percentile read from them is
@@ -123,7 +127,8 @@ func (t *Topic) ReplicatedPersisted(e *replicator.Entry, pos mledger.Position, h
 	ns := now.UnixNano()
 	t.stamps.put(pos, 0, ns)
 	svc := t.svc
-	observeSince(svc.stageObs[StageWireApply], e.Stamps.Sent, handed.UnixNano())
+	observeSince(svc.stageObs[StageWire], e.Stamps.Sent, e.Stamps.Received)
+	observeSince(svc.stageObs[StageWestApply], e.Stamps.Received, handed.UnixNano())
 	observeSince(svc.stageObs[StageWestPersist], handed.UnixNano(), ns)
 	if h := svc.metrics.StoreToStore; h != nil && e.Stamps.Persisted != 0 {
 		observeSince(h.WithLabelValues(e.Origin), e.Stamps.Persisted, ns)

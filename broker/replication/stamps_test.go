@@ -63,13 +63,15 @@ func TestStagesAndStoreToStoreFromTheEntrysStamps(t *testing.T) {
 	wantObserved(t, stages, StageEastRead, 1, time.Millisecond)
 	wantObserved(t, stages, StageEastSend, 1, 2*time.Millisecond)
 
-	// The target's: the batch sent at 3 ms, handed to the log at 4 ms,
-	// persisted at 9 ms, dispatched at 10 ms.
-	e.Stamps.Appended, e.Stamps.Read, e.Stamps.Sent = 0, 0, at(3).UnixNano() // Appended and Read stay at the origin
+	// The target's: the batch sent at 3 ms, received at 3.5 ms, handed to
+	// the log at 4 ms, persisted at 9 ms, dispatched at 10 ms.
+	e.Stamps.Appended, e.Stamps.Read = 0, 0 // they stay at the origin
+	e.Stamps.Sent, e.Stamps.Received = at(3).UnixNano(), at(3).Add(500*time.Microsecond).UnixNano()
 	pos := mledger.Position{Ledger: 7, Entry: 42}
 	top.ReplicatedPersisted(&e, pos, at(4), at(9))
 	top.Dispatched(pos, at(10))
-	wantObserved(t, stages, StageWireApply, 1, time.Millisecond)
+	wantObserved(t, stages, StageWire, 1, 500*time.Microsecond)
+	wantObserved(t, stages, StageWestApply, 1, 500*time.Microsecond)
 	wantObserved(t, stages, StageWestPersist, 1, 5*time.Millisecond)
 	wantObserved(t, stages, StageWestDispatch, 1, time.Millisecond)
 	wantObserved(t, s2s, "east", 1, 9*time.Millisecond)

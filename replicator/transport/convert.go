@@ -22,15 +22,16 @@ func BatchToProto(b replicator.Batch, sentNs int64) *replpb.Batch {
 	return out
 }
 
-// BatchFromProto is the batch p carries; every entry's Origin is the
-// batch's, and its Stamps the origin's persistence and the batch's send.
-func BatchFromProto(p *replpb.Batch) replicator.Batch {
+// BatchFromProto is the batch p carries, received at receivedNs (Unix
+// ns; 0 unknown); every entry's Origin is the batch's, and its Stamps the
+// origin's persistence, the batch's send and its receipt.
+func BatchFromProto(p *replpb.Batch, receivedNs int64) replicator.Batch {
 	b := replicator.Batch{ID: p.Id, Origin: p.Origin, Stream: p.Stream, Base: p.Base, Acked: p.Acked, Entries: make([]replicator.Entry, len(p.Entries))}
 	for i, e := range p.Entries {
 		id := e.GetOriginId()
 		b.Entries[i] = replicator.Entry{Origin: p.Origin, OriginSeq: e.OriginSeq, PublishMs: e.PublishMs, Data: e.Data, Skip: e.Skip,
 			OriginID: replicator.MessageID{Ledger: id.GetLedger(), Entry: id.GetEntry(), Batch: id.GetBatch()},
-			Stamps:   replicator.Stamps{Persisted: e.PersistedUnixNanos, Sent: p.SentUnixNanos}}
+			Stamps:   replicator.Stamps{Persisted: e.PersistedUnixNanos, Sent: p.SentUnixNanos, Received: receivedNs}}
 	}
 	return b
 }

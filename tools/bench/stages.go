@@ -28,7 +28,7 @@ const (
 
 // stageOrder is the order an entry passes the stages (the stage label's
 // values).
-var stageOrder = []string{"east_persist", "east_read", "east_send", "wire_apply", "west_persist", "west_dispatch"}
+var stageOrder = []string{"east_persist", "east_read", "east_send", "wire", "west_apply", "west_persist", "west_dispatch"}
 
 // lagHist is a scraped histogram: cumulative counts by upper bound (le),
 // ascending, +Inf last.
