@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meridian-mq/meridian/broker/replication"
 )
 
 // metrics are the broker's Prometheus metrics, in a registry of its own
@@ -31,9 +33,12 @@ type metrics struct {
 	replApplied    prometheus.Counter
 	replDuplicates prometheus.Counter
 	replAlerts     *prometheus.CounterVec // by alert kind
-	probes         *prometheus.CounterVec // write probes by result
-	probeLatency   prometheus.Histogram
-	orphans        prometheus.Counter
+	// replStages and replStoreToStore: where the replication lag goes
+	// (broker/replication/stamps.go).
+	replStages, replStoreToStore *prometheus.HistogramVec
+	probes                       *prometheus.CounterVec // write probes by result
+	probeLatency                 prometheus.Histogram
+	orphans                      prometheus.Counter
 }
 
 // topicCollector exports per-topic and per-subscription figures of the
@@ -110,6 +115,13 @@ func newMetrics(cluster string, b *Broker) *metrics {
 	m.replDuplicates = c("replication_duplicate_entries_total", "Entries from other regions received again and dropped (already persisted).")
 	m.replAlerts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "replication_alerts_total",
 		Help: "Replication alerts (over-quota, needs-resync, ...), by kind.", ConstLabels: l}, []string{"kind"})
+	m.replStages = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "meridian", Subsystem: "replication", Name: "stage_seconds",
+		Help:        "Seconds replicated entries spend in each stage of their way, by stage: east_persist (origin: handed to its managed ledger → quorum-confirmed; the same work as west_persist, before both lags), east_read (quorum-confirmed → the sender read it), east_send (read → sent), wire (sent → received by the target's transport; two brokers' clocks), west_apply (received → handed to the target's managed ledger), west_persist (handed → quorum-confirmed at the target), west_dispatch (confirmed → first sent to a consumer).",
+		ConstLabels: l, Buckets: replication.LagBuckets}, []string{"stage"})
+	m.replStoreToStore = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "meridian", Subsystem: "replication", Name: "store_to_store_seconds",
+		Help:        "Seconds from a replicated entry's quorum-confirmed add in its origin region to its quorum-confirmed add here, by origin region (two brokers' clocks: exact on one machine).",
+		ConstLabels: l, Buckets: replication.LagBuckets}, []string{"origin"})
+	m.reg.MustRegister(m.replStages, m.replStoreToStore)
 	m.reg.MustRegister(m.replSent, m.replApplied, m.replDuplicates, m.replAlerts, &replCollector{b: b,
 		entries: prometheus.NewDesc("meridian_replication_backlog_entries", "Local entries not yet acknowledged by a remote region.", []string{"topic", "remote"}, l),
 		bytes:   prometheus.NewDesc("meridian_replication_backlog_bytes", "Bytes of local entries not yet acknowledged by a remote region.", []string{"topic", "remote"}, l),

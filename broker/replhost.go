@@ -28,7 +28,7 @@ func (b *Broker) newReplication() *replication.Service {
 		OwnershipTTL: b.cfg.OwnershipTTL,
 		Faults:       b.cfg.ReplicationFaults,
 		Metrics: replication.Metrics{Sent: b.metrics.replSent, Applied: b.metrics.replApplied, Duplicates: b.metrics.replDuplicates,
-			Alerts: b.metrics.replAlerts, Orphans: b.metrics.orphans},
+			Alerts: b.metrics.replAlerts, Orphans: b.metrics.orphans, Stages: b.metrics.replStages, StoreToStore: b.metrics.replStoreToStore},
 		PeerHTTP: func(timeout time.Duration) *http.Client { return &http.Client{Timeout: timeout} },
 		Logger:   b.log,
 	}
@@ -251,8 +251,10 @@ func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
 		o := entry.Origin{Region: e.Origin, Seq: e.OriginSeq, ID: mledger.Position{Ledger: e.OriginID.Ledger, Entry: e.OriginID.Entry}}
 		payload := entry.Encode(e.PublishMs, o, e.Data)
 		msg := e.Data
+		handed := time.Now()
 		t.ml.AppendAsync(payload, func(pos mledger.Position, err error) {
 			if err == nil {
+				t.repl.ReplicatedPersisted(e, pos, handed, time.Now()) // before dispatch reads it
 				meta, merr := entry.ParseMeta(payload)
 				t.mu.Lock()
 				t.noteEntryLocked(pos, entry.Decoded{Origin: o, Msg: msg})

@@ -568,6 +568,7 @@ func (t *Topic) sawEntry(n int) {
 
 func (s *Subscription) deliver(out []delivery) {
 	part := s.topic.name.Partition
+	var now time.Time // taken once, at the first replicated entry
 	for _, d := range out {
 		de, err := entry.Decode(d.entry)
 		if err != nil {
@@ -587,5 +588,11 @@ func (s *Subscription) deliver(out []delivery) {
 		}
 		s.topic.b.metrics.msgsOut.Inc()
 		s.countOut(d.c, d.n, len(de.Msg))
+		if de.Origin.Region != "" && d.redeliv == 0 {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			s.topic.repl.Dispatched(d.pos, now) // the replication's last stage
+		}
 	}
 }

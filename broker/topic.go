@@ -494,6 +494,7 @@ func (t *Topic) publishMetered(from *Producer, producerName string, in *ratemete
 		}
 		if err == nil {
 			now := time.Now()
+			t.repl.Persisted(pos, start, now) // before the senders wake for it
 			t.in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))
 			if in != nil {
 				in.Add(now, int64(max(numMsgs, 1)), int64(len(msg)))

@@ -69,6 +69,31 @@ type Entry struct {
 	// OriginSeq, and no Data, so the target's sequence stays dense; the
 	// target stores no message for it, only advances its record.
 	Skip bool
+	// Stamps are the entry's times on its way between the regions, for
+	// the replication latency metrics only: the replicator neither reads
+	// nor sets them, and a resend carries them as they were.
+	Stamps Stamps
+}
+
+// Stamps are the times an entry passed the stages of its replication
+// (Unix ns; 0 unknown). Persisted and Sent are the origin broker's clock
+// and travel on the wire; Appended and Read stay at the origin; Received
+// is the target's. A target compares the origin's with its own clock only
+// as an estimate (exact on one machine).
+type Stamps struct {
+	// Appended: the origin broker handed the entry to its managed ledger
+	// (stays at the origin).
+	Appended int64
+	// Persisted: the origin's bookies confirmed the entry's add (its
+	// quorum persisted it).
+	Persisted int64
+	// Read: the origin's sender read it from the log.
+	Read int64
+	// Sent: the origin's sender handed its batch to the stream.
+	Sent int64
+	// Received: the target's transport received the batch (the target's
+	// clock).
+	Received int64
 }
 
 // replicatesTo reports whether e goes to region r.

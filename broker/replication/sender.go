@@ -350,8 +350,10 @@ func (rs *replSender) send(batches []replicator.Batch) {
 			return
 		}
 		rs.st.sent = append(rs.st.sent, b.ID)
+		now := rs.clock.Now()
 		rs.t.svc.metrics.Sent.Add(float64(len(b.Entries)))
-		rs.out.Add(rs.clock.Now(), int64(len(b.Entries)), int64(b.Bytes()))
+		rs.t.svc.observeSent(b, now)
+		rs.out.Add(now, int64(len(b.Entries)), int64(b.Bytes()))
 	}
 }
 

@@ -91,6 +91,7 @@ func (l *topicLog) Read(ctx context.Context, req replicator.ReadRequest, cursorS
 	es, err := ml.ReadEntries(ctx, ml.Next(after), req.MaxEntries, req.MaxBytes)
 	out := make([]replicator.Entry, 0, len(es))
 	local := l.t.svc.cfg.Cluster
+	readNs := l.t.svc.clock.Now().UnixNano()
 	for i, e := range es {
 		d, derr := entry.Decode(e.Data)
 		if i == 0 && after == mledger.Earliest && derr == nil && d.Origin.Region == "" && d.Origin.Seq > cursorSeq+1 {
@@ -105,6 +106,8 @@ func (l *topicLog) Read(ctx context.Context, req replicator.ReadRequest, cursorS
 		case d.Origin.Region == "":
 			re.Origin, re.OriginSeq, re.PublishMs, re.Data = local, d.Origin.Seq, d.PublishMs, d.Msg
 			re.OriginID = replicator.MessageID{Ledger: e.Pos.Ledger, Entry: e.Pos.Entry, Batch: -1}
+			appended, persisted := l.t.stamps.get(e.Pos)
+			re.Stamps = replicator.Stamps{Appended: appended, Persisted: persisted, Read: readNs}
 		default:
 			re.Origin, re.OriginSeq, re.PublishMs = d.Origin.Region, d.Origin.Seq, d.PublishMs
 			re.OriginID = replicator.MessageID{Ledger: d.Origin.ID.Ledger, Entry: d.Origin.ID.Entry, Batch: -1}

@@ -76,6 +76,11 @@ type Metrics struct {
 	Alerts *prometheus.CounterVec
 	// Orphans counts orphans of failovers applied here.
 	Orphans prometheus.Counter
+	// Stages observes the seconds entries spend in each stage of their
+	// replication, by stage (stamps.go); StoreToStore the seconds from
+	// their origin's quorum-confirmed add to this region's, by origin
+	// region. Nil: not observed.
+	Stages, StoreToStore *prometheus.HistogramVec
 }
 
 // Host is what the service asks of the broker it runs in. Safe for
@@ -178,6 +183,8 @@ type Service struct {
 
 	limiters sync.Map // namespace + remote region → *nsLimiter
 
+	stageObs map[string]prometheus.Observer // metrics.Stages by stage
+
 	// clock is what the senders and the sync receipts step and sleep on
 	// (clock.Real; a test's fake clock).
 	clock clock.Clock
@@ -216,7 +223,7 @@ func NewService(cfg Config, host Host, active ActiveRegions) *Service {
 		m.Orphans = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered_orphans"})
 	}
 	svc := &Service{cfg: cfg, host: host, active: active, log: cfg.Logger, metrics: m, dialer: transport.NewDialer(cfg.DialOptions...),
-		clock: clock.Real()}
+		clock: clock.Real(), stageObs: stageObservers(m.Stages)}
 	svc.ctx, svc.cancel = context.WithCancel(context.Background())
 	return svc
 }
@@ -239,6 +246,9 @@ type Topic struct {
 
 	mu   sync.Mutex
 	repl *topicRepl // senders and appliers, created on first use
+
+	// stamps: when the last entries were persisted here (stamps.go).
+	stamps persistTimes
 
 	syncMu sync.Mutex
 	sync   *syncState // sync mode: receipts held for remote regions (sync.go)

@@ -470,3 +470,46 @@ func TestSenderStatusRateOut(t *testing.T) {
 		t.Fatalf("2 s later: msgRateOut %v, want 2", s.MsgRateOut)
 	}
 }
+
+// Issue 34: between an entry's persistence and its send the sender waits
+// for nothing but its goroutine: the append's Wake is an input, so the
+// entry goes at the same instant of the injected clock, no timer fired —
+// also when the append lands after a step read the log's end and before
+// the shell went to sleep (the wake is kept, not lost).
+func TestSenderSendsAnAppendAtOnce(t *testing.T) {
+	e := newShellEnv(t)
+	l, st := &memLog{}, newMemStream()
+	l.add(1, 10)
+	top := e.topic(activeActive)
+	rs := e.sender(t, top, testShellConfig(), l, st)
+	r := top.replState()
+	r.mu.Lock()
+	r.senders["west"] = rs // as syncReplication registers it: Wake reaches it
+	r.mu.Unlock()
+	// The second sleep's hook appends an entry and wakes the senders: the
+	// append lands between that step's End and its select. Each hook
+	// notes what was sent by then (the shell runs on once it reported).
+	var sent []string
+	report := e.svc.hooks.senderIdle
+	rs.idle = func(wake time.Time) {
+		sent = append(sent, fmt.Sprint(st.batches()))
+		if len(sent) == 2 {
+			l.add(1, 10)
+			top.Wake()
+		}
+		report(rs, wake)
+	}
+	go rs.run()
+
+	e.sleep(t)
+	l.add(1, 10) // persisted while the sender sleeps
+	top.Wake()
+	e.sleep(t) // the second sleep: its hook appended entry 3
+	e.sleep(t)
+	if want := "[[[1]] [[1] [2]] [[1] [2] [3]]]"; fmt.Sprint(sent) != want {
+		t.Fatalf("sent by each sleep %v, want %v", sent, want)
+	}
+	if now := e.clk.Now(); !now.Equal(t0) {
+		t.Fatalf("the clock moved to %v", now.Sub(t0))
+	}
+}

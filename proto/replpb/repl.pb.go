@@ -526,9 +526,15 @@ type Entry struct {
 	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
 	// skip: a placeholder for an entry not replicated to this target; it
 	// keeps the target's sequence dense and stores nothing.
-	Skip          bool `protobuf:"varint,5,opt,name=skip,proto3" json:"skip,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Skip bool `protobuf:"varint,5,opt,name=skip,proto3" json:"skip,omitempty"`
+	// persisted_unix_nanos: when the origin's bookies confirmed the entry's
+	// add (Unix ns on the origin broker's clock; 0 unknown). For the
+	// replication stage and store-to-store latency metrics only: nothing
+	// else reads it, and it means something only where the two brokers'
+	// clocks agree (one machine, or NTP's error added).
+	PersistedUnixNanos int64 `protobuf:"varint,6,opt,name=persisted_unix_nanos,json=persistedUnixNanos,proto3" json:"persisted_unix_nanos,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Entry) Reset() {
@@ -596,14 +602,24 @@ func (x *Entry) GetSkip() bool {
 	return false
 }
 
+func (x *Entry) GetPersistedUnixNanos() int64 {
+	if x != nil {
+		return x.PersistedUnixNanos
+	}
+	return 0
+}
+
 type Batch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Origin        string                 `protobuf:"bytes,2,opt,name=origin,proto3" json:"origin,omitempty"`
-	Stream        uint64                 `protobuf:"varint,3,opt,name=stream,proto3" json:"stream,omitempty"`
-	Base          uint64                 `protobuf:"varint,4,opt,name=base,proto3" json:"base,omitempty"`
-	Acked         uint64                 `protobuf:"varint,5,opt,name=acked,proto3" json:"acked,omitempty"`
-	Entries       []*Entry               `protobuf:"bytes,6,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Origin  string                 `protobuf:"bytes,2,opt,name=origin,proto3" json:"origin,omitempty"`
+	Stream  uint64                 `protobuf:"varint,3,opt,name=stream,proto3" json:"stream,omitempty"`
+	Base    uint64                 `protobuf:"varint,4,opt,name=base,proto3" json:"base,omitempty"`
+	Acked   uint64                 `protobuf:"varint,5,opt,name=acked,proto3" json:"acked,omitempty"`
+	Entries []*Entry               `protobuf:"bytes,6,rep,name=entries,proto3" json:"entries,omitempty"`
+	// sent_unix_nanos: when the origin's sender handed the batch to the
+	// stream (the origin's clock; 0 unknown), for the same metrics.
+	SentUnixNanos int64 `protobuf:"varint,7,opt,name=sent_unix_nanos,json=sentUnixNanos,proto3" json:"sent_unix_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -678,6 +694,13 @@ func (x *Batch) GetEntries() []*Entry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *Batch) GetSentUnixNanos() int64 {
+	if x != nil {
+		return x.SentUnixNanos
+	}
+	return 0
 }
 
 type Ack struct {
@@ -858,7 +881,7 @@ const file_replpb_repl_proto_rawDesc = "" +
 	"\tMessageId\x12\x16\n" +
 	"\x06ledger\x18\x01 \x01(\x03R\x06ledger\x12\x14\n" +
 	"\x05entry\x18\x02 \x01(\x03R\x05entry\x12\x14\n" +
-	"\x05batch\x18\x03 \x01(\x05R\x05batch\"\xae\x01\n" +
+	"\x05batch\x18\x03 \x01(\x05R\x05batch\"\xe0\x01\n" +
 	"\x05Entry\x12\x1d\n" +
 	"\n" +
 	"origin_seq\x18\x01 \x01(\x04R\toriginSeq\x12?\n" +
@@ -866,14 +889,16 @@ const file_replpb_repl_proto_rawDesc = "" +
 	"\n" +
 	"publish_ms\x18\x03 \x01(\x03R\tpublishMs\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x12\n" +
-	"\x04skip\x18\x05 \x01(\bR\x04skip\"\xab\x01\n" +
+	"\x04skip\x18\x05 \x01(\bR\x04skip\x120\n" +
+	"\x14persisted_unix_nanos\x18\x06 \x01(\x03R\x12persistedUnixNanos\"\xd3\x01\n" +
 	"\x05Batch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
 	"\x06origin\x18\x02 \x01(\tR\x06origin\x12\x16\n" +
 	"\x06stream\x18\x03 \x01(\x04R\x06stream\x12\x12\n" +
 	"\x04base\x18\x04 \x01(\x04R\x04base\x12\x14\n" +
 	"\x05acked\x18\x05 \x01(\x04R\x05acked\x128\n" +
-	"\aentries\x18\x06 \x03(\v2\x1e.meridian.replication.v1.EntryR\aentries\"\xa9\x01\n" +
+	"\aentries\x18\x06 \x03(\v2\x1e.meridian.replication.v1.EntryR\aentries\x12&\n" +
+	"\x0fsent_unix_nanos\x18\a \x01(\x03R\rsentUnixNanos\"\xa9\x01\n" +
 	"\x03Ack\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x19\n" +
 	"\bbatch_id\x18\x02 \x01(\x04R\abatchId\x12\x16\n" +

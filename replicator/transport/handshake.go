@@ -83,9 +83,9 @@ func (d *Dialer) Open(ctx context.Context, addr string, h Hello) (*Stream, error
 // Addr is the address of the broker the stream reached (the owner).
 func (s *Stream) Addr() string { return s.addr }
 
-// SendBatch sends b.
+// SendBatch sends b, stamped with the time it is handed to the stream.
 func (s *Stream) SendBatch(b replicator.Batch) error {
-	return s.cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Batch{Batch: BatchToProto(b)}})
+	return s.cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Batch{Batch: BatchToProto(b, time.Now().UnixNano())}})
 }
 
 // SendSubscription sends a subscription's position.
@@ -175,7 +175,11 @@ func Serve(st replpb.Replication_ReplicateServer, region, broker string, accept 
 		return st.Send(&replpb.ReplicateResponse{Msg: &replpb.ReplicateResponse_Ack{Ack: AckToProto(t.FreshAck(a))}})
 	})
 	defer rq.Close() // nothing is sent on the stream once this returns
-	reqs := make(chan *replpb.ReplicateRequest)
+	type received struct {
+		req *replpb.ReplicateRequest
+		at  int64 // Unix ns: the entries' Stamps.Received
+	}
+	reqs := make(chan received)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -185,7 +189,7 @@ func Serve(st replpb.Replication_ReplicateServer, region, broker string, accept 
 				return
 			}
 			select {
-			case reqs <- req:
+			case reqs <- received{req, time.Now().UnixNano()}:
 			case <-st.Context().Done():
 				recvErr <- st.Context().Err()
 				return
@@ -201,8 +205,10 @@ func Serve(st replpb.Replication_ReplicateServer, region, broker string, accept 
 	}
 	for {
 		var req *replpb.ReplicateRequest
+		var at int64
 		select {
-		case req = <-reqs:
+		case r := <-reqs:
+			req, at = r.req, r.at
 		case err := <-recvErr:
 			if err == io.EOF {
 				// The sender closed its side: the replies still due are
@@ -227,7 +233,7 @@ func Serve(st replpb.Replication_ReplicateServer, region, broker string, accept 
 		if pb.Origin != h.Source {
 			return status.Errorf(codes.InvalidArgument, "replication: a batch of origin %s on the stream of %s", pb.Origin, h.Source)
 		}
-		if err := t.ApplyBatch(BatchFromProto(pb), rq); err != nil {
+		if err := t.ApplyBatch(BatchFromProto(pb, at), rq); err != nil {
 			rq.Wait()
 			return streamErr(err)
 		}

@@ -30,7 +30,12 @@ type ABOptions struct {
 type abSide struct {
 	batched, half, syncSend, backlog, asyncMax, syncMax, lag []Result
 	lags                                                     []time.Duration
-	cpu                                                      []time.Duration
+	hists                                                    lagHists // the lag rows' store-to-store and stages
+	// floor: the disk alone under each lag row's entries, 2 of 3 files
+	// fdatasynced (QuorumFloor): the floor of the one quorum fsync a
+	// store-to-store lag holds (west's).
+	floor []Result
+	cpu   []time.Duration
 }
 
 // RunAB alternates A and B (A first in odd rounds, B first in even ones),
@@ -59,7 +64,7 @@ func RunAB(ctx context.Context, o ABOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sides := map[string]*abSide{"A": {}, "B": {}}
+	sides := map[string]*abSide{"A": {hists: lagHists{}}, "B": {hists: lagHists{}}}
 	bins := map[string]string{"A": o.A, "B": o.B}
 	for round := range o.Rounds {
 		order := []string{"A", "B"}
@@ -120,6 +125,34 @@ func RunAB(ctx context.Context, o ABOptions, out io.Writer) error {
 		for _, p := range []float64{0.5, 0.99} {
 			la, lb := pctOf(a.lags, p), pctOf(b.lags, p)
 			fmt.Fprintf(out, "%-44s A %v  B %v  B/A %.2f\n", fmt.Sprintf("replication lag p%.0f", p*100), la.Round(10*time.Microsecond), lb.Round(10*time.Microsecond), float64(lb)/float64(max(1, la)))
+		}
+		ha, hb := a.hists["s2s"], b.hists["s2s"]
+		for _, p := range []float64{0.5, 0.99} {
+			name := fmt.Sprintf("store-to-store lag p%.0f", p*100)
+			switch {
+			case ha.count() > 0 && hb.count() > 0:
+				la, lb := ha.quantile(p), hb.quantile(p)
+				fmt.Fprintf(out, "%-44s A %v  B %v  B/A %.2f\n", name, round10us(la), round10us(lb), float64(lb)/float64(max(1, la)))
+			case hb.count() > 0:
+				fmt.Fprintf(out, "%-44s A n/a  B %v\n", name, round10us(hb.quantile(p)))
+			case ha.count() > 0:
+				fmt.Fprintf(out, "%-44s A %v  B n/a\n", name, round10us(ha.quantile(p)))
+			}
+		}
+		if ha.count() > 0 || hb.count() > 0 {
+			fmt.Fprintf(out, "%-44s A %s\n%-44s B %s\n", "store-to-store lag", a.hists.storeToStore(), "", b.hists.storeToStore())
+			fmt.Fprintf(out, "%-44s A %s\n%-44s B %s\n", "stages", a.hists.stages(), "", b.hists.stages())
+		}
+		for _, sd := range []struct {
+			k string
+			s *abSide
+		}{{"A", a}, {"B", b}} {
+			if len(sd.s.floor) == 0 {
+				continue
+			}
+			fl, h := merge(sd.s.floor), sd.s.hists["s2s"]
+			fmt.Fprintf(out, "%-44s %s p50 %v p99 %v  store-to-store ÷ floor: p50 %.2f p99 %.2f\n", "floor: the disk alone, 2 of 3 fdatasynced", sd.k,
+				round10us(fl.pct(0.5)), round10us(fl.pct(0.99)), float64(h.quantile(0.5))/float64(max(1, fl.pct(0.5))), float64(h.quantile(0.99))/float64(max(1, fl.pct(0.99))))
 		}
 	}
 	return nil
@@ -235,8 +268,24 @@ func abGeorep(ctx context.Context, bin, dir string, o ABOptions, s *abSide, out 
 	row.r.ServerCPU = g.cpu() - c0
 	fmt.Fprintf(out, "  %-40s %8.0f msgs/s  lag p50 %v p99 %v  missing %d\n", "async lag", row.r.rate(), pctOf(row.lag, 0.5).Round(10*time.Microsecond),
 		pctOf(row.lag, 0.99).Round(10*time.Microsecond), row.missing)
+	fmt.Fprintf(out, "  %-40s %s\n  %-40s %s\n", "store to store", row.hists.storeToStore(), "stages", row.hists.stages())
 	s.lag = append(s.lag, row.r)
 	s.lags = append(s.lags, row.lag...)
+	s.hists.merge(row.hists)
+	if n := row.hists["s2s"].count(); n > 0 && row.r.Elapsed > 0 {
+		// The same entries (rate and size) on the disk alone, right after.
+		fd, err := quorumFloorDir(dir)
+		if err != nil {
+			return err
+		}
+		size := max(1, int(float64(row.r.Ops)*float64(msgSize)/n))
+		fl, err := QuorumFloor(fd, 3, 2, n/row.r.Elapsed.Seconds(), size, o.Duration)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "  %-40s %s: p50 %v p99 %v\n", "floor", fl.Name, round10us(fl.pct(0.5)), round10us(fl.pct(0.99)))
+		s.floor = append(s.floor, fl)
+	}
 	if row.missing > 0 {
 		return fmt.Errorf("%d acknowledged messages never reached west", row.missing)
 	}

@@ -131,6 +131,9 @@ type geoRow struct {
 	replRate   float64 // messages received in west ÷ (last arrival − first send)
 	replDuring float64 // messages received in west up to east's last receipt ÷ (last receipt − first send)
 	catchUp    time.Duration
+	// hists: the brokers' store-to-store and stage histograms over the
+	// measurement (stages.go); empty for a binary that exports none.
+	hists lagHists
 }
 
 // geoDeployment is the running 2-region deployment and what the bench
@@ -394,6 +397,9 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (sum GeorepS
 			fmt.Fprintf(out, "  lag p50 %v p99 %v  missing %d", pctOf(row.lag, 0.5).Round(10*time.Microsecond), pctOf(row.lag, 0.99).Round(10*time.Microsecond), row.missing)
 		}
 		fmt.Fprintln(out)
+		if len(row.lag) > 0 {
+			fmt.Fprintf(out, "  %-62s store to store %s\n  %-62s stages %s\n", "", row.hists.storeToStore(), "", row.hists.stages())
+		}
 	}
 	maxSpec := func(ts []string, rate float64) loadSpec {
 		return loadSpec{Topics: ts, Batching: true, Rate: rate, Duration: o.Duration, Size: o.Size, MaxPending: o.MaxPending, BatchDelay: batchDelay}
@@ -668,6 +674,10 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (sum GeorepS
 			notes = append(notes, fmt.Sprintf("east took %.0f msgs/s in this step; replication ÷ local produce = %s; while east produced, west received %.0f msgs/s (%s of it), then caught up %v after east's last receipt",
 				r.rate(), ratio(row.replRate, r.rate()), row.replDuring, ratio(row.replDuring, r.rate()), row.catchUp.Round(time.Millisecond)))
 		}
+		if h := row.hists["s2s"]; len(row.lag) > 0 && h.count() > 0 {
+			notes = append(notes, fmt.Sprintf("store to store (east's quorum-confirmed add → west's): p50 %s, p99 %s, max ≤ %s; stages: %s",
+				ms(h.quantile(0.5)), ms(h.quantile(0.99)), ms(h.maxBound()), row.hists.stages()))
+		}
 		if row.note != "" {
 			notes = append(notes, row.note)
 		}
@@ -745,6 +755,10 @@ func side(sb *strings.Builder, sum *GeorepSummary, o GeorepOptions) {
 			}
 			fmt.Fprintf(sb, "| Meridian async, paced %.0f msgs/s: receipt in east → received by west's consumer | %.0f | %s | %s | %s | | %.1f | %s |\n", o.LagRate,
 				l.r.rate(), ms(pctOf(l.lag, 0.5)), ms(pctOf(l.lag, 0.99)), ms(lagMax), l.cpu.Seconds()/float64(max(1, l.r.Ops))*1e6, mdEscape(strings.Join(note, "; ")))
+			if h := l.hists["s2s"]; h.count() > 0 {
+				fmt.Fprintf(sb, "| Meridian async, same run: store to store — east's add confirmed by its bookies → west's add of the entry confirmed by west's (the brokers' histograms) | %.0f | %s | %s | ≤ %s | | | stages: %s |\n",
+					l.r.rate(), ms(h.quantile(0.5)), ms(h.quantile(0.99)), ms(h.maxBound()), mdEscape(l.hists.stages()))
+			}
 		}
 	}
 	if sum.MirErr != nil {
@@ -1025,6 +1039,8 @@ func (g *geoDeployment) tagged(ctx context.Context, row *geoRow, topics []string
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	admins := g.brokerAdmins()
+	histsBefore := scrapeLagHists(admins)
 	var seqs atomic.Int64
 	var mu sync.Mutex
 	res := Result{}
@@ -1111,6 +1127,7 @@ func (g *geoDeployment) tagged(ctx context.Context, row *geoRow, topics []string
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	row.hists = scrapeLagHists(admins).sub(histsBefore)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	n := int(seqs.Load())

@@ -1,8 +1,12 @@
 package georep
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,6 +106,25 @@ func TestAsyncReplicationSurvivesLossOfSourceRegion(t *testing.T) {
 	d.waitReplicated("east", topic, []string{"west"}, 2*time.Minute)
 	t.Logf("east reports west caught up %v after the first send", time.Since(start))
 
+	// Issue 34: every stage up to west's persistence, and the store-to-store
+	// lag, were observed for the entries replicated (no consumer in west
+	// yet: no dispatch).
+	eastAdmin, westAdmin := d.region("east").AdminURL, d.region("west").AdminURL
+	for _, st := range []string{"east_persist", "east_read", "east_send"} {
+		if n := histCount(t, eastAdmin, "meridian_replication_stage_seconds", `stage="`+st+`"`); n == 0 {
+			t.Errorf("east observed no entry in stage %s", st)
+		}
+	}
+	for _, st := range []string{"wire", "west_apply", "west_persist"} {
+		if n := histCount(t, westAdmin, "meridian_replication_stage_seconds", `stage="`+st+`"`); n == 0 {
+			t.Errorf("west observed no entry in stage %s", st)
+		}
+	}
+	s2s := histCount(t, westAdmin, "meridian_replication_store_to_store_seconds", `origin="east"`)
+	if s2s == 0 || s2s > n {
+		t.Errorf("west observed the store-to-store lag of %v entries, want 1 to %d", s2s, n)
+	}
+
 	name := p.Name()
 	d.killRegion("east")
 
@@ -146,4 +169,26 @@ func TestAsyncReplicationSurvivesLossOfSourceRegion(t *testing.T) {
 	if got := wp.LastSequenceID(); got != n {
 		t.Fatalf("producer %s re-created in west sent sequence id %d, want %d (after east's last, %d)", name, got, n, n-1)
 	}
+}
+
+// histCount reads a histogram's observation count from a broker's
+// metrics (base: its admin URL), the child whose labels contain label.
+func histCount(t *testing.T, base, metric, label string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", base, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, metric+"_count{") && strings.Contains(line, label) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			return v
+		}
+	}
+	return 0
 }
