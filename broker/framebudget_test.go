@@ -47,10 +47,13 @@ func TestFrameBudget(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(cancelA) // a's connection closes: b goes
-	for _, want := range []string{"a cancelled", "b"} {
-		if g := <-got; g != want {
-			t.Fatalf("got %q, want %q", g, want)
-		}
+	// Either may report first: a's acquire grants b before it returns, and
+	// b's goroutine can send before a's does (the order they came in once
+	// failed a full ./broker run, issue 32). That b waited for a is shown
+	// above: nothing was admitted before a gave its place up.
+	results := map[string]bool{<-got: true, <-got: true}
+	if !results["a cancelled"] || !results["b"] {
+		t.Fatalf("got %v, want a cancelled and b admitted", results)
 	}
 	b.release(6 << 20)
 	b.release(1 << 20)
