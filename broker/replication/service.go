@@ -66,6 +66,13 @@ type Faults struct {
 	// tests can tell a receipt that waited for the remote region from one
 	// that did not.
 	Delay time.Duration
+	// AlterTopic and AlterSeq: when this region applies the replicated
+	// entry of topic AlterTopic with origin sequence number AlterSeq, the
+	// last byte of its message (its payload's) is flipped before it is
+	// stored: a region's copy that differs from the origin's (a bug, or
+	// corruption), for verification's tests. AlterSeq 0: nothing.
+	AlterTopic string
+	AlterSeq   uint64
 }
 
 // Metrics are the counters of replication (registered by the broker).

@@ -29,6 +29,10 @@ type Status struct {
 	OverQuota      bool    `json:"overQuota"`
 	NeedsResync    string  `json:"needsResync,omitempty"`
 	LastError      string  `json:"lastError,omitempty"`
+	// StreamBase is the base of the current replication stream (sequence
+	// numbers at or below it are not carried to the remote: startAt
+	// latest, or a resync's declared loss).
+	StreamBase uint64 `json:"streamBase"`
 	// MsgRateOut and MsgThroughputOut: entries and payload bytes a second
 	// sent to the remote region, as the broker's stats rates are
 	// (internal/ratemeter); at the time of the read.
@@ -47,7 +51,7 @@ func (rs *replSender) publishStatus(now time.Time) {
 	st := &Status{
 		Topic: rs.t.name.String(), Remote: rs.remote, Connected: rs.st != nil,
 		BacklogEntries: s.Backlog.Entries, BacklogBytes: s.Backlog.Bytes, SecondsBehind: s.Backlog.Age.Seconds(),
-		AckedSeq: s.Acked, Inflight: s.InflightBatches, OverQuota: s.OverQuota, asOf: now,
+		AckedSeq: s.Acked, Inflight: s.InflightBatches, OverQuota: s.OverQuota, StreamBase: s.Cursor.Base, asOf: now,
 	}
 	if rs.st != nil {
 		st.Target = rs.st.addr

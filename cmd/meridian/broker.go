@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/autorecovery"
@@ -278,7 +279,10 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 // start: MERIDIAN_FAULT_DROP_REPL_BATCHES=N makes each sender drop its
 // first N batches (a lost batch: the target sees a gap);
 // MERIDIAN_FAULT_REPL_DELAY=300ms delays every send of batches (a slow
-// WAN link). Unset, nothing is injected.
+// WAN link); MERIDIAN_FAULT_ALTER_REPL_PAYLOAD=TOPIC:SEQ flips the last
+// byte of the replicated entry of TOPIC with origin sequence number SEQ
+// when this region stores it (a copy that differs, for verification).
+// Unset, nothing is injected.
 func replicationFaults() (replication.Faults, error) {
 	var f replication.Faults
 	if v := os.Getenv("MERIDIAN_FAULT_DROP_REPL_BATCHES"); v != "" {
@@ -294,6 +298,14 @@ func replicationFaults() (replication.Faults, error) {
 			return f, fmt.Errorf("MERIDIAN_FAULT_REPL_DELAY=%q: want a duration >= 0", v)
 		}
 		f.Delay = d
+	}
+	if v := os.Getenv("MERIDIAN_FAULT_ALTER_REPL_PAYLOAD"); v != "" {
+		i := strings.LastIndex(v, ":")
+		seq, err := strconv.ParseUint(v[i+1:], 10, 64)
+		if i < 0 || err != nil || seq == 0 || !strings.HasPrefix(v, "persistent://") {
+			return f, fmt.Errorf("MERIDIAN_FAULT_ALTER_REPL_PAYLOAD=%q: want persistent://tenant/ns/topic:SEQ, SEQ >= 1", v)
+		}
+		f.AlterTopic, f.AlterSeq = v[:i], seq
 	}
 	return f, nil
 }
