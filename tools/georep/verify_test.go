@@ -120,6 +120,9 @@ func TestVerifyCleanReportsZeroAndAnAlteredPayloadIsAMismatch(t *testing.T) {
 	}
 	produce(t, bp, "east", 10, 3)
 	bp.Close()
+	// Past one chunk of a region's log (5,000 entries) and several
+	// buckets (1,000), the summaries come in pieces that must add up.
+	produce(t, unbatched(t, east, clean), "east", 6000, 10)
 	ids := sendEach(t, unbatched(t, east, altered), 0, 12, "east")
 	d.waitReplicated("east", clean, []string{"west"}, time.Minute)
 	d.waitReplicated("west", clean, []string{"east"}, time.Minute)
@@ -131,9 +134,9 @@ func TestVerifyCleanReportsZeroAndAnAlteredPayloadIsAMismatch(t *testing.T) {
 	if !rep.Clean || rep.Missing+rep.Extra+rep.Mismatched+rep.Trimmed+rep.NotReplicated != 0 || len(rep.Topics) != 1 {
 		t.Fatalf("a clean topic: %+v", rep)
 	}
-	// East's 30 + one batch entry, west's 20; each compared in the other
-	// region.
-	if through, r := regionOf(t, rep, clean, "east", "west"); through < 31 || r.Compared != through {
+	// East's 30 + one batch entry + 6,000, west's 20; each compared in
+	// the other region.
+	if through, r := regionOf(t, rep, clean, "east", "west"); through != 6031 || r.Compared != through {
 		t.Fatalf("east's entries: through %d, %d compared in west", through, r.Compared)
 	}
 	if through, r := regionOf(t, rep, clean, "west", "east"); through != 20 || r.Compared != 20 {
