@@ -48,6 +48,8 @@ type Config struct {
 	PeerHTTP func(timeout time.Duration) *http.Client
 	// Faults are fault injection for end-to-end tests and drills.
 	Faults Faults
+	// Verifier is the background verifier (verifier.go); zero: off.
+	Verifier VerifierConfig
 	// Metrics are the counters the service moves.
 	Metrics Metrics
 	// Logger. Default slog.Default().
@@ -268,6 +270,10 @@ type Topic struct {
 	subPending  map[string]pendingSubUpdate
 	subRetrying bool
 	subRecv     uint64 // updates received, numbering them (pendingSubUpdate.n)
+
+	// verified: the last background verification, by remote region.
+	verifyMu sync.Mutex
+	verified map[string]verifyResult
 }
 
 // EntryArrived is told, under the topic's lock and in log order, that a

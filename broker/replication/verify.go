@@ -107,11 +107,11 @@ func (svc *Service) VerifyReplication(ctx context.Context, target string, settle
 	if err != nil {
 		return VerifyReport{}, err
 	}
-	regions := slices.Sorted(slices.Values(pol.ReplicationClusters))
+	regions := sortedRegions(pol.ReplicationClusters)
 	rep := VerifyReport{Target: target, Settle: settle.String(), Regions: regions, Topics: []TopicVerify{}}
 	sort.Strings(topics)
 	for _, name := range topics {
-		tv, err := svc.verifyTopic(ctx, name, regions, settle)
+		tv, err := svc.verifyTopic(ctx, name, regions, verifyRun{settle: settle})
 		if err != nil {
 			return VerifyReport{}, err
 		}
@@ -123,6 +123,17 @@ func (svc *Service) VerifyReplication(ctx context.Context, target string, settle
 	}
 	rep.Clean = rep.Missing == 0 && rep.Extra == 0 && rep.Mismatched == 0 && rep.Unreachable == 0
 	return rep, nil
+}
+
+func sortedRegions(rs []string) []string { return slices.Sorted(slices.Values(rs)) }
+
+// verifyRun is how a verification runs: settle (VerifyReplication), the
+// origins compared (nil: every region), and pace, if set, called after
+// each chunk read with its entries (the background verifier's rate).
+type verifyRun struct {
+	settle  time.Duration
+	origins []string
+	pace    func(ctx context.Context, entries int) error
 }
 
 // regionScan is what one region holds of a topic, as its summary said.
@@ -137,11 +148,11 @@ type regionScan struct {
 	unreadable               uint64
 }
 
-func (svc *Service) verifyTopic(ctx context.Context, name string, regions []string, settle time.Duration) (TopicVerify, error) {
+func (svc *Service) verifyTopic(ctx context.Context, name string, regions []string, run verifyRun) (TopicVerify, error) {
 	tv := TopicVerify{Topic: name, Origins: []replicator.OriginVerify{}}
 	scans := map[string]*regionScan{}
 	for _, r := range regions {
-		sc, err := svc.scanRegion(ctx, r, name, settle)
+		sc, err := svc.scanRegion(ctx, r, name, run)
 		if err != nil {
 			if ctx.Err() != nil {
 				return tv, ctx.Err()
@@ -162,7 +173,7 @@ func (svc *Service) verifyTopic(ctx context.Context, name string, regions []stri
 	}
 	for _, origin := range regions {
 		ref := scans[origin]
-		if ref == nil {
+		if ref == nil || (run.origins != nil && !slices.Contains(run.origins, origin)) {
 			continue
 		}
 		through := ref.localSeq
@@ -181,7 +192,7 @@ func (svc *Service) verifyTopic(ctx context.Context, name string, regions []stri
 			}
 		}
 		for _, need := range v.Needs() {
-			es, err := svc.detailRead(ctx, scans[need.Region], name, origin, need)
+			es, err := svc.detailRead(ctx, scans[need.Region], name, origin, need, run)
 			if err != nil {
 				return tv, fmt.Errorf("verify %s: detail read of %s's entries %d..%d in %s: %w", name, origin, need.From, need.To, need.Region, err)
 			}
@@ -198,9 +209,9 @@ func (svc *Service) verifyTopic(ctx context.Context, name string, regions []stri
 }
 
 // scanRegion reads the summary of topic name in region, chunk by chunk.
-func (svc *Service) scanRegion(ctx context.Context, region, name string, settle time.Duration) (*regionScan, error) {
+func (svc *Service) scanRegion(ctx context.Context, region, name string, run verifyRun) (*regionScan, error) {
 	sc := &regionScan{region: region, held: map[string][]replicator.HeldRun{}}
-	req := &replpb.VerifyRequest{Source: svc.cfg.Cluster, Topic: name, MaxEntries: verifyChunkEntries, SettleMs: settle.Milliseconds()}
+	req := &replpb.VerifyRequest{Source: svc.cfg.Cluster, Topic: name, MaxEntries: verifyChunkEntries, SettleMs: run.settle.Milliseconds()}
 	for first := true; ; first = false {
 		resp, err := svc.callVerify(ctx, sc, req)
 		if err != nil {
@@ -214,9 +225,16 @@ func (svc *Service) scanRegion(ctx context.Context, region, name string, settle 
 			sc.firstUnsettled = resp.FirstUnsettled
 		}
 		sc.unreadable += resp.Unreadable
+		read := int(resp.Unreadable)
 		for _, r := range resp.Runs {
 			sc.held[r.Origin] = append(sc.held[r.Origin], replicator.HeldRun{
 				From: r.From, To: r.To, FirstID: fromPBID(r.FirstId), At: fromPBPos(r.At), Digest: r.Digest})
+			read += int(r.To - r.From + 1)
+		}
+		if run.pace != nil {
+			if err := run.pace(ctx, read); err != nil {
+				return nil, err
+			}
 		}
 		if resp.Done {
 			return sc, nil
@@ -227,7 +245,7 @@ func (svc *Service) scanRegion(ctx context.Context, region, name string, settle 
 
 // detailRead reads the entries of one bucket of origin's entries in the
 // region of sc.
-func (svc *Service) detailRead(ctx context.Context, sc *regionScan, name, origin string, need replicator.DetailRequest) ([]replicator.EntryDigest, error) {
+func (svc *Service) detailRead(ctx context.Context, sc *regionScan, name, origin string, need replicator.DetailRequest, run verifyRun) ([]replicator.EntryDigest, error) {
 	req := &replpb.VerifyRequest{Source: svc.cfg.Cluster, Topic: name, MaxEntries: verifyChunkEntries,
 		After:        toPBPos(replicator.Position{Ledger: need.At.Ledger, Entry: need.At.Entry - 1}),
 		DetailOrigin: origin, DetailFrom: need.From, DetailTo: need.To}
@@ -240,6 +258,11 @@ func (svc *Service) detailRead(ctx context.Context, sc *regionScan, name, origin
 		req.Until = resp.Until
 		for _, e := range resp.Entries {
 			out = append(out, replicator.EntryDigest{Seq: e.Seq, ID: fromPBID(e.Id), Digest: e.Digest})
+		}
+		if run.pace != nil {
+			if err := run.pace(ctx, len(resp.Entries)); err != nil {
+				return nil, err
+			}
 		}
 		if resp.Done {
 			return out, nil

@@ -38,6 +38,7 @@ type brokerFlags struct {
 	PolicyCheckInterval            time.Duration
 	DedupProducerInactivityTimeout time.Duration
 	MaxEntriesPerLedger            int
+	verify                         verifierFlags
 }
 
 // metadataFlags locate the region's etcd and the global store.
@@ -98,6 +99,7 @@ func newBrokerCmd() *cobra.Command {
 		f.IntVar(&bf.AckQuorum, "ack-quorum", 2, "bookies that must persist an entry before it is acknowledged (Qa)")
 		limits.register(f)
 		delayed.register(f)
+		bf.verify.register(f)
 	})
 	// The keys of the config files of before.
 	config.Bind(f, "listen", "broker.listen_addr")
@@ -109,7 +111,7 @@ func newBrokerCmd() *cobra.Command {
 	gossip.register(cmd)
 	sec.registerBroker(cmd)
 	withConfig(cmd, func(eff *config.Effective) error {
-		return validateAll(eff, rules(logRules, regionRules, gossipRules, recoveryRules, authRules, brokerRules, map[string]config.Rule{
+		return validateAll(eff, rules(logRules, regionRules, gossipRules, recoveryRules, authRules, brokerRules, verifierRules, map[string]config.Rule{
 			"metadata.global": config.URLList(false),
 		}), quorumCheck)
 	}, func(cmd *cobra.Command, _ *config.Effective) error {
@@ -214,6 +216,7 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	}
 	limits.apply(&bc)
 	delayed.apply(&bc)
+	c.verify.apply(&bc)
 	bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 	bc.ManagedLedger.MaxEntriesPerLedger = c.MaxEntriesPerLedger
 	// Auto-recovery in the broker's process (see autorecovery.go).

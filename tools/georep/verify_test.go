@@ -3,6 +3,7 @@ package georep
 import (
 	"context"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"testing"
@@ -163,9 +164,12 @@ func TestVerifyCleanReportsZeroAndAnAlteredPayloadIsAMismatch(t *testing.T) {
 // sender's first batch is lost) is a missing range, with the origin id
 // of its entry, for as long as west lacks it; once the sender resends it
 // (the next batch shows west the gap, west asks for a resend from it) the
-// verification reports zero.
+// verification reports zero. The background verifier (every 200 ms here)
+// counts it missing, then not.
 func TestVerifyDroppedBatchIsMissingUntilResent(t *testing.T) {
 	t.Setenv("MERIDIAN_FAULT_DROP_REPL_BATCHES", "1")
+	t.Setenv("MERIDIAN_BROKER_REPLICATION_VERIFY_PERIOD", "200ms")
+	t.Setenv("MERIDIAN_BROKER_REPLICATION_VERIFY_SETTLE", "1ms")
 	const topic = "persistent://public/drop/t"
 	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
 	d.createNamespace("public/drop", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-active"})
@@ -193,12 +197,55 @@ func TestVerifyDroppedBatchIsMissingUntilResent(t *testing.T) {
 	}
 
 	t.Logf("seq 1 reported missing in west (origin id %s)", first[0])
+	d.waitVerifier(topic, "west", time.Now(), 1)
 	resend := time.Now()
 	more := sendEach(t, p, 1, 20, "east")
 	d.waitReplicated("east", topic, []string{"west"}, time.Minute)
 	t.Logf("resent and replicated %v after the next sends began", time.Since(resend))
+	d.waitVerifier(topic, "west", time.Now(), 0)
 	rep = d.verifyReport("west", "public/drop/t")
 	if through, r := regionOf(t, rep, topic, "east", "west"); !rep.Clean || through != uint64(1+len(more)) || r.Compared != through || rep.Missing != 0 {
 		t.Fatalf("after the resend: through %d, %+v", through, rep)
 	}
+}
+
+// waitVerifier waits until east's background verifier, in a run begun
+// after since, found want of topic's entries missing in remote, and its
+// metric says so.
+func (d *deployment) waitVerifier(topic, remote string, since time.Time, want uint64) {
+	d.t.Helper()
+	var last []replStatus
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		st, _ := d.replication("east", topic)
+		last = st
+		if len(st) == 1 && st[0].Remote == remote && st[0].VerifiedAt != nil && st[0].VerifiedAt.After(since) && st[0].VerifyMissing == want && st[0].VerifyMismatched == 0 {
+			metric := fmt.Sprintf(`meridian_replication_verify_missing_entries{cluster="east",remote="%s",topic="%s"} %d`, remote, topic, want)
+			if m := d.metrics("east"); !strings.Contains(m, metric) {
+				d.t.Fatalf("the background verifier found %d missing, its metric does not say %s:\n%s", want, metric, m)
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d.t.Fatalf("east's background verifier never found %d of %s missing in %s: %+v", want, topic, remote, last)
+}
+
+// metrics returns the first broker of region's /metrics.
+func (d *deployment) metrics(region string) string {
+	d.t.Helper()
+	for _, p := range d.region(region).Processes {
+		if p.Role != "broker" {
+			continue
+		}
+		resp, err := d.httpClient().Get(d.httpScheme() + p.Admin + "/metrics")
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	d.t.Fatalf("no broker in %s", region)
+	return ""
 }
