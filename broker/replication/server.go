@@ -46,10 +46,6 @@ func (svc *Service) Start(pulsarAddr, serviceURL string) error {
 	svc.srv = transport.NewServer(svc.cfg.ServerOptions...)
 	replpb.RegisterReplicationServer(svc.srv, svc)
 	go func() { _ = svc.srv.Serve(lis) }()
-	if svc.cfg.Verifier.Period > 0 {
-		svc.wg.Add(1)
-		go svc.verifierLoop(svc.cfg.Verifier)
-	}
 	svc.wg.Add(1)
 	go func() {
 		defer svc.wg.Done()
@@ -60,6 +56,10 @@ func (svc *Service) Start(pulsarAddr, serviceURL string) error {
 			{Key: meta.RegionBrokersKey(svc.cfg.Cluster) + svc.cfg.BrokerID, Value: []byte(svc.serviceURL)},
 		}, svc.log)
 	}()
+	if svc.cfg.Verifier.Period > 0 {
+		svc.wg.Add(1)
+		go svc.verifierLoop(svc.cfg.Verifier)
+	}
 	return nil
 }
 

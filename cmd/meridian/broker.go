@@ -22,6 +22,7 @@ import (
 // brokerFlags are the broker's own settings (section broker).
 type brokerFlags struct {
 	ID                             string
+	verify                         verifierFlags // the background replication verifier
 	Rack                           string
 	ListenAddr                     string
 	AdvertisedAddr                 string
@@ -38,7 +39,6 @@ type brokerFlags struct {
 	PolicyCheckInterval            time.Duration
 	DedupProducerInactivityTimeout time.Duration
 	MaxEntriesPerLedger            int
-	verify                         verifierFlags
 }
 
 // metadataFlags locate the region's etcd and the global store.
@@ -216,9 +216,9 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	}
 	limits.apply(&bc)
 	delayed.apply(&bc)
-	c.verify.apply(&bc)
 	bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 	bc.ManagedLedger.MaxEntriesPerLedger = c.MaxEntriesPerLedger
+	c.verify.apply(&bc)
 	// Auto-recovery in the broker's process (see autorecovery.go).
 	var waitRecovery func()
 	if rf.enabled {
