@@ -22,6 +22,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/stretched"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/netaddr"
 	"github.com/meridian-mq/meridian/internal/ratelog"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
@@ -135,7 +136,7 @@ func (b *Broker) Start() error {
 	b.lis = lis
 	adv := b.cfg.AdvertisedAddr
 	if adv == "" {
-		adv = lis.Addr().String()
+		adv = netaddr.Advertised(lis.Addr().String(), nil)
 	}
 	b.serverURL = scheme + adv
 	if b.cfg.BrokerID == "" {

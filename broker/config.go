@@ -17,6 +17,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// The fixed default ports of a broker's listeners (`meridian broker`'s
+// flag defaults): the Pulsar protocol and the admin HTTP API on Pulsar's
+// ports, the replication gRPC service on 6660 (Pulsar has none; 6651 and
+// 8443 are Pulsar's TLS ports, 6652 the usual second listener's).
+const (
+	DefaultListenAddr      = "127.0.0.1:6650"
+	DefaultAdminAddr       = "127.0.0.1:8080"
+	DefaultReplicationAddr = "127.0.0.1:6660"
+)
+
 // Config configures a Broker. Read once by New.
 type Config struct {
 	// Cluster is the region's name, reported as the cluster in admin
@@ -182,8 +192,9 @@ type Config struct {
 
 	// ReplicationAddr is where the broker serves the replication gRPC
 	// service for other regions; "" = the Pulsar listener's host on a free
-	// port. ReplicationAdvertisedAddr is the address other regions dial
-	// ("" = the listener's).
+	// port (tests; `meridian broker` defaults to DefaultReplicationAddr).
+	// ReplicationAdvertisedAddr is the address other regions dial ("" =
+	// the listener's, a wildcard host replaced by the host name).
 	ReplicationAddr           string
 	ReplicationAdvertisedAddr string
 	// ReplicationFaults is fault injection for end-to-end tests and
@@ -251,7 +262,7 @@ func (c Config) withDefaults() Config {
 		c.Cluster = "standalone"
 	}
 	if c.ListenAddr == "" {
-		c.ListenAddr = "127.0.0.1:6650"
+		c.ListenAddr = DefaultListenAddr
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = 5 << 20

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/internal/netaddr"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
 	"github.com/meridian-mq/meridian/replicator/transport"
@@ -41,7 +42,7 @@ func (svc *Service) Start(pulsarAddr, serviceURL string) error {
 	}
 	svc.lis, svc.addr = lis, svc.cfg.AdvertisedAddr
 	if svc.addr == "" {
-		svc.addr = lis.Addr().String()
+		svc.addr = netaddr.Advertised(lis.Addr().String(), nil)
 	}
 	svc.srv = transport.NewServer(svc.cfg.ServerOptions...)
 	replpb.RegisterReplicationServer(svc.srv, svc)

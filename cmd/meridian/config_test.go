@@ -281,6 +281,8 @@ func TestConfigValidationNamesTheKey(t *testing.T) {
 		{"standalone", "standalone: {bookie_base_port: 70000}", "standalone.bookie_base_port"},
 		{"broker", "gossip: {addr: nohost}", "gossip.addr"},
 		{"broker", "log: {level: loud}", "log.level"},
+		{"broker", "gossip: {advertise_addr: nohost}", "gossip.advertise_addr"},
+		{"etcd", "etcd: {advertise_peer_url: '127.0.0.1:2380'}", "etcd.advertise_peer_url"},
 	} {
 		_, err := runRole(t, c.role, "--config", write(c.yaml), "--print-config")
 		if err == nil || !strings.Contains(err.Error(), "config "+c.want+"=") {
