@@ -38,6 +38,23 @@ type Config struct {
 	// AdvertisedAddr is the host:port clients are told to connect to (in
 	// lookups). Default: the actual listen address.
 	AdvertisedAddr string
+	// AdvertisedListeners are the broker's named URLs (Pulsar's
+	// advertisedListeners), one NAME:SCHEME://HOST:PORT each, SCHEME the
+	// one the broker serves (pulsar+ssl with TLS): a client's LOOKUP
+	// naming one (pulsar-client-go's ListenerName) is answered with the
+	// owner's URL of that name, one naming a listener the owner lacks is
+	// refused (ServiceNotReady, "the broker do not have NAME listener").
+	// Nil: one unnamed listener, AdvertisedAddr (not set with it).
+	AdvertisedListeners []string
+	// InternalListenerName is the listener of the broker's registration:
+	// other brokers, replication redirects and clients naming no listener
+	// use it. Default: the first of AdvertisedListeners.
+	InternalListenerName string
+	// BindAddresses are further Pulsar-protocol sockets (Pulsar's
+	// bindAddresses), NAME:SCHEME://HOST:PORT each, NAME one of
+	// AdvertisedListeners: a LOOKUP arriving on one without a listener
+	// name is answered in listener NAME (PIP-95).
+	BindAddresses []string
 	// AdminAddr is the admin HTTP API listener ("" = off). Default
 	// "127.0.0.1:8080".
 	AdminAddr string
@@ -358,6 +375,9 @@ func (c Config) Validate() error {
 	}
 	if n := c.MaxUnauthenticatedConnections; n < -1 {
 		return fmt.Errorf("broker: MaxUnauthenticatedConnections %d must be 0 (default), -1 (none) or positive", n)
+	}
+	if c.AdvertisedAddr != "" && len(c.AdvertisedListeners) > 0 {
+		return errListenersAndAdvertise
 	}
 	return c.Security.Validate()
 }

@@ -281,6 +281,13 @@ func TestConfigValidationNamesTheKey(t *testing.T) {
 		{"standalone", "standalone: {bookie_base_port: 70000}", "standalone.bookie_base_port"},
 		{"broker", "gossip: {addr: nohost}", "gossip.addr"},
 		{"broker", "log: {level: loud}", "log.level"},
+		{"broker", "broker: {advertised_listeners: ['pulsar://h:1']}", "broker.advertised_listeners"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1', 'b:pulsar://h:1']}", "broker.advertised_listeners"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1'], internal_listener_name: b}", "broker.internal_listener_name"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1'], advertised_addr: 'h:2'}", "broker.advertised_addr"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1'], bind_addresses: ['b:pulsar://0.0.0.0:2']}", "broker.bind_addresses"},
+		{"broker", "security: {tls: {cert_file: c.pem}}\nbroker: {advertised_listeners: ['a:pulsar://h:1']}", "broker.advertised_listeners"},
+		{"standalone", "broker: {bind_addresses: ['a:pulsar://0.0.0.0:2']}", "broker.bind_addresses"},
 		{"broker", "gossip: {advertise_addr: nohost}", "gossip.advertise_addr"},
 		{"etcd", "etcd: {advertise_peer_url: '127.0.0.1:2380'}", "etcd.advertise_peer_url"},
 	} {
@@ -288,6 +295,10 @@ func TestConfigValidationNamesTheKey(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "config "+c.want+"=") {
 			t.Errorf("%s %s: %v, want an error naming %s", c.role, c.yaml, err, c.want)
 		}
+	}
+	// Listeners as Pulsar writes them: valid.
+	if _, err := runRole(t, "broker", "--config", write("broker: {advertised_listeners: 'internal:pulsar://10.0.0.5:6650,external:pulsar://b1.example.com:6652', bind_addresses: ['external:pulsar://0.0.0.0:6652']}"), "--print-config"); err != nil {
+		t.Errorf("advertised listeners: %v", err)
 	}
 	// Valid, and more than a region of 3 bookies could hold: fine at start.
 	if _, err := runRole(t, "broker", "--config", write("broker: {ensemble_size: 9, write_quorum: 5, ack_quorum: 3}"), "--print-config"); err != nil {

@@ -23,6 +23,7 @@ func newStandaloneCmd() *cobra.Command {
 	var dataDir, etcdClient, etcdPeer, bookieHost string
 	var bookies, bookieBasePort int
 	var listen, adminAddr, advertise, replListen string
+	var listeners listenerFlags
 	var bookieMetrics []string
 	var policyEvery, dedupInactivity time.Duration
 	var limits connLimitFlags
@@ -157,6 +158,7 @@ file > default); --print-config shows the result.`,
 		}
 		limits.apply(&bc)
 		delayed.apply(&bc)
+		listeners.apply(&bc)
 		// Self-healing storage in the same process (autorecovery.go).
 		if rf.enabled {
 			metrics := autorecovery.NewMetrics("standalone")
@@ -213,8 +215,9 @@ file > default); --print-config shows the result.`,
 	config.Group(f, "broker", func() {
 		f.StringVar(&listen, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
 		f.StringVar(&adminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address")
-		f.StringVar(&advertise, "advertise", "", "address clients are told to connect to (default: the listen address, a wildcard host replaced by the host name)")
+		f.StringVar(&advertise, "advertise", "", "address clients are told to connect to (default: the listen address, a wildcard host replaced by the host name); not with --advertised-listeners")
 		f.StringVar(&replListen, "replication-listen", broker.DefaultReplicationAddr, "replication gRPC listen address (a standalone is one region: nothing replicates to it, but the service listens)")
+		listeners.register(f)
 		f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
 		limits.register(f)
 		delayed.register(f)
@@ -227,7 +230,7 @@ file > default); --print-config shows the result.`,
 	rf.register(f, "recovery-", true)
 	sec.registerBroker(cmd)
 	withConfig(cmd, func(eff *config.Effective) error {
-		return validateAll(eff, rules(logRules, recoveryRules, authRules, standaloneRules))
+		return validateAll(eff, rules(logRules, recoveryRules, authRules, standaloneRules), listenerCheck)
 	}, run)
 	return cmd
 }
