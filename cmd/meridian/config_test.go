@@ -379,3 +379,48 @@ gossip:
 		t.Fatalf("the error does not name the key and the file:\n%s", out)
 	}
 }
+
+// Requirement (issue 28): docs/configuration.md lists every key of every
+// role, its flag, variable, default and meaning, generated from the flag
+// sets: a flag added, renamed, re-defaulted or re-worded without `make
+// docs` fails here, so the doc cannot drift from the code.
+func TestConfigDocIsFresh(t *testing.T) {
+	var want bytes.Buffer
+	if err := config.WriteDoc(&want, docRoles()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join("..", "..", "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		gl, wl := strings.Split(string(got), "\n"), strings.Split(want.String(), "\n")
+		for i := range max(len(gl), len(wl)) {
+			var g, w string
+			if i < len(gl) {
+				g = gl[i]
+			}
+			if i < len(wl) {
+				w = wl[i]
+			}
+			if g != w {
+				t.Fatalf("docs/configuration.md disagrees with the code (run make docs); first at line %d:\n doc:  %s\n code: %s", i+1, g, w)
+			}
+		}
+	}
+	// Every setting of every role is in it.
+	n := 0
+	for _, r := range docRoles() {
+		r.Flags.VisitAll(func(f *pflag.Flag) {
+			if config.IsSetting(f) {
+				n++
+				if !bytes.Contains(got, []byte("| `"+config.Key(f)+"` | `--"+f.Name+"` | `"+config.EnvName(config.Key(f))+"` |")) {
+					t.Errorf("%s --%s (%s) is not in docs/configuration.md", r.Name, f.Name, config.Key(f))
+				}
+			}
+		})
+	}
+	if n < 100 {
+		t.Fatalf("only %d settings: the roles were not read", n)
+	}
+}
