@@ -44,9 +44,10 @@ RACE_PKGS += ./internal/ratemeter/
 RACE_PKGS += ./internal/clock/...
 RACE_PKGS += ./internal/healthz/
 RACE_PKGS += ./internal/config/
+RACE_PKGS += ./internal/netaddr/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./tools/netfault/ ./tools/testutil/ ./tools/up/ ./cmd/... ./tools/georep/
 
-.PHONY: bench-delayed image test-image build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
+.PHONY: docs bench-delayed image test-image build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meridian
@@ -137,6 +138,12 @@ bench-failover:
 # set), a table of produce/consume RTO, failed sends, lost, duplicates.
 bench-client-rto:
 	scripts/client-rto.sh
+
+# docs/configuration.md: every key of every role (flag, environment name,
+# default, meaning), generated from the roles' flags; TestConfigDocIsFresh
+# (cmd/meridian) fails when it and the code disagree.
+docs:
+	$(GO) generate ./cmd/meridian
 
 proto-tools:
 	$(GO) install $(PROTOC_GEN_GO)

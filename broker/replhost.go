@@ -24,7 +24,7 @@ func (b *Broker) newReplication() *replication.Service {
 	cfg := replication.Config{
 		Cluster: b.cfg.Cluster, BrokerID: b.cfg.BrokerID,
 		Store: b.cfg.Store, GlobalStore: b.cfg.GlobalStore, Meta: b.meta,
-		ListenAddr: b.cfg.ReplicationAddr, AdvertisedAddr: b.cfg.ReplicationAdvertisedAddr,
+		ListenAddr: b.cfg.ReplicationAddr, AdvertisedAddr: b.cfg.ReplicationAdvertisedAddr, Listeners: b.lst.byName,
 		OwnershipTTL: b.cfg.OwnershipTTL,
 		Faults:       b.cfg.ReplicationFaults,
 		Metrics: replication.Metrics{Sent: b.metrics.replSent, Applied: b.metrics.replApplied, Duplicates: b.metrics.replDuplicates,
@@ -72,7 +72,7 @@ func (h replHost) Topics() []*replication.Topic {
 }
 
 func (h replHost) Serves(ctx context.Context, name string) (bool, error) {
-	u, _, err := h.b.lookup(ctx, name, false)
+	u, _, err := h.b.lookup(ctx, name, false, "")
 	if err != nil {
 		return false, err
 	}

@@ -670,17 +670,11 @@ func (t *Topic) deleteSubscription(ctx context.Context, name string) error {
 // connection).
 var errDropSilently = errors.New("topic closing: send dropped for the client to resend")
 
-// close closes the topic without a hand-off target.
-func (t *Topic) close(ctx context.Context) error { return t.closeWithTarget(ctx, "", nil) }
-
-// closeWithTarget unloads the topic, runs released (give up the bundle),
-// then tells clients to reconnect — to target directly if given.
-func (t *Topic) closeWithTarget(ctx context.Context, target string, released func()) error {
+// close closes the topic without a hand-off target: its clients look up
+// again.
+func (t *Topic) close(ctx context.Context) error {
 	notify, err := t.unload(ctx)
-	if released != nil {
-		released()
-	}
-	notify(target)
+	notify(nil)
 	return err
 }
 
@@ -691,7 +685,7 @@ func (t *Topic) closeWithTarget(ctx context.Context, target string, released fun
 // to reconnect: call it only after the bundle is released, so the new
 // owner can take it when they arrive. Its waits end with ctx (its locks
 // aside: moveBundle does not wait for it past ctx).
-func (t *Topic) unload(ctx context.Context) (notify func(target string), err error) {
+func (t *Topic) unload(ctx context.Context) (notify func(target *BrokerInfo), err error) {
 	notify, finish := t.beginUnload()
 	if finish == nil {
 		return notify, nil
@@ -705,11 +699,11 @@ func (t *Topic) unload(ctx context.Context) (notify func(target string), err err
 // notification does not depend on finish: a hand-off whose finish did not
 // end in time still releases the bundle and points the clients at the new
 // owner (moveBundle).
-func (t *Topic) beginUnload() (notify func(target string), finish func(context.Context) error) {
+func (t *Topic) beginUnload() (notify func(target *BrokerInfo), finish func(context.Context) error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return func(string) {}, nil
+		return func(*BrokerInfo) {}, nil
 	}
 	t.closed = true
 	producers := make([]*Producer, 0, len(t.producers))
@@ -722,7 +716,7 @@ func (t *Topic) beginUnload() (notify func(target string), finish func(context.C
 	}
 	t.refuseWaitingLocked()
 	t.mu.Unlock()
-	notify = func(target string) {
+	notify = func(target *BrokerInfo) {
 		for _, p := range producers {
 			p.closeByBroker(target)
 		}
@@ -802,12 +796,13 @@ func (p *Producer) publish(m *pb.CommandSend, msg entry.Framed) {
 }
 
 // closeByBroker tells the client to reconnect (CLOSE_PRODUCER), to target
-// directly when given (assignedBrokerServiceUrl: no lookup). The SENDs the
+// directly when given (assignedBrokerServiceUrl, in the client's
+// listener: no lookup). The SENDs the
 // client has in flight meanwhile find no producer: the connection
 // remembers the id as closed by the broker, so handleSend drops them
 // without an answer (the client resends them once it has reconnected)
 // rather than refusing them.
-func (p *Producer) closeByBroker(target string) {
+func (p *Producer) closeByBroker(target *BrokerInfo) {
 	p.conn.mu.Lock()
 	if p.conn.producers[p.id] == p {
 		delete(p.conn.producers, p.id)
@@ -816,9 +811,9 @@ func (p *Producer) closeByBroker(target string) {
 	p.conn.mu.Unlock()
 	p.topic.removeProducer(p)
 	cp := &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(0)}
-	if target != "" {
-		cp.AssignedBrokerServiceUrl = proto.String(target)
-		cp.AssignedBrokerServiceUrlTls = security.TLSURL(target)
+	if u := p.conn.assignedURL(target); u != "" {
+		cp.AssignedBrokerServiceUrl = proto.String(u)
+		cp.AssignedBrokerServiceUrlTls = security.TLSURL(u)
 	}
 	p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: cp})
 }
