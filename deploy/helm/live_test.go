@@ -1,6 +1,7 @@
 package helmtest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -209,6 +210,12 @@ func (p *process) checkProbes(t *testing.T) {
 				}
 			} else {
 				last = err.Error()
+				var op *net.OpError
+				if !errors.As(err, &op) || op.Op != "dial" {
+					// Not "nothing listens yet": something answered, and not HTTP.
+					t.Errorf("%s: %s probe %s: %v", p.ct, pr.kind, u, err)
+					break
+				}
 			}
 			select {
 			case err := <-p.done:
