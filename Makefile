@@ -68,7 +68,7 @@ test-image:
 # flag, variable, listener and probe checked against
 # `meridian <role> --print-config`, the default values' etcd, bookie and
 # broker started on loopback and probed. Cold (helm, k8s.io and etcd
-# built): ~10 minutes on this 2-core machine; warm: ~30 s.
+# built): ~11 minutes on this 2-core machine; warm: 13-25 s.
 HELM_VERSION := v4.3.2
 HELM := bin/helm-$(HELM_VERSION)/helm
 HELM_VALUES := "" deploy/helm/examples/east.yaml deploy/helm/examples/west.yaml deploy/helm/testdata/quorum.yaml
