@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/meridian-mq/meridian/internal/netaddr"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
 )
 
@@ -112,7 +113,10 @@ type Config struct {
 
 // Defaults; each is explained on its Config field.
 const (
-	DefaultListenAddr           = "127.0.0.1:3181"
+	DefaultListenAddr = "127.0.0.1:3181" // BookKeeper's bookiePort
+	// DefaultMetricsAddr is `meridian bookie`'s HTTP port (BookKeeper's
+	// httpServerPort); a Config's zero MetricsAddr serves none.
+	DefaultMetricsAddr          = "127.0.0.1:8000"
 	DefaultDiskUsageThreshold   = 0.95
 	DefaultDiskCheckInterval    = time.Second
 	DefaultGroupCommitMaxBytes  = 4 << 20
@@ -146,7 +150,8 @@ func (c Config) withDefaults() Config {
 		c.ListenAddr = d.ListenAddr
 	}
 	if c.AdvertiseAddr == "" {
-		c.AdvertiseAddr = c.ListenAddr
+		// A wildcard listen host advertises the host name (netaddr).
+		c.AdvertiseAddr = netaddr.Advertised(c.ListenAddr, nil)
 	}
 	if c.ID == "" {
 		c.ID = c.AdvertiseAddr

@@ -213,7 +213,7 @@ func (a adminTopic) ResetCursorTo(ctx context.Context, sub string, id admin.Mess
 	if err := s.seekTo(ctx, a.t.position(id), false); err != nil {
 		return err
 	}
-	s.closeConsumers("")
+	s.closeConsumers(nil)
 	return nil
 }
 

@@ -158,7 +158,7 @@ func (a adminTopic) DeleteSubscription(ctx context.Context, name string, force b
 	}
 	err := t.deleteSubscription(ctx, name)
 	if s != nil {
-		s.closeConsumers("")
+		s.closeConsumers(nil)
 	}
 	return err
 }
@@ -171,7 +171,7 @@ func (a adminTopic) ResetCursor(ctx context.Context, sub string, ms int64) error
 	if err := s.seekTime(ctx, ms); err != nil {
 		return err
 	}
-	s.closeConsumers("")
+	s.closeConsumers(nil)
 	return nil
 }
 
@@ -222,7 +222,7 @@ func (a adminBroker) Brokers(ctx context.Context) ([]admin.BrokerInfo, error) {
 // for this broker, as a lookup does), with the broker's admin URL found
 // in the region's registrations.
 func (a adminBroker) Lookup(ctx context.Context, tn meta.TopicName) (admin.BrokerInfo, error) {
-	url, _, err := a.b.lookup(ctx, tn.String(), false)
+	url, _, err := a.b.lookup(ctx, tn.String(), false, "")
 	if err != nil {
 		return admin.BrokerInfo{}, err
 	}
@@ -346,7 +346,7 @@ func (a adminBroker) UnloadBundle(ctx context.Context, ns string, abd admin.Bund
 		}
 		return nil // nobody owns it: nothing is loaded
 	}
-	a.b.moveBundle(ctx, bd, a.bundleTopics(bd), "")
+	a.b.moveBundle(ctx, bd, a.bundleTopics(bd), nil)
 	return nil
 }
 
@@ -382,7 +382,7 @@ func (a adminBroker) SplitBundle(ctx context.Context, ns string, abd admin.Bundl
 	if unload {
 		for _, h := range []bundle{{ns: ns, lower: bd.lower, upper: mid - 1}, {ns: ns, lower: mid, upper: bd.upper}} {
 			if a.b.own.owns(h) {
-				a.b.moveBundle(ctx, h, a.bundleTopics(h), "")
+				a.b.moveBundle(ctx, h, a.bundleTopics(h), nil)
 			}
 		}
 	}
@@ -397,7 +397,7 @@ func (a adminBroker) UnloadNamespace(ctx context.Context, ns string) error {
 	}
 	for _, bd := range a.b.own.ownedBundles() {
 		if bd.ns == ns {
-			a.b.moveBundle(ctx, bd, a.bundleTopics(bd), "")
+			a.b.moveBundle(ctx, bd, a.bundleTopics(bd), nil)
 		}
 	}
 	return nil

@@ -139,7 +139,7 @@ func (b *Broker) balance(ctx context.Context, byBundle map[string][]*Topic) {
 		}
 	}
 	b.log.Info("moving a bundle to a less loaded broker", "bundle", pick.String(), "to", target.ID, "topics", len(byBundle[pick.key()]))
-	b.moveBundle(ctx, pick, byBundle[pick.key()], target.ServiceURL)
+	b.moveBundle(ctx, pick, byBundle[pick.key()], &target)
 }
 
 // moveBundle unloads a bundle's topics, releases the bundle, and only then
@@ -150,8 +150,8 @@ func (b *Broker) balance(ctx context.Context, byBundle map[string][]*Topic) {
 // That loses nothing: sends stopped being accepted when the unload began,
 // and the next owner's open fences the managed ledger's last ledger,
 // keeping every entry acknowledged.
-func (b *Broker) moveBundle(ctx context.Context, bd bundle, topics []*Topic, target string) {
-	var notify []func(string)
+func (b *Broker) moveBundle(ctx context.Context, bd bundle, topics []*Topic, target *BrokerInfo) {
+	var notify []func(*BrokerInfo)
 	for _, t := range topics {
 		n, finish := t.beginUnload()
 		notify = append(notify, n)

@@ -22,6 +22,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/stretched"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/healthz"
+	"github.com/meridian-mq/meridian/internal/netaddr"
 	"github.com/meridian-mq/meridian/internal/ratelog"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"google.golang.org/protobuf/proto"
@@ -48,6 +49,7 @@ type Broker struct {
 	fo        *failoverctl.Shell
 	repl      *replication.Service
 	lis       net.Listener
+	lst       listenerSet // advertised listeners (listeners.go)
 	admin     *admin.Server
 	serverURL string
 
@@ -99,6 +101,15 @@ func New(cfg Config) (*Broker, error) {
 		b.frames = newFrameBudget(cfg.MaxBufferedFrameBytes, func() { b.limitExceeded(limitBufferedFrames) })
 	}
 	b.guard = security.New(cfg.Security, b.meta, cfg.Cluster, b.metrics.reg)
+	scheme := "pulsar://"
+	if b.guard.TLSOn() {
+		scheme = "pulsar+ssl://"
+	}
+	lst, err := newListenerSet(cfg, scheme)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	b.lst = lst
 	b.health, b.policyTurned = newHealth(cfg, b.registered.Load)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
@@ -133,9 +144,21 @@ func (b *Broker) Start() error {
 		return err
 	}
 	b.lis = lis
+	for _, ba := range b.lst.binds {
+		blis, _, err := b.guard.Listen(ba.Addr)
+		if err != nil {
+			lis.Close()
+			b.lst.close()
+			return fmt.Errorf("%w (bind address of listener %s)", err, ba.Listener)
+		}
+		b.lst.bound = append(b.lst.bound, blis)
+	}
 	adv := b.cfg.AdvertisedAddr
+	if a := b.lst.internalAddr(scheme); a != "" {
+		adv = a
+	}
 	if adv == "" {
-		adv = lis.Addr().String()
+		adv = netaddr.Advertised(lis.Addr().String(), nil)
 	}
 	b.serverURL = scheme + adv
 	if b.cfg.BrokerID == "" {
@@ -145,12 +168,14 @@ func (b *Broker) Start() error {
 		b.admin = b.newAdmin()
 		if err := b.admin.Start(); err != nil {
 			lis.Close()
+			b.lst.close()
 			return err
 		}
 	}
 	b.repl = b.newReplication()
 	if err := b.repl.Start(b.lis.Addr().String(), b.serverURL); err != nil {
 		lis.Close()
+		b.lst.close()
 		if b.admin != nil {
 			b.admin.Close()
 		}
@@ -160,11 +185,13 @@ func (b *Broker) Start() error {
 	b.fo.StartWatch()
 	if b.stretched, err = b.startStretched(); err != nil {
 		lis.Close()
+		b.lst.close()
 		b.repl.Close()
 		return err
 	}
 	if err := b.startOwnership(ctx); err != nil {
 		lis.Close()
+		b.lst.close()
 		b.repl.Close()
 		if b.admin != nil {
 			b.admin.Close()
@@ -175,8 +202,11 @@ func (b *Broker) Start() error {
 	b.fo.StartControl()
 	b.meta.Watch()
 	b.bundles = cluster.WatchPrefix(b.cfg.Store, "/bundles/")
-	b.wg.Add(2)
-	go b.acceptLoop()
+	b.wg.Add(2 + len(b.lst.bound))
+	go b.acceptLoop(b.lis, "")
+	for i, blis := range b.lst.bound {
+		go b.acceptLoop(blis, b.lst.binds[i].Listener)
+	}
 	go b.policyLoop()
 	b.fo.StartProbe()
 	b.log.Info("broker serving", "pulsar", b.serverURL, "admin", b.AdminURL())
@@ -189,10 +219,12 @@ func (b *Broker) Addr() string { return b.lis.Addr().String() }
 // ServiceURL returns pulsar://advertised-address (pulsar+ssl:// with TLS).
 func (b *Broker) ServiceURL() string { return b.serverURL }
 
-func (b *Broker) acceptLoop() {
+// acceptLoop serves the connections lis accepts: the main socket
+// (listener "") or one bound for a listener (Config.BindAddresses).
+func (b *Broker) acceptLoop(lis net.Listener, listener string) {
 	defer b.wg.Done()
 	for {
-		nc, err := b.lis.Accept()
+		nc, err := lis.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -205,6 +237,7 @@ func (b *Broker) acceptLoop() {
 			tc.SetNoDelay(true)
 		}
 		c := newConn(b, nc)
+		c.bindListener = listener
 		refused, closed := b.conns.admit(c)
 		if closed {
 			nc.Close()
@@ -238,6 +271,7 @@ func (b *Broker) Close(ctx context.Context) error {
 	if b.lis != nil {
 		b.lis.Close()
 	}
+	b.lst.close()
 	// Hand every bundle to another broker while client connections are
 	// still open, so clients get CLOSE_PRODUCER/CLOSE_CONSUMER with the new
 	// owner's address and reconnect there without a lookup.
@@ -320,14 +354,22 @@ func (b *Broker) partitions(ctx context.Context, topic string) (int, error) {
 // answered with an authoritative Redirect that makes the client ask that
 // broker, which then acquires the bundle itself (authoritative lookups are
 // never redirected again). So "Connect X" always means X owns the bundle.
-func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (url string, redirect bool, err error) {
+//
+// listener names the listener to answer in ("": the internal one); one
+// this broker does not have is refused before anything is acquired, one
+// the owner lacks when its URL is answered (meta.ErrNoListener).
+func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool, listener string) (url string, redirect bool, err error) {
 	tn, err := meta.ParseTopic(topic)
 	if err != nil {
 		return "", false, err
 	}
-	if u, ok := b.lookupHint(tn); ok {
+	if _, err := b.own.info.urlFor(listener); err != nil {
+		return "", false, err
+	}
+	if bi, ok := b.lookupHint(tn); ok {
 		b.metrics.lookups.WithLabelValues("memory").Inc()
-		return u, false, nil
+		u, err := bi.urlFor(listener)
+		return u, false, err
 	}
 	b.metrics.lookups.WithLabelValues("store").Inc()
 	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
@@ -342,7 +384,8 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 	if bi, ok, err := own.owner(ctx, bd); err != nil {
 		return "", false, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
 	} else if ok {
-		return bi.ServiceURL, false, nil
+		u, err := bi.urlFor(listener)
+		return u, false, err
 	}
 	target := b.own.info
 	if !authoritative {
@@ -351,16 +394,19 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 		}
 	}
 	if target.ID != b.cfg.BrokerID {
-		return target.ServiceURL, true, nil
+		u, err := target.urlFor(listener)
+		return u, true, err
 	}
 	mine, owner, err := own.acquire(ctx, bd)
 	if err != nil {
 		return "", false, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
 	}
 	if !mine {
-		return owner.ServiceURL, false, nil
+		u, err := owner.urlFor(listener)
+		return u, false, err
 	}
-	return b.serverURL, false, nil
+	u, err := b.own.info.urlFor(listener)
+	return u, false, err
 }
 
 // lookupHint answers the lookup of a topic whose bundle has an owner from
@@ -371,22 +417,21 @@ func (b *Broker) lookup(ctx context.Context, topic string, authoritative bool) (
 // the broker it names checks its ownership with fresh reads when the
 // client's producer or consumer arrives (loadTopic), and refuses otherwise,
 // and the client looks up again.
-func (b *Broker) lookupHint(tn meta.TopicName) (string, bool) {
+func (b *Broker) lookupHint(tn meta.TopicName) (BrokerInfo, bool) {
 	ns := tn.NamespaceName()
 	pol, ok := b.meta.PoliciesHint(ns)
 	if !ok {
-		return "", false
+		return BrokerInfo{}, false
 	}
 	bs, ok := b.boundariesHint(ns)
 	if !ok {
-		return "", false
+		return BrokerInfo{}, false
 	}
 	own := b.ownershipFor(pol)
 	if own == nil {
-		return "", false
+		return BrokerInfo{}, false
 	}
-	bi, ok := own.ownerHint(bundleOf(tn, bs))
-	return bi.ServiceURL, ok
+	return own.ownerHint(bundleOf(tn, bs))
 }
 
 // getTopic returns the loaded topic, loading (and, with create, creating)

@@ -108,7 +108,7 @@ func queued(t *testing.T, c *conn) []*pb.BaseCommand {
 // the only frame for the producer.
 func TestSendAfterCloseByBrokerIsNotRefused(t *testing.T) {
 	c, p := testConn(t)
-	p.closeByBroker("pulsar://other:6650")
+	p.closeByBroker(&BrokerInfo{ServiceURL: "pulsar://other:6650"})
 	for seq := uint64(5); seq < 8; seq++ {
 		if !c.handle(sendCmd(t, 1, seq)) {
 			t.Fatal("the SEND closed the connection")
@@ -132,7 +132,7 @@ func TestSendAfterCloseByBrokerIsNotRefused(t *testing.T) {
 // SEND in flight across an unload.
 func TestSendOfUnknownProducerIsRefused(t *testing.T) {
 	c, p := testConn(t)
-	p.closeByBroker("")
+	p.closeByBroker(nil)
 	queued(t, c)
 	for _, id := range []uint64{1, 2} {
 		if id == 1 {
@@ -181,7 +181,7 @@ func TestMoveBundleReleasesWhenUnloadDoesNotFinish(t *testing.T) {
 	defer mcancel()
 	done := make(chan struct{})
 	go func() {
-		b.moveBundle(mctx, bd, []*Topic{p.topic}, "pulsar://broker-2:6650")
+		b.moveBundle(mctx, bd, []*Topic{p.topic}, &BrokerInfo{ServiceURL: "pulsar://broker-2:6650"})
 		close(done)
 	}()
 	select {
@@ -198,5 +198,52 @@ func TestMoveBundleReleasesWhenUnloadDoesNotFinish(t *testing.T) {
 	cmds := queued(t, c)
 	if len(cmds) != 1 || cmds[0].GetCloseProducer().GetAssignedBrokerServiceUrl() != "pulsar://broker-2:6650" {
 		t.Fatalf("the producer's client got %v, want CLOSE_PRODUCER naming the new owner", cmds)
+	}
+}
+
+// A hand-off's CLOSE_PRODUCER names the new owner in the listener the
+// client uses (listeners.go): the one of the socket the connection
+// arrived on, or the one its last LOOKUP was answered in; while that is
+// not known and the broker has named listeners it names no owner (the
+// client looks up again, naming its listener) — never an internal address
+// to a client outside. A broker without listeners names the owner's URL.
+func TestCloseProducerNamesTheNewOwnerInTheClientsListener(t *testing.T) {
+	target := &BrokerInfo{ServiceURL: "pulsar://10.0.0.2:6650",
+		Listeners: meta.Listeners{"internal": "pulsar://10.0.0.2:6650", "external": "pulsar://b2.example.com:6652"}}
+	withListeners := func() *Broker {
+		b := testBroker()
+		b.lst.byName = meta.Listeners{"internal": "pulsar://10.0.0.1:6650", "external": "pulsar://b1.example.com:6652"}
+		b.lst.internal = "internal"
+		return b
+	}
+	for _, c := range []struct {
+		name   string
+		b      *Broker
+		bind   string // the socket's listener
+		lookup *string
+		want   string
+	}{
+		{"external socket", withListeners(), "external", nil, "pulsar://b2.example.com:6652"},
+		{"main socket, no lookup", withListeners(), "", nil, ""},
+		{"main socket, lookup naming external", withListeners(), "", proto.String("external"), "pulsar://b2.example.com:6652"},
+		{"main socket, lookup naming none", withListeners(), "", proto.String(""), "pulsar://10.0.0.2:6650"},
+		{"external socket, lookup naming internal", withListeners(), "external", proto.String("internal"), "pulsar://10.0.0.2:6650"},
+		{"no listeners", testBroker(), "", nil, "pulsar://10.0.0.2:6650"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, p := testConnOf(t, c.b)
+			conn.bindListener = c.bind
+			if c.lookup != nil {
+				conn.lookupListener(*c.lookup)
+			}
+			p.closeByBroker(target)
+			cmds := queued(t, conn)
+			if len(cmds) != 1 || cmds[0].GetType() != pb.BaseCommand_CLOSE_PRODUCER {
+				t.Fatalf("got %v", cmds)
+			}
+			if got := cmds[0].GetCloseProducer().GetAssignedBrokerServiceUrl(); got != c.want {
+				t.Errorf("assigned URL %q, want %q", got, c.want)
+			}
+		})
 	}
 }

@@ -17,6 +17,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// The fixed default ports of a broker's listeners (`meridian broker`'s
+// flag defaults): the Pulsar protocol and the admin HTTP API on Pulsar's
+// ports, the replication gRPC service on 6660 (Pulsar has none; 6651 and
+// 8443 are Pulsar's TLS ports, 6652 the usual second listener's).
+const (
+	DefaultListenAddr      = "127.0.0.1:6650"
+	DefaultAdminAddr       = "127.0.0.1:8080"
+	DefaultReplicationAddr = "127.0.0.1:6660"
+)
+
 // Config configures a Broker. Read once by New.
 type Config struct {
 	// Cluster is the region's name, reported as the cluster in admin
@@ -28,6 +38,23 @@ type Config struct {
 	// AdvertisedAddr is the host:port clients are told to connect to (in
 	// lookups). Default: the actual listen address.
 	AdvertisedAddr string
+	// AdvertisedListeners are the broker's named URLs (Pulsar's
+	// advertisedListeners), one NAME:SCHEME://HOST:PORT each, SCHEME the
+	// one the broker serves (pulsar+ssl with TLS): a client's LOOKUP
+	// naming one (pulsar-client-go's ListenerName) is answered with the
+	// owner's URL of that name, one naming a listener the owner lacks is
+	// refused (ServiceNotReady, "the broker do not have NAME listener").
+	// Nil: one unnamed listener, AdvertisedAddr (not set with it).
+	AdvertisedListeners []string
+	// InternalListenerName is the listener of the broker's registration:
+	// other brokers, replication redirects and clients naming no listener
+	// use it. Default: the first of AdvertisedListeners.
+	InternalListenerName string
+	// BindAddresses are further Pulsar-protocol sockets (Pulsar's
+	// bindAddresses), NAME:SCHEME://HOST:PORT each, NAME one of
+	// AdvertisedListeners: a LOOKUP arriving on one without a listener
+	// name is answered in listener NAME (PIP-95).
+	BindAddresses []string
 	// AdminAddr is the admin HTTP API listener ("" = off). Default
 	// "127.0.0.1:8080".
 	AdminAddr string
@@ -182,8 +209,9 @@ type Config struct {
 
 	// ReplicationAddr is where the broker serves the replication gRPC
 	// service for other regions; "" = the Pulsar listener's host on a free
-	// port. ReplicationAdvertisedAddr is the address other regions dial
-	// ("" = the listener's).
+	// port (tests; `meridian broker` defaults to DefaultReplicationAddr).
+	// ReplicationAdvertisedAddr is the address other regions dial ("" =
+	// the listener's, a wildcard host replaced by the host name).
 	ReplicationAddr           string
 	ReplicationAdvertisedAddr string
 	// ReplicationFaults is fault injection for end-to-end tests and
@@ -254,7 +282,7 @@ func (c Config) withDefaults() Config {
 		c.Cluster = "standalone"
 	}
 	if c.ListenAddr == "" {
-		c.ListenAddr = "127.0.0.1:6650"
+		c.ListenAddr = DefaultListenAddr
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = 5 << 20
@@ -350,6 +378,9 @@ func (c Config) Validate() error {
 	}
 	if n := c.MaxUnauthenticatedConnections; n < -1 {
 		return fmt.Errorf("broker: MaxUnauthenticatedConnections %d must be 0 (default), -1 (none) or positive", n)
+	}
+	if c.AdvertisedAddr != "" && len(c.AdvertisedListeners) > 0 {
+		return errListenersAndAdvertise
 	}
 	return c.Security.Validate()
 }

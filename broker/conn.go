@@ -54,8 +54,17 @@ type conn struct {
 	auth     security.ConnAuth // authentication (broker/security, connauth.go)
 	authLoop sync.Once         // starts the token refresh loop once
 
-	mu             sync.Mutex
-	connected      bool
+	// bindListener is the listener of the socket the connection arrived
+	// on ("": the main socket; listeners.go). Set before serve.
+	bindListener string
+
+	mu        sync.Mutex
+	connected bool
+	// listener is the listener the client's last LOOKUP on this
+	// connection was answered in ("": the internal one), listenerKnown
+	// whether one was (assignedURL).
+	listener       string
+	listenerKnown  bool
 	clientVersion  string
 	brokerMetaOK   bool
 	producers      map[uint64]*Producer

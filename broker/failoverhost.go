@@ -80,12 +80,12 @@ func (f failoverTopic) CloseProducers() {
 	}
 	t.mu.Unlock()
 	for _, p := range producers {
-		p.closeByBroker("")
+		p.closeByBroker(nil)
 	}
 }
 
 func (f failoverTopic) CloseConsumers() {
 	for _, s := range f.t.subscriptions() {
-		s.closeConsumers("")
+		s.closeConsumers(nil)
 	}
 }

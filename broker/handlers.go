@@ -44,7 +44,8 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
 		return
 	}
-	if other, err := c.b.fo.CrossRegionLookup(ctx, m.GetTopic()); other != "" || err != nil {
+	listener := c.lookupListener(m.GetAdvertisedListenerName())
+	if other, err := c.b.fo.CrossRegionLookup(ctx, m.GetTopic(), listener); other != "" || err != nil {
 		// The namespace is active in another region: ask a broker there.
 		if err != nil {
 			resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
@@ -59,7 +60,7 @@ func (c *conn) handleLookup(m *pb.CommandLookupTopic) {
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
 		return
 	}
-	url, redirect, err := c.b.lookup(ctx, m.GetTopic(), m.GetAuthoritative())
+	url, redirect, err := c.b.lookup(ctx, m.GetTopic(), m.GetAuthoritative(), listener)
 	switch {
 	case err != nil:
 		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
@@ -409,7 +410,7 @@ func (c *conn) handleSeek(m *pb.CommandSeek) {
 	cs.sub.mu.Lock()
 	cs.sub.seeking = true
 	cs.sub.mu.Unlock()
-	cs.sub.closeConsumers("")
+	cs.sub.closeConsumers(nil)
 }
 
 func (c *conn) handleGetLastMessageID(m *pb.CommandGetLastMessageId) {

@@ -41,6 +41,9 @@ type BrokerInfo struct {
 	AdminURL   string `json:"adminUrl"`
 	// ReplicationAddr is where other regions stream replicated entries.
 	ReplicationAddr string `json:"replicationAddr,omitempty"`
+	// Listeners are the broker's named URLs (Config.AdvertisedListeners),
+	// ServiceURL its internal one; nil without named listeners.
+	Listeners meta.Listeners `json:"advertisedListeners,omitempty"`
 }
 
 type bundle struct {
@@ -94,7 +97,7 @@ type ownership struct {
 }
 
 func (b *Broker) startOwnership(ctx context.Context) error {
-	info := BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.Addr()}
+	info := BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.Addr(), Listeners: b.lst.byName}
 	o := &ownership{b: b, owned: map[string]bundle{}, info: info, store: b.cfg.Store, regKey: "/brokers/" + b.cfg.BrokerID}
 	lease, err := o.register(ctx)
 	if err != nil {
@@ -454,9 +457,9 @@ func (b *Broker) handOff(ctx context.Context) {
 	}
 	i := 0
 	for _, bd := range b.own.ownedBundles() {
-		target := ""
+		var target *BrokerInfo
 		if len(others) > 0 {
-			target = others[i%len(others)].ServiceURL
+			target = &others[i%len(others)]
 			i++
 		}
 		b.moveBundle(ctx, bd, byBundle[bd.key()], target)

@@ -127,7 +127,7 @@ func (t *Topic) addProducer(ctx context.Context, p *Producer, topicEpoch *uint64
 	last := t.attachLocked(p)
 	t.mu.Unlock()
 	for _, q := range fenced {
-		q.closeByBroker("")
+		q.closeByBroker(nil)
 	}
 	if d.Persist {
 		if err := t.persistEpoch(ctx); err != nil {

@@ -24,7 +24,7 @@ func (b *Broker) newReplication() *replication.Service {
 	cfg := replication.Config{
 		Cluster: b.cfg.Cluster, BrokerID: b.cfg.BrokerID,
 		Store: b.cfg.Store, GlobalStore: b.cfg.GlobalStore, Meta: b.meta,
-		ListenAddr: b.cfg.ReplicationAddr, AdvertisedAddr: b.cfg.ReplicationAdvertisedAddr,
+		ListenAddr: b.cfg.ReplicationAddr, AdvertisedAddr: b.cfg.ReplicationAdvertisedAddr, Listeners: b.lst.byName,
 		OwnershipTTL: b.cfg.OwnershipTTL,
 		Faults:       b.cfg.ReplicationFaults,
 		Verifier:     b.cfg.ReplicationVerifier,
@@ -73,7 +73,7 @@ func (h replHost) Topics() []*replication.Topic {
 }
 
 func (h replHost) Serves(ctx context.Context, name string) (bool, error) {
-	u, _, err := h.b.lookup(ctx, name, false)
+	u, _, err := h.b.lookup(ctx, name, false, "")
 	if err != nil {
 		return false, err
 	}
@@ -107,7 +107,7 @@ func (h replHost) Quarantine(ctx context.Context, name string, entries []replica
 		if err != nil {
 			return fmt.Errorf("orphan %d: %w", e.OriginSeq, err)
 		}
-		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, entry.Unframed(e.Data), func(_ mledger.Position, err error) {
+		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, meta.Completes(), entry.Unframed(e.Data), func(_ mledger.Position, err error) {
 			if errors.Is(err, errDropSilently) {
 				err = fmt.Errorf("quarantine topic %s closed", name)
 			}
@@ -260,8 +260,13 @@ func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
 				t.mu.Lock()
 				t.noteEntryLocked(pos, entry.Decoded{Origin: o, Msg: msg})
 				if merr == nil && keepsDedup(meta.ProducerName) {
+					t.lastBatch = meta.NumMessages
+				}
+				if merr == nil && keepsDedup(meta.ProducerName) && meta.Completes() {
 					// The producer's sequence ids travel with its entries: a
-					// producer that fails over here and resends is deduplicated.
+					// producer that fails over here and resends is deduplicated
+					// (against a chunked message's last chunk: the chunks
+					// before it share its sequence id).
 					st := t.dedupFor(meta.ProducerName)
 					if st.connected == 0 {
 						st.idleSince = time.Now()
@@ -269,7 +274,6 @@ func (t *Topic) appendReplicated(entries []replicator.Entry, done func(error)) {
 					st.lastPushed = max(st.lastPushed, meta.HighestSeqID)
 					st.lastPersisted = max(st.lastPersisted, meta.HighestSeqID)
 					st.remember(meta.SequenceID, meta.HighestSeqID, pos)
-					t.lastBatch = meta.NumMessages
 				}
 				t.mu.Unlock()
 				t.notifySubs()

@@ -264,7 +264,7 @@ func (t *Topic) dropNonDurable(s *Subscription) {
 // closeConsumers sends CLOSE_CONSUMER to every consumer (after a seek, or
 // when the topic closes) so clients reconnect — to target directly when
 // given.
-func (s *Subscription) closeConsumers(target string) {
+func (s *Subscription) closeConsumers(target *BrokerInfo) {
 	s.mu.Lock()
 	cs := s.consumersLocked()
 	s.mu.Unlock()
@@ -276,9 +276,9 @@ func (s *Subscription) closeConsumers(target string) {
 		c.conn.mu.Unlock()
 		s.removeConsumer(c)
 		cc := &pb.CommandCloseConsumer{ConsumerId: proto.Uint64(c.id), RequestId: proto.Uint64(0)}
-		if target != "" {
-			cc.AssignedBrokerServiceUrl = proto.String(target)
-			cc.AssignedBrokerServiceUrlTls = security.TLSURL(target)
+		if u := c.conn.assignedURL(target); u != "" {
+			cc.AssignedBrokerServiceUrl = proto.String(u)
+			cc.AssignedBrokerServiceUrlTls = security.TLSURL(u)
 		}
 		c.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: cc})
 	}

@@ -224,12 +224,15 @@ func (t *Topic) load(ctx context.Context) error {
 			if err != nil || !keepsDedup(m.ProducerName) {
 				continue
 			}
+			t.lastBatch = m.NumMessages
+			replayed++
+			if !m.Completes() {
+				continue // a chunk before the last: no dedup point (publishMetered)
+			}
 			st := t.dedupFor(m.ProducerName)
 			st.lastPushed = max(st.lastPushed, m.HighestSeqID)
 			st.lastPersisted = max(st.lastPersisted, m.HighestSeqID)
 			st.remember(m.SequenceID, m.HighestSeqID, e.Pos)
-			t.lastBatch = m.NumMessages
-			replayed++
 		}
 		from = t.ml.Next(entries[len(entries)-1].Pos)
 	}
@@ -384,9 +387,13 @@ func (t *Topic) producerLastSeq(p *Producer) (int64, *uint64, bool) {
 // publish appends one SEND's entry, deduplicating by producer name and
 // sequence id. cb runs once with the entry's position; for a resend of a
 // persisted message it runs at once with the original position (or -1:-1
-// when that is no longer remembered).
-func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
-	t.publishMetered(nil, producerName, nil, seq, numMsgs, fm, cb)
+// when that is no longer remembered). completes is false for a chunk of
+// a chunked message other than its last (entry.Meta.Completes): such a
+// chunk is appended and answered with its own position, never
+// deduplicated, and leaves the producer's sequence state alone — its
+// sequence id is the whole message's, which only the last chunk records.
+func (t *Topic) publish(producerName string, seq int64, numMsgs int, completes bool, fm entry.Framed, cb func(mledger.Position, error)) {
+	t.publishMetered(nil, producerName, nil, seq, numMsgs, completes, fm, cb)
 }
 
 // publishMetered is publish from producer from (nil: not a client's) that
@@ -394,7 +401,7 @@ func (t *Topic) publish(producerName string, seq int64, numMsgs int, fm entry.Fr
 // none). A fenced producer's SEND is dropped without an answer (its client
 // is told to reconnect, and fails its pending sends when the reconnect is
 // refused).
-func (t *Topic) publishMetered(from *Producer, producerName string, in *ratemeter.Meter, seq int64, numMsgs int, fm entry.Framed, cb func(mledger.Position, error)) {
+func (t *Topic) publishMetered(from *Producer, producerName string, in *ratemeter.Meter, seq int64, numMsgs int, completes bool, fm entry.Framed, cb func(mledger.Position, error)) {
 	msg := fm.Msg()
 	highest := seq + int64(max(numMsgs, 1)) - 1
 	t.mu.Lock()
@@ -408,15 +415,21 @@ func (t *Topic) publishMetered(from *Producer, producerName string, in *ratemete
 		cb(mledger.Position{}, err)
 		return
 	}
-	st := t.dedup[producerName]
-	if st == nil && !keepsDedup(producerName) {
-		// A name no producer can connect with (a quarantined entry from
-		// another region's older broker): stored, but no state kept.
-		st = &dedupState{lastPushed: -1, lastPersisted: -1, inflight: map[int64]*pendingPublish{}}
-	} else if st == nil {
-		st = t.dedupFor(producerName)
+	// st is nil for a chunk before the last: as in Pulsar, it is stored
+	// as often as it is sent (a resend after a reconnect stores it again;
+	// the consumer drops the chunks it already holds).
+	var st *dedupState
+	if completes {
+		st = t.dedup[producerName]
+		if st == nil && !keepsDedup(producerName) {
+			// A name no producer can connect with (a quarantined entry from
+			// another region's older broker): stored, but no state kept.
+			st = &dedupState{lastPushed: -1, lastPersisted: -1, inflight: map[int64]*pendingPublish{}}
+		} else if st == nil {
+			st = t.dedupFor(producerName)
+		}
 	}
-	if t.dedupEnabled() && highest <= st.lastPushed {
+	if st != nil && t.dedupEnabled() && highest <= st.lastPushed {
 		if p, ok := st.inflight[seq]; ok {
 			p.waiters = append(p.waiters, cb)
 			t.mu.Unlock()
@@ -436,9 +449,11 @@ func (t *Topic) publishMetered(from *Producer, producerName string, in *ratemete
 			return
 		}
 	}
-	st.lastPushed = max(st.lastPushed, highest)
 	pp := &pendingPublish{waiters: []func(mledger.Position, error){cb}}
-	st.inflight[seq] = pp
+	if st != nil {
+		st.lastPushed = max(st.lastPushed, highest)
+		st.inflight[seq] = pp
+	}
 	t.mu.Unlock()
 
 	start := time.Now()
@@ -446,8 +461,10 @@ func (t *Topic) publishMetered(from *Producer, producerName string, in *ratemete
 	if t.seqBroken.Load() {
 		t.seqMu.Unlock()
 		t.mu.Lock()
-		delete(st.inflight, seq)
-		st.lastPushed = st.lastPersisted
+		if st != nil {
+			delete(st.inflight, seq)
+			st.lastPushed = st.lastPersisted
+		}
 		t.mu.Unlock()
 		cb(mledger.Position{}, errDropSilently)
 		return
@@ -465,14 +482,18 @@ func (t *Topic) publishMetered(from *Producer, producerName string, in *ratemete
 			go t.close(context.Background())
 		}
 		t.mu.Lock()
-		delete(st.inflight, seq)
+		if st != nil {
+			delete(st.inflight, seq)
+		}
 		var snap *dedupSnapshot
 		if err == nil {
 			t.noteEntryLocked(pos, entry.Decoded{Origin: origin, Msg: msg})
-			st.lastPersisted = max(st.lastPersisted, highest)
-			st.remember(seq, highest, pos)
-			if st.connected == 0 {
-				st.idleSince = time.Now() // a quarantined replicated entry (replhost.go)
+			if st != nil {
+				st.lastPersisted = max(st.lastPersisted, highest)
+				st.remember(seq, highest, pos)
+				if st.connected == 0 {
+					st.idleSince = time.Now() // a quarantined replicated entry (replhost.go)
+				}
 			}
 			t.lastBatch = max(numMsgs, 1)
 			t.msgsIn += int64(max(numMsgs, 1))
@@ -482,7 +503,7 @@ func (t *Topic) publishMetered(from *Producer, producerName string, in *ratemete
 				t.sinceSnap = 0
 				snap = t.snapshotLocked(pos)
 			}
-		} else {
+		} else if st != nil {
 			// Nothing after lastPersisted is known to be stored: accept the
 			// client's resends.
 			st.lastPushed = st.lastPersisted
@@ -670,17 +691,11 @@ func (t *Topic) deleteSubscription(ctx context.Context, name string) error {
 // connection).
 var errDropSilently = errors.New("topic closing: send dropped for the client to resend")
 
-// close closes the topic without a hand-off target.
-func (t *Topic) close(ctx context.Context) error { return t.closeWithTarget(ctx, "", nil) }
-
-// closeWithTarget unloads the topic, runs released (give up the bundle),
-// then tells clients to reconnect — to target directly if given.
-func (t *Topic) closeWithTarget(ctx context.Context, target string, released func()) error {
+// close closes the topic without a hand-off target: its clients look up
+// again.
+func (t *Topic) close(ctx context.Context) error {
 	notify, err := t.unload(ctx)
-	if released != nil {
-		released()
-	}
-	notify(target)
+	notify(nil)
 	return err
 }
 
@@ -691,7 +706,7 @@ func (t *Topic) closeWithTarget(ctx context.Context, target string, released fun
 // to reconnect: call it only after the bundle is released, so the new
 // owner can take it when they arrive. Its waits end with ctx (its locks
 // aside: moveBundle does not wait for it past ctx).
-func (t *Topic) unload(ctx context.Context) (notify func(target string), err error) {
+func (t *Topic) unload(ctx context.Context) (notify func(target *BrokerInfo), err error) {
 	notify, finish := t.beginUnload()
 	if finish == nil {
 		return notify, nil
@@ -705,11 +720,11 @@ func (t *Topic) unload(ctx context.Context) (notify func(target string), err err
 // notification does not depend on finish: a hand-off whose finish did not
 // end in time still releases the bundle and points the clients at the new
 // owner (moveBundle).
-func (t *Topic) beginUnload() (notify func(target string), finish func(context.Context) error) {
+func (t *Topic) beginUnload() (notify func(target *BrokerInfo), finish func(context.Context) error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return func(string) {}, nil
+		return func(*BrokerInfo) {}, nil
 	}
 	t.closed = true
 	producers := make([]*Producer, 0, len(t.producers))
@@ -722,7 +737,7 @@ func (t *Topic) beginUnload() (notify func(target string), finish func(context.C
 	}
 	t.refuseWaitingLocked()
 	t.mu.Unlock()
-	notify = func(target string) {
+	notify = func(target *BrokerInfo) {
 		for _, p := range producers {
 			p.closeByBroker(target)
 		}
@@ -775,7 +790,10 @@ func (p *Producer) publish(m *pb.CommandSend, msg entry.Framed) {
 	p.pending <- struct{}{} // back-pressure: blocks the connection's reader when full
 	seq := m.GetSequenceId()
 	n := int(m.GetNumMessages())
-	p.topic.publishMetered(p, p.name, &p.in, int64(seq), n, msg, func(pos mledger.Position, err error) {
+	// A chunk is marked by its SEND (is_chunk, as Pulsar's broker reads
+	// it): only then is the metadata parsed, to tell the last chunk.
+	completes := !m.GetIsChunk() || entry.CompletesMessage(msg.Msg())
+	p.topic.publishMetered(p, p.name, &p.in, int64(seq), n, completes, msg, func(pos mledger.Position, err error) {
 		<-p.pending
 		if errors.Is(err, errDropSilently) {
 			return
@@ -802,12 +820,13 @@ func (p *Producer) publish(m *pb.CommandSend, msg entry.Framed) {
 }
 
 // closeByBroker tells the client to reconnect (CLOSE_PRODUCER), to target
-// directly when given (assignedBrokerServiceUrl: no lookup). The SENDs the
+// directly when given (assignedBrokerServiceUrl, in the client's
+// listener: no lookup). The SENDs the
 // client has in flight meanwhile find no producer: the connection
 // remembers the id as closed by the broker, so handleSend drops them
 // without an answer (the client resends them once it has reconnected)
 // rather than refusing them.
-func (p *Producer) closeByBroker(target string) {
+func (p *Producer) closeByBroker(target *BrokerInfo) {
 	p.conn.mu.Lock()
 	if p.conn.producers[p.id] == p {
 		delete(p.conn.producers, p.id)
@@ -816,9 +835,9 @@ func (p *Producer) closeByBroker(target string) {
 	p.conn.mu.Unlock()
 	p.topic.removeProducer(p)
 	cp := &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(0)}
-	if target != "" {
-		cp.AssignedBrokerServiceUrl = proto.String(target)
-		cp.AssignedBrokerServiceUrlTls = security.TLSURL(target)
+	if u := p.conn.assignedURL(target); u != "" {
+		cp.AssignedBrokerServiceUrl = proto.String(u)
+		cp.AssignedBrokerServiceUrlTls = security.TLSURL(u)
 	}
 	p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: cp})
 }

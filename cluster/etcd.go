@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/meridian-mq/meridian/internal/netaddr"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -30,6 +31,13 @@ type EtcdConfig struct {
 	ClientURL string `yaml:"client_url"`
 	// PeerURL other members connect to, e.g. "http://127.0.0.1:2380".
 	PeerURL string `yaml:"peer_url"`
+	// AdvertiseClientURL and AdvertisePeerURL are the URLs this member
+	// tells clients and peers (etcd's advertise-client-urls and
+	// initial-advertise-peer-urls) when they differ from the listen URLs
+	// (NAT, a container listening on 0.0.0.0). Default: the listen URL, a
+	// wildcard host replaced by the host name (internal/netaddr).
+	AdvertiseClientURL string `yaml:"advertise_client_url"`
+	AdvertisePeerURL   string `yaml:"advertise_peer_url"`
 	// InitialCluster lists every member as name=peerURL, comma-separated.
 	// Empty means a single-member cluster of this member alone.
 	InitialCluster string `yaml:"initial_cluster"`
@@ -89,8 +97,14 @@ func StartEtcd(c EtcdConfig) (*Etcd, error) {
 	if c.PeerURL == "" {
 		c.PeerURL = "http://127.0.0.1:2380"
 	}
+	if c.AdvertiseClientURL == "" {
+		c.AdvertiseClientURL = advertisedURL(c.ClientURL)
+	}
+	if c.AdvertisePeerURL == "" {
+		c.AdvertisePeerURL = advertisedURL(c.PeerURL)
+	}
 	if c.InitialCluster == "" {
-		c.InitialCluster = c.Name + "=" + c.PeerURL
+		c.InitialCluster = c.Name + "=" + c.AdvertisePeerURL
 	}
 	if c.ClusterState == "" {
 		c.ClusterState = embed.ClusterStateFlagNew
@@ -106,13 +120,21 @@ func StartEtcd(c EtcdConfig) (*Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: etcd peer url %q: %w", c.PeerURL, err)
 	}
+	acurl, err := url.Parse(c.AdvertiseClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: etcd advertised client url %q: %w", c.AdvertiseClientURL, err)
+	}
+	apurl, err := url.Parse(c.AdvertisePeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: etcd advertised peer url %q: %w", c.AdvertisePeerURL, err)
+	}
 	ec := embed.NewConfig()
 	ec.Name = c.Name
 	ec.Dir = c.DataDir
 	ec.ListenClientUrls = []url.URL{*curl}
-	ec.AdvertiseClientUrls = []url.URL{*curl}
+	ec.AdvertiseClientUrls = []url.URL{*acurl}
 	ec.ListenPeerUrls = []url.URL{*purl}
-	ec.AdvertisePeerUrls = []url.URL{*purl}
+	ec.AdvertisePeerUrls = []url.URL{*apurl}
 	ec.InitialCluster = c.InitialCluster
 	ec.ClusterState = c.ClusterState
 	ec.InitialClusterToken = "meridian"
@@ -261,7 +283,17 @@ func (m *Etcd) moveLeaderHere() error {
 func (m *Etcd) IsLeader() bool { return m.e.Server.Leader() == m.e.Server.MemberID() }
 
 // ClientURL returns the URL clients use.
-func (e *Etcd) ClientURL() string { return strings.TrimRight(e.cfg.ClientURL, "/") }
+func (e *Etcd) ClientURL() string { return strings.TrimRight(e.cfg.AdvertiseClientURL, "/") }
+
+// advertisedURL is u with a wildcard host replaced by the host name.
+func advertisedURL(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Host == "" {
+		return u
+	}
+	pu.Host = netaddr.Advertised(pu.Host, nil)
+	return pu.String()
+}
 
 // Err reports a fatal error of the running member.
 func (e *Etcd) Err() <-chan error { return e.e.Err() }

@@ -13,6 +13,11 @@ import (
 	"github.com/meridian-mq/meridian/proto/metapb"
 )
 
+// DefaultMetricsAddr is `meridian autorecovery`'s HTTP port for
+// /metrics: beside a bookie's 8000 (BookKeeper's httpServerPort) on the
+// same host.
+const DefaultMetricsAddr = "127.0.0.1:8001"
+
 // Config configures an Auditor and Workers. Immutable once they run.
 type Config struct {
 	// Store is the region's metadata store (ledgers, bookie registry,

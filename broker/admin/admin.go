@@ -196,7 +196,11 @@ type Replication interface {
 // ("METHOD /path" as registered); an error wraps meta.ErrAuthentication or
 // meta.ErrAuthorization (security.Guard).
 type Authorizer interface {
-	AuthorizeAdmin(r *http.Request, pattern string) error
+	// AuthorizeAdmin also says who the caller is ("" when unknown).
+	AuthorizeAdmin(r *http.Request, pattern string) (role string, err error)
+	// AuditAdmin records a request that changes something (not GET or
+	// HEAD) once answered: who, the route, the status and the error.
+	AuditAdmin(r *http.Request, role, pattern string, status int, err error)
 	// AuthorizeSecret checks a request for a secret (the gossip keyring):
 	// never granted to an unauthenticated caller.
 	AuthorizeSecret(r *http.Request) error
@@ -300,10 +304,37 @@ func (s *Server) log() *slog.Logger {
 }
 
 func (s *Server) authorize(r *http.Request, pattern string) error {
+	_, err := s.authorizeAs(r, pattern)
+	return err
+}
+
+func (s *Server) authorizeAs(r *http.Request, pattern string) (string, error) {
 	if s.cfg.Auth == nil {
-		return nil
+		return "", nil
 	}
 	return s.cfg.Auth.AuthorizeAdmin(r, pattern)
+}
+
+// audited passes a request's answer on and, once it is answered, hands
+// it to the audit trail (Authorizer.AuditAdmin; reads are skipped there).
+type audited struct {
+	http.ResponseWriter
+	status int
+	err    error
+}
+
+func (a *audited) WriteHeader(code int) {
+	if a.status == 0 {
+		a.status = code
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *audited) Write(b []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	return a.ResponseWriter.Write(b)
 }
 
 // topic loads an existing topic for an admin call.
@@ -360,7 +391,13 @@ func (s *Server) Handler() http.Handler {
 			ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 			defer cancel()
 			r = r.WithContext(ctx)
-			if err := s.authorize(r, pattern); err != nil {
+			role, err := s.authorizeAs(r, pattern)
+			if s.cfg.Auth != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
+				aw := &audited{ResponseWriter: w, err: err}
+				w = aw
+				defer func() { s.cfg.Auth.AuditAdmin(r, role, pattern, aw.status, aw.err) }()
+			}
+			if err != nil {
 				writeAdmin(w, nil, err)
 				return
 			}
@@ -374,6 +411,9 @@ func (s *Server) Handler() http.Handler {
 				return
 			}
 			v, err := f(r)
+			if aw, ok := w.(*audited); ok {
+				aw.err = err
+			}
 			if loc, ok := ownerRedirect(r, err); ok {
 				http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
 				return

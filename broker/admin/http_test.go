@@ -18,9 +18,11 @@ import (
 
 type denyAll struct{}
 
-func (denyAll) AuthorizeAdmin(*http.Request, string) error {
-	return fmt.Errorf("%w: no credentials", meta.ErrAuthentication)
+func (denyAll) AuthorizeAdmin(*http.Request, string) (string, error) {
+	return "", fmt.Errorf("%w: no credentials", meta.ErrAuthentication)
 }
+
+func (denyAll) AuditAdmin(*http.Request, string, string, int, error) {}
 
 func (denyAll) AuthorizeSecret(*http.Request) error {
 	return fmt.Errorf("%w: no credentials", meta.ErrAuthentication)

@@ -145,6 +145,34 @@ type Meta struct {
 	// the producer's DeliverAfter or DeliverAt, in the outer metadata of a
 	// batch (the Go client never batches a delayed message).
 	DeliverAtMs int64
+	// ChunkID and NumChunks place the entry in a chunked message (PIP-37:
+	// a producer with chunking on splits a message larger than the
+	// broker's max_message_size into NumChunks entries, chunk ids 0 to
+	// NumChunks-1, all with the message's sequence id and uuid). NumChunks
+	// is 0 for an entry that is a whole message.
+	ChunkID, NumChunks int
+}
+
+// Completes reports whether the entry completes a message: it is a whole
+// message (or batch) or the last chunk of a chunked one. Only such an
+// entry is a deduplication point — its sequence id is the producer's
+// last persisted one; the chunks before it share that sequence id and
+// must neither be taken for resends of one another nor move it (Pulsar's
+// MessageDeduplication checks and records the last chunk only).
+func (m Meta) Completes() bool { return completes(m.ChunkID, m.NumChunks) }
+
+func completes(chunkID, numChunks int) bool { return numChunks <= 1 || chunkID >= numChunks-1 }
+
+// CompletesMessage is Meta.Completes for a message as its producer sent
+// it (a Decoded's Msg), parsing only its metadata. A message whose
+// metadata does not parse completes (it is deduplicated as a whole
+// message, as before chunking).
+func CompletesMessage(msg []byte) bool {
+	md, _, err := parseMessageMetadata(msg)
+	if err != nil {
+		return true
+	}
+	return completes(int(md.GetChunkId()), int(md.GetNumChunksFromMsg()))
 }
 
 // parseEntryMeta parses the message metadata (not the payload) of a stored
@@ -167,6 +195,8 @@ func ParseMeta(b []byte) (Meta, error) {
 		SequenceID:   int64(md.GetSequenceId()),
 		EventTimeMs:  int64(md.GetEventTime()),
 		DeliverAtMs:  md.GetDeliverAtTime(),
+		ChunkID:      int(md.GetChunkId()),
+		NumChunks:    int(md.GetNumChunksFromMsg()),
 	}
 	if md.NumMessagesInBatch != nil {
 		m.NumMessages = int(md.GetNumMessagesInBatch())

@@ -116,9 +116,12 @@ type Shell struct {
 	serving *servingState
 
 	regionCache sync.Map // region → its brokers' service URLs, as last read
-	reach       sync.Map // broker URL → reachability (reachableURL)
-	badMu       sync.Mutex
-	badSince    map[string]time.Time // region → when lookups first saw it not up (holdLookup)
+	// listenerCache: internal service URL → the broker's named
+	// listeners (meta.RegionBroker), as last read.
+	listenerCache sync.Map
+	reach         sync.Map // broker URL → reachability (reachableURL)
+	badMu         sync.Mutex
+	badSince      map[string]time.Time // region → when lookups first saw it not up (holdLookup)
 }
 
 // New returns the shell of cfg over host; StartWatch, StartControl and
@@ -209,9 +212,15 @@ func (sh *Shell) CheckActive(ctx context.Context, tn meta.TopicName, pol meta.Po
 
 // CrossRegionLookup answers a LOOKUP for a topic whose namespace is
 // active in another region: a broker of that region to ask (a
-// non-authoritative redirect), or "" when this region answers.
-func (sh *Shell) CrossRegionLookup(ctx context.Context, topic string) (string, error) {
-	return sh.crossRegionLookup(ctx, topic)
+// non-authoritative redirect), or "" when this region answers. listener
+// is the client's listener ("": the internal one): the answer is that
+// broker's URL of that name (meta.ErrNoListener if it has none).
+func (sh *Shell) CrossRegionLookup(ctx context.Context, topic, listener string) (string, error) {
+	u, err := sh.crossRegionLookup(ctx, topic)
+	if u == "" || err != nil || listener == "" {
+		return u, err
+	}
+	return sh.inListener(ctx, u, listener)
 }
 
 // MayServe reports whether this broker may acknowledge produce (or take

@@ -365,6 +365,39 @@ func (sh *Shell) regionBrokers(ctx context.Context, region string) ([]string, er
 	return urls, err
 }
 
+// inListener is the URL of listener name of the broker (of another
+// region) whose internal service URL is u, from the brokers' listener
+// registrations in the global store (meta.RegionListenersKey); the last
+// read answers while the store does not.
+func (sh *Shell) inListener(ctx context.Context, u, name string) (string, error) {
+	if v, ok := sh.listenerCache.Load(u); ok {
+		if l, err := v.(meta.Listeners).URLFor(u, name); err == nil {
+			return l, nil
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	// The registrations of every region: u says whose it is.
+	vals, err := sh.cfg.GlobalStore.ListValues(lctx, "/regions/")
+	if err != nil {
+		if v, ok := sh.listenerCache.Load(u); ok {
+			return v.(meta.Listeners).URLFor(u, name)
+		}
+		return "", fmt.Errorf("%w: the listeners of %s: %v", meta.ErrServiceNotReady, u, err)
+	}
+	for _, v := range vals {
+		var rb meta.RegionBroker
+		if json.Unmarshal([]byte(v), &rb) == nil && rb.ServiceURL != "" && rb.Listeners != nil {
+			sh.listenerCache.Store(rb.ServiceURL, rb.Listeners)
+		}
+	}
+	v, ok := sh.listenerCache.Load(u)
+	if !ok {
+		return "", meta.ErrNoListener(name)
+	}
+	return v.(meta.Listeners).URLFor(u, name)
+}
+
 // activeChanged applies a new record: outside the new active region, the
 // namespace's producers and consumers are closed so their clients look up
 // again and land in the active region.

@@ -23,3 +23,15 @@ func ActiveStandby(pol Policies) bool {
 // their service URLs in the global store (for lookups redirected from
 // other regions).
 func RegionBrokersKey(region string) string { return "/regions/" + region + "/brokers/" }
+
+// RegionListenersKey is the prefix under which the brokers of region that
+// have named listeners (AdvertisedListeners) register them in the global
+// store, one RegionBroker each, so a lookup redirected from another region
+// names the broker in the client's listener.
+func RegionListenersKey(region string) string { return "/regions/" + region + "/listeners/" }
+
+// RegionBroker is a broker's entry under RegionListenersKey.
+type RegionBroker struct {
+	ServiceURL string    `json:"serviceUrl"` // its internal URL, as under RegionBrokersKey
+	Listeners  Listeners `json:"advertisedListeners"`
+}

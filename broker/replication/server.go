@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/internal/netaddr"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
 	"github.com/meridian-mq/meridian/replicator/transport"
@@ -41,20 +43,26 @@ func (svc *Service) Start(pulsarAddr, serviceURL string) error {
 	}
 	svc.lis, svc.addr = lis, svc.cfg.AdvertisedAddr
 	if svc.addr == "" {
-		svc.addr = lis.Addr().String()
+		svc.addr = netaddr.Advertised(lis.Addr().String(), nil)
 	}
 	svc.srv = transport.NewServer(svc.cfg.ServerOptions...)
 	replpb.RegisterReplicationServer(svc.srv, svc)
 	go func() { _ = svc.srv.Serve(lis) }()
+	kvs := []transport.KV{
+		{Key: transport.EndpointKey(svc.cfg.Cluster, svc.cfg.BrokerID), Value: []byte(svc.addr)},
+		// The region's brokers, for lookups redirected from other
+		// regions (broker/failoverctl).
+		{Key: meta.RegionBrokersKey(svc.cfg.Cluster) + svc.cfg.BrokerID, Value: []byte(svc.serviceURL)},
+	}
+	if len(svc.cfg.Listeners) > 0 {
+		// Their named listeners, for redirects in a client's listener.
+		v, _ := json.Marshal(meta.RegionBroker{ServiceURL: svc.serviceURL, Listeners: svc.cfg.Listeners})
+		kvs = append(kvs, transport.KV{Key: meta.RegionListenersKey(svc.cfg.Cluster) + svc.cfg.BrokerID, Value: v})
+	}
 	svc.wg.Add(1)
 	go func() {
 		defer svc.wg.Done()
-		transport.Register(svc.ctx, svc.cfg.GlobalStore, svc.cfg.OwnershipTTL, []transport.KV{
-			{Key: transport.EndpointKey(svc.cfg.Cluster, svc.cfg.BrokerID), Value: []byte(svc.addr)},
-			// The region's brokers, for lookups redirected from other
-			// regions (broker/failoverctl).
-			{Key: meta.RegionBrokersKey(svc.cfg.Cluster) + svc.cfg.BrokerID, Value: []byte(svc.serviceURL)},
-		}, svc.log)
+		transport.Register(svc.ctx, svc.cfg.GlobalStore, svc.cfg.OwnershipTTL, kvs, svc.log)
 	}()
 	if svc.cfg.Verifier.Period > 0 {
 		svc.wg.Add(1)

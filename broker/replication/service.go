@@ -34,6 +34,9 @@ type Config struct {
 	// Pulsar listener's host on a free port); AdvertisedAddr the address
 	// other regions dial ("" = the listener's).
 	ListenAddr, AdvertisedAddr string
+	// Listeners are the broker's named listeners, registered beside its
+	// service URL for lookups redirected from other regions (nil: none).
+	Listeners meta.Listeners
 	// OwnershipTTL is the lease behind the endpoint's registration.
 	OwnershipTTL time.Duration
 	// ServerOptions and DialOptions are the gRPC transport's security

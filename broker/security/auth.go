@@ -104,9 +104,12 @@ func (g *Guard) Authenticate(a *ConnAuth, nc net.Conn, method string, data []byt
 	if !g.AuthnOn() {
 		return false, nil
 	}
+	if err := g.throttle(remoteOf(nc)); err != nil {
+		return false, err
+	}
 	cl, err := g.credentials(nc, method, data)
 	if err != nil {
-		g.AuthFailed(err)
+		g.authFailed("pulsar", remoteOf(nc), err)
 		return false, err
 	}
 	a.mu.Lock()
@@ -170,7 +173,7 @@ func (g *Guard) AuthResponse(a *ConnAuth, nc net.Conn, method string, data []byt
 	}
 	a.mu.Unlock()
 	if err != nil {
-		g.AuthFailed(err)
+		g.authFailed("pulsar", remoteOf(nc), err)
 		g.CountRefresh("refused")
 		return err
 	}

@@ -74,7 +74,7 @@ func TestAuthenticate(t *testing.T) {
 		t.Fatalf("tls on a plaintext connection: %v", err)
 	}
 	r := httptest.NewRequest("GET", "/admin/v2/tenants", nil)
-	if err := on.AuthorizeAdmin(r, "GET /admin/v2/tenants"); !errors.Is(err, meta.ErrAuthentication) {
+	if _, err := on.AuthorizeAdmin(r, "GET /admin/v2/tenants"); !errors.Is(err, meta.ErrAuthentication) {
 		t.Fatalf("admin request without a token: %v", err)
 	}
 }

@@ -203,20 +203,23 @@ func adminRuleFor(pattern string) adminRule {
 // adminRole authenticates an admin request: "Authorization: Bearer
 // TOKEN", or a client certificate from the CA over https.
 func (g *Guard) adminRole(r *http.Request) (string, error) {
+	if err := g.throttle(r.RemoteAddr); err != nil {
+		return "", err
+	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
 			err := fmt.Errorf("%w: %w: Authorization must be \"Bearer TOKEN\"", meta.ErrAuthentication, errAuthMethod)
-			g.AuthFailed(err)
+			g.authFailed("admin", r.RemoteAddr, err)
 			return "", err
 		}
 		cl, err := g.cfg.Tokens.Verify(tok, time.Now())
 		if err != nil {
-			g.AuthFailed(err)
+			g.authFailed("admin", r.RemoteAddr, err)
 			return "", fmt.Errorf("%w: %v", meta.ErrAuthentication, err)
 		}
 		if err := tokenRole(cl); err != nil {
-			g.AuthFailed(err)
+			g.authFailed("admin", r.RemoteAddr, err)
 			return "", err
 		}
 		return cl.Role, nil
@@ -226,27 +229,29 @@ func (g *Guard) adminRole(r *http.Request) (string, error) {
 		return role, nil
 	}
 	if errors.Is(err, errReservedRole) {
-		g.AuthFailed(err)
+		g.authFailed("admin", r.RemoteAddr, err)
 		return "", fmt.Errorf("%w: %w", meta.ErrAuthentication, err)
 	}
 	err = fmt.Errorf("%w: %w: send \"Authorization: Bearer TOKEN\"", meta.ErrAuthentication, authtoken.ErrNoToken)
-	g.AuthFailed(err)
+	g.authFailed("admin", r.RemoteAddr, err)
 	return "", err
 }
 
 // AuthorizeAdmin checks an admin request against its route's rule
 // (pattern: "METHOD /path" as registered).
-func (g *Guard) AuthorizeAdmin(r *http.Request, pattern string) error {
+// role is who the request authenticated as ("" with authentication off
+// or when it failed), for the audit trail (AuditAdmin).
+func (g *Guard) AuthorizeAdmin(r *http.Request, pattern string) (role string, err error) {
 	if !g.AuthnOn() {
-		return nil
+		return "", nil
 	}
-	role, err := g.adminRole(r)
+	role, err = g.adminRole(r)
 	if err != nil || !g.AuthzOn() {
-		return err
+		return role, err
 	}
 	rule := adminRuleFor(pattern)
 	if rule.op == "" {
-		return nil
+		return role, nil
 	}
 	ns, name := r.PathValue("tenant"), r.PathValue("tenant")
 	if rule.scope == "namespace" {
@@ -265,12 +270,12 @@ func (g *Guard) AuthorizeAdmin(r *http.Request, pattern string) error {
 	}
 	ok, err := g.allowed(r.Context(), role, rule.op, ns, topic)
 	if err != nil {
-		return err
+		return role, err
 	}
 	if !ok {
-		return g.notAuthorized(role, rule.op, name)
+		return role, g.notAuthorized(role, rule.op, name)
 	}
-	return nil
+	return role, nil
 }
 
 // errSecretNeedsAuth: a secret (the gossip keyring) is asked for where no

@@ -3,7 +3,8 @@
 // connection or an admin request is — token or client-certificate
 // authentication, and the refresh of expiring tokens (auth.go) — and what
 // a role may do: Pulsar's super-user, tenant-admin and namespace-grant
-// model (authz.go).
+// model (authz.go); and the audit trail with its per-IP limit on
+// authentication failures (audit.go).
 //
 // It imports broker/meta (names, tenants, namespaces' permissions, the
 // shared errors) and the low-level libraries tlsutil and authtoken, never
@@ -26,6 +27,9 @@
 //     wraps meta.ErrAuthorization or meta.ErrAuthentication, and says the
 //     same whether or not what was asked for exists.
 //  4. Refusals are counted (meridian_broker_auth_failures_total,
-//     ..._authorization_denied_total), never logged per occurrence by this
-//     package; tokens are never logged.
+//     ..._authorization_denied_total). Authentication failures and admin
+//     changes (AuditAdmin, which the admin API calls once a request that
+//     is not a read is answered) go to the audit trail (audit.go,
+//     Config.Audit) — failures per occurrence up to the per-IP limit,
+//     then one line per throttled window; tokens are never logged.
 package security

@@ -48,7 +48,7 @@ func TestRegionRoleComesOnlyFromARegionCertificate(t *testing.T) {
 	}
 	r := httptest.NewRequest("GET", "/admin/v2/tenants", nil)
 	r.Header.Set("Authorization", "Bearer "+forged)
-	if err := g.AuthorizeAdmin(r, "GET /admin/v2/tenants"); !errors.Is(err, meta.ErrAuthentication) || !errors.Is(err, errReservedRole) {
+	if _, err := g.AuthorizeAdmin(r, "GET /admin/v2/tenants"); !errors.Is(err, meta.ErrAuthentication) || !errors.Is(err, errReservedRole) {
 		t.Fatalf("admin request with that token: %v, want refused as reserved", err)
 	}
 
@@ -61,7 +61,7 @@ func TestRegionRoleComesOnlyFromARegionCertificate(t *testing.T) {
 	}
 	r = httptest.NewRequest("GET", "/admin/v2/tenants", nil)
 	r.TLS = cn
-	if err := g.AuthorizeAdmin(r, "GET /admin/v2/tenants"); !errors.Is(err, meta.ErrAuthentication) {
+	if _, err := g.AuthorizeAdmin(r, "GET /admin/v2/tenants"); !errors.Is(err, meta.ErrAuthentication) {
 		t.Fatalf("admin request with that certificate: %v, want an authentication error", err)
 	}
 

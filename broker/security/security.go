@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -65,6 +66,16 @@ type Config struct {
 	// authenticationRefreshCheckSeconds); so an expired token is used at
 	// most about 2 × AuthRefreshCheck past its expiry.
 	AuthRefreshCheck time.Duration
+	// Audit receives the audit trail (audit.go): admin changes and
+	// refusals, authentication failures. Default: slog.Default() with
+	// log=audit.
+	Audit *slog.Logger
+	// AuthFailureLimit: after this many authentication failures from one
+	// IP within AuthFailureWindow, that IP's attempts are refused
+	// unchecked until the window ends (audit.go). 0: 100; < 0: no limit.
+	AuthFailureLimit int
+	// AuthFailureWindow is the limit's window. 0: 1m.
+	AuthFailureWindow time.Duration
 	// GossipKeys, if set, serves the gossip keyring at
 	// /admin/v2/meridian/gossip/keys (the admin API; super-users).
 	GossipKeys GossipKeyring
@@ -74,6 +85,15 @@ type Config struct {
 func (s Config) WithDefaults() Config {
 	if s.AuthRefreshCheck == 0 {
 		s.AuthRefreshCheck = 60 * time.Second
+	}
+	if s.Audit == nil {
+		s.Audit = slog.Default().With("log", "audit")
+	}
+	if s.AuthFailureLimit == 0 {
+		s.AuthFailureLimit = DefaultAuthFailureLimit
+	}
+	if s.AuthFailureWindow == 0 {
+		s.AuthFailureWindow = DefaultAuthFailureWindow
 	}
 	return s
 }
@@ -85,6 +105,9 @@ func (s Config) Validate() error {
 	}
 	if s.AuthRefreshCheck < 0 {
 		return errors.New("broker: Security.AuthRefreshCheck must be >= 0")
+	}
+	if s.AuthFailureWindow < 0 {
+		return errors.New("broker: Security.AuthFailureWindow must be >= 0")
 	}
 	return nil
 }
@@ -129,30 +152,19 @@ type Metadata interface {
 // and what it may do (authorization). Safe for concurrent use; immutable
 // after New.
 type Guard struct {
-	cfg  Config
-	meta Metadata
-	sec  *metrics
+	cfg     Config
+	meta    Metadata
+	sec     *metrics
+	limiter *failureLimiter
 }
 
 // New returns the guard of cfg (with defaults filled in), reading
 // permissions from md and registering its counters on reg with the
 // region's name as the cluster label.
 func New(cfg Config, md Metadata, cluster string, reg prometheus.Registerer) *Guard {
-	return &Guard{cfg: cfg.WithDefaults(), meta: md, sec: newMetrics(cluster, reg)}
-}
-
-// AuthFailed counts one refused authentication.
-func (g *Guard) AuthFailed(err error) {
-	reason := "invalid"
-	switch {
-	case errors.Is(err, authtoken.ErrNoToken):
-		reason = "missing"
-	case errors.Is(err, authtoken.ErrExpired):
-		reason = "expired"
-	case errors.Is(err, errAuthMethod):
-		reason = "method"
-	}
-	g.sec.authFailures.WithLabelValues(reason).Inc()
+	cfg = cfg.WithDefaults()
+	return &Guard{cfg: cfg, meta: md, sec: newMetrics(cluster, reg),
+		limiter: &failureLimiter{limit: cfg.AuthFailureLimit, window: cfg.AuthFailureWindow}}
 }
 
 // TLSOn reports whether TLS is on.

@@ -116,7 +116,7 @@ func newAutorecoveryCmd() *cobra.Command {
 	md.register(f, "region whose bookies and ledgers to look after", false)
 	config.Group(f, "autorecovery", func() {
 		f.StringVar(&id, "id", "", "name of this process in the auditor election (default: host-pid)")
-		f.StringVar(&metricsAddr, "metrics", "", "Prometheus /metrics listen address (empty: off)")
+		f.StringVar(&metricsAddr, "metrics", autorecovery.DefaultMetricsAddr, "HTTP listen address of Prometheus /metrics (empty: off)")
 	})
 	config.Bind(f, "metrics", "autorecovery.metrics_addr")
 	rf.register(f, "", false)

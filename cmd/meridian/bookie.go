@@ -28,10 +28,10 @@ func newBookieCmd() *cobra.Command {
 	config.Group(f, "bookie", func() {
 		f.StringVar(&bc.ID, "id", "", "bookie id (default: the advertised address)")
 		f.StringVar(&bc.ListenAddr, "listen", bookie.DefaultListenAddr, "gRPC listen address")
-		f.StringVar(&bc.AdvertiseAddr, "advertise", "", "address clients dial (default: the listen address)")
+		f.StringVar(&bc.AdvertiseAddr, "advertise", "", "address ledger clients (brokers, other regions' recovery) dial (default: the listen address, a wildcard host replaced by the host name)")
 		f.StringVar(&bc.DataDir, "data-dir", "./data/bookie", "data directory (Pebble)")
 		f.StringVar(&bc.Rack, "rack", "", "rack label")
-		f.StringVar(&bc.MetricsAddr, "metrics", "", "Prometheus /metrics listen address (empty: off)")
+		f.StringVar(&bc.MetricsAddr, "metrics", bookie.DefaultMetricsAddr, "HTTP listen address of Prometheus /metrics (BookKeeper's httpServerPort, 8000) (empty: off)")
 		f.Float64Var(&bc.DiskUsageThreshold, "disk-usage-threshold", bookie.DefaultDiskUsageThreshold, "disk usage fraction at which the bookie turns read-only")
 		f.DurationVar(&bc.DiskCheckInterval, "disk-check-interval", bookie.DefaultDiskCheckInterval, "how often the disk usage is sampled (also after writing an eighth of the headroom)")
 		f.DurationVar(&bc.GroupCommitMaxDelay, "group-commit-max-delay", 0, "how long the first queued add may wait to share an fsync (0: commit as soon as the previous fsync ends)")

@@ -15,6 +15,7 @@ import (
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/failover"
 	"github.com/meridian-mq/meridian/internal/config"
+	"github.com/meridian-mq/meridian/internal/netaddr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -39,6 +40,7 @@ type brokerFlags struct {
 	PolicyCheckInterval            time.Duration
 	DedupProducerInactivityTimeout time.Duration
 	MaxEntriesPerLedger            int
+	Listeners                      listenerFlags
 }
 
 // metadataFlags locate the region's etcd and the global store.
@@ -81,11 +83,12 @@ func newBrokerCmd() *cobra.Command {
 	md.register(f, "region of this broker", true)
 	config.Group(f, "broker", func() {
 		f.StringVar(&bf.ID, "id", "", "broker id (default: the advertised address)")
-		f.StringVar(&bf.ListenAddr, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
-		f.StringVar(&bf.AdvertisedAddr, "advertise", "", "address clients are told to connect to (default: the listen address)")
-		f.StringVar(&bf.AdminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address (empty: off)")
-		f.StringVar(&bf.ReplicationAddr, "replication-listen", "", "replication gRPC listen address, for other regions (default: the listen host, a free port)")
-		f.StringVar(&bf.ReplicationAdvAddr, "replication-advertise", "", "replication address other regions dial (default: the replication listen address)")
+		f.StringVar(&bf.ListenAddr, "listen", broker.DefaultListenAddr, "Pulsar protocol listen address")
+		f.StringVar(&bf.AdvertisedAddr, "advertise", "", "address clients are told to connect to (default: the listen address, a wildcard host replaced by the host name); not with --advertised-listeners")
+		f.StringVar(&bf.AdminAddr, "admin", broker.DefaultAdminAddr, "admin HTTP API listen address (empty: off)")
+		f.StringVar(&bf.ReplicationAddr, "replication-listen", broker.DefaultReplicationAddr, "replication gRPC listen address, for other regions' brokers")
+		f.StringVar(&bf.ReplicationAdvAddr, "replication-advertise", "", "replication address other regions dial (default: the replication listen address, a wildcard host replaced by the host name)")
+		bf.Listeners.register(f)
 		f.StringVar(&bf.Rack, "rack", "", "rack of this broker (read locality)")
 		f.DurationVar(&bf.FailoverLeaseTTL, "failover-lease-ttl", 0, "TTL of a region's lease on an active-standby namespace (0: 5s); a dead active region's namespaces move after about this long at least")
 		f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
@@ -113,7 +116,7 @@ func newBrokerCmd() *cobra.Command {
 	withConfig(cmd, func(eff *config.Effective) error {
 		return validateAll(eff, rules(logRules, regionRules, gossipRules, recoveryRules, authRules, brokerRules, verifierRules, map[string]config.Rule{
 			"metadata.global": config.URLList(false),
-		}), quorumCheck)
+		}), quorumCheck, listenerCheck)
 	}, func(cmd *cobra.Command, _ *config.Effective) error {
 		return runBroker(md, bf, gossip, rf, limits, delayed, sec)
 	})
@@ -182,7 +185,12 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	if name == "" {
 		name = c.ListenAddr
 	}
-	m, err := gossip.start(name, cluster.RoleBroker, md.region, c.Rack, c.ListenAddr, c.AdminAddr, log)
+	// Gossip publishes the address others dial (regionBrokers' fallback).
+	service := c.AdvertisedAddr
+	if service == "" {
+		service = netaddr.Advertised(c.ListenAddr, nil)
+	}
+	m, err := gossip.start(name, cluster.RoleBroker, md.region, c.Rack, service, c.AdminAddr, log)
 	if err != nil {
 		return err
 	}
@@ -216,6 +224,7 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	}
 	limits.apply(&bc)
 	delayed.apply(&bc)
+	c.Listeners.apply(&bc)
 	bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 	bc.ManagedLedger.MaxEntriesPerLedger = c.MaxEntriesPerLedger
 	c.verify.apply(&bc)

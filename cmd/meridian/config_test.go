@@ -281,11 +281,24 @@ func TestConfigValidationNamesTheKey(t *testing.T) {
 		{"standalone", "standalone: {bookie_base_port: 70000}", "standalone.bookie_base_port"},
 		{"broker", "gossip: {addr: nohost}", "gossip.addr"},
 		{"broker", "log: {level: loud}", "log.level"},
+		{"broker", "broker: {advertised_listeners: ['pulsar://h:1']}", "broker.advertised_listeners"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1', 'b:pulsar://h:1']}", "broker.advertised_listeners"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1'], internal_listener_name: b}", "broker.internal_listener_name"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1'], advertised_addr: 'h:2'}", "broker.advertised_addr"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1'], bind_addresses: ['b:pulsar://0.0.0.0:2']}", "broker.bind_addresses"},
+		{"broker", "security: {tls: {cert_file: c.pem}}\nbroker: {advertised_listeners: ['a:pulsar://h:1']}", "broker.advertised_listeners"},
+		{"standalone", "broker: {bind_addresses: ['a:pulsar://0.0.0.0:2']}", "broker.bind_addresses"},
+		{"broker", "gossip: {advertise_addr: nohost}", "gossip.advertise_addr"},
+		{"etcd", "etcd: {advertise_peer_url: '127.0.0.1:2380'}", "etcd.advertise_peer_url"},
 	} {
 		_, err := runRole(t, c.role, "--config", write(c.yaml), "--print-config")
 		if err == nil || !strings.Contains(err.Error(), "config "+c.want+"=") {
 			t.Errorf("%s %s: %v, want an error naming %s", c.role, c.yaml, err, c.want)
 		}
+	}
+	// Listeners as Pulsar writes them: valid.
+	if _, err := runRole(t, "broker", "--config", write("broker: {advertised_listeners: 'internal:pulsar://10.0.0.5:6650,external:pulsar://b1.example.com:6652', bind_addresses: ['external:pulsar://0.0.0.0:6652']}"), "--print-config"); err != nil {
+		t.Errorf("advertised listeners: %v", err)
 	}
 	// Valid, and more than a region of 3 bookies could hold: fine at start.
 	if _, err := runRole(t, "broker", "--config", write("broker: {ensemble_size: 9, write_quorum: 5, ack_quorum: 3}"), "--print-config"); err != nil {
@@ -364,5 +377,50 @@ gossip:
 	}
 	if !strings.Contains(string(out), "broker.ack_quorum") || !strings.Contains(string(out), "file "+bad) {
 		t.Fatalf("the error does not name the key and the file:\n%s", out)
+	}
+}
+
+// Requirement (issue 28): docs/configuration.md lists every key of every
+// role, its flag, variable, default and meaning, generated from the flag
+// sets: a flag added, renamed, re-defaulted or re-worded without `make
+// docs` fails here, so the doc cannot drift from the code.
+func TestConfigDocIsFresh(t *testing.T) {
+	var want bytes.Buffer
+	if err := config.WriteDoc(&want, docRoles()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join("..", "..", "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		gl, wl := strings.Split(string(got), "\n"), strings.Split(want.String(), "\n")
+		for i := range max(len(gl), len(wl)) {
+			var g, w string
+			if i < len(gl) {
+				g = gl[i]
+			}
+			if i < len(wl) {
+				w = wl[i]
+			}
+			if g != w {
+				t.Fatalf("docs/configuration.md disagrees with the code (run make docs); first at line %d:\n doc:  %s\n code: %s", i+1, g, w)
+			}
+		}
+	}
+	// Every setting of every role is in it.
+	n := 0
+	for _, r := range docRoles() {
+		r.Flags.VisitAll(func(f *pflag.Flag) {
+			if config.IsSetting(f) {
+				n++
+				if !bytes.Contains(got, []byte("| `"+config.Key(f)+"` | `--"+f.Name+"` | `"+config.EnvName(config.Key(f))+"` |")) {
+					t.Errorf("%s --%s (%s) is not in docs/configuration.md", r.Name, f.Name, config.Key(f))
+				}
+			}
+		})
+	}
+	if n < 100 {
+		t.Fatalf("only %d settings: the roles were not read", n)
 	}
 }

@@ -19,8 +19,10 @@ func newEtcdCmd() *cobra.Command {
 	config.Group(f, "etcd", func() {
 		f.StringVar(&ec.DataDir, "data-dir", "./data/etcd", "data directory")
 		f.StringVar(&ec.Name, "name", "default", "member name")
-		f.StringVar(&ec.ClientURL, "client-url", "http://127.0.0.1:2379", "URL clients connect to")
-		f.StringVar(&ec.PeerURL, "peer-url", "http://127.0.0.1:2380", "URL peers connect to")
+		f.StringVar(&ec.ClientURL, "client-url", "http://127.0.0.1:2379", "client URL to listen on (etcd's listen-client-urls; /metrics and /health too)")
+		f.StringVar(&ec.PeerURL, "peer-url", "http://127.0.0.1:2380", "peer URL to listen on (etcd's listen-peer-urls)")
+		f.StringVar(&ec.AdvertiseClientURL, "advertise-client-url", "", "client URL told to clients, when it differs from --client-url (NAT, a container on 0.0.0.0; etcd's advertise-client-urls) (default: --client-url, a wildcard host replaced by the host name)")
+		f.StringVar(&ec.AdvertisePeerURL, "advertise-peer-url", "", "peer URL told to the other members (etcd's initial-advertise-peer-urls; --initial-cluster names it) (default: --peer-url, a wildcard host replaced by the host name)")
 		f.StringVar(&ec.InitialCluster, "initial-cluster", "", "name=peerURL,... of every member (default: this member alone)")
 		f.StringVar(&ec.ClusterState, "cluster-state", "new", "new or existing")
 		f.StringVar(&ec.TLS.CertFile, "tls-cert-file", "", "PEM certificate of this member: with --tls-key-file and --tls-trust-certs-file, clients and peers use mutual TLS (https:// URLs)")
@@ -64,6 +66,8 @@ var etcdRules = map[string]config.Rule{
 	"etcd.name":                  config.Name,
 	"etcd.client_url":            config.URL(false),
 	"etcd.peer_url":              config.URL(false),
+	"etcd.advertise_client_url":  config.URL(true),
+	"etcd.advertise_peer_url":    config.URL(true),
 	"etcd.cluster_state":         config.OneOf("new", "existing"),
 	"etcd.quota_backend_bytes":   config.IntMin(0, "0: etcd's default"),
 	"etcd.start_timeout":         config.Positive,

@@ -20,6 +20,7 @@ import (
 // autorecovery) takes; their keys are gossip.addr, gossip.seeds, ….
 type gossipFlags struct {
 	addr    string
+	adv     string
 	seeds   string
 	key     string
 	keyFile string
@@ -32,7 +33,8 @@ func (g *gossipFlags) register(cmd *cobra.Command) {
 }
 
 func (g *gossipFlags) registerFlags(f *pflag.FlagSet) {
-	f.StringVar(&g.addr, "gossip-addr", "", "gossip (serf) bind address host:port; empty: no gossip")
+	f.StringVar(&g.addr, "gossip-addr", "", "gossip (serf) bind address host:port, UDP and TCP (serf's port is 7946); empty: no gossip")
+	f.StringVar(&g.adv, "gossip-advertise-addr", "", "gossip address host:port other members reach this one at, when it differs from --gossip-addr (NAT, a container) (default: --gossip-addr; bound to 0.0.0.0, the first private IP)")
 	f.StringVar(&g.seeds, "gossip-seeds", "", "gossip members to join, comma-separated host:port")
 	f.StringVar(&g.key, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip; empty: plaintext (visible in ps: prefer --gossip-key-file)")
 	f.StringVar(&g.keyFile, "gossip-key-file", "", "file holding the base64 gossip key")
@@ -62,6 +64,16 @@ func (g *gossipFlags) start(name string, role cluster.Role, region, rack, servic
 	c.BindAddr = host
 	if c.BindPort, err = strconv.Atoi(port); err != nil {
 		return nil, fmt.Errorf("--gossip-addr port: %w", err)
+	}
+	if g.adv != "" {
+		h, p, err := net.SplitHostPort(g.adv)
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-advertise-addr: %w", err)
+		}
+		c.AdvertiseAddr = h
+		if c.AdvertisePort, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("--gossip-advertise-addr port: %w", err)
+		}
 	}
 	c.NodeName, c.Role, c.Region, c.Rack, c.ServiceAddr, c.AdminAddr = name, role, region, rack, service, admin
 	c.Seeds = splitList(g.seeds)

@@ -34,7 +34,7 @@ func newRoot() *cobra.Command {
 	}
 	rootFlags(root.PersistentFlags(), &logLevel)
 	root.AddCommand(newEtcdCmd(), newBookieCmd(), newStandaloneCmd(), newBrokerCmd(), newUpCmd(), newAutorecoveryCmd(), newAdminCmd(), newBenchCmd())
-	root.AddCommand(newProduceCmd(), newConsumeCmd(), newDrillCmd(), newHealthCmd())
+	root.AddCommand(newProduceCmd(), newConsumeCmd(), newDrillCmd(), newHealthCmd(), newConfigDocCmd())
 	return root
 }
 

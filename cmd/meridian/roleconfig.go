@@ -142,9 +142,10 @@ var (
 		"metadata.root":      rootRule,
 	}
 	gossipRules = map[string]config.Rule{
-		"gossip.addr":    config.HostPort(true),
-		"gossip.seeds":   config.HostPortList,
-		"gossip.profile": config.OneOf("meridian", "lan", "fast"),
+		"gossip.addr":           config.HostPort(true),
+		"gossip.advertise_addr": config.HostPort(true),
+		"gossip.seeds":          config.HostPortList,
+		"gossip.profile":        config.OneOf("meridian", "lan", "fast"),
 	}
 	recoveryRules = map[string]config.Rule{
 		"recovery.lost_bookie_delay": config.DurationMin(0, "0: re-replicate at once"),

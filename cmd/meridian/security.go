@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -49,6 +50,16 @@ type SecurityFileConfig struct {
 	// AuthRefreshCheck (broker): how often connections' token expiry is
 	// checked (0: 60s).
 	AuthRefreshCheck time.Duration `yaml:"auth_refresh_check"`
+	// AuditLog (broker): the audit trail's file (JSON lines, appended,
+	// mode 0600): admin changes and refusals, authentication failures
+	// (default: the process's log, with log=audit).
+	AuditLog string `yaml:"audit_log"`
+	// AuthFailureLimit and AuthFailureWindow (broker): after this many
+	// authentication failures from one IP within the window, that IP is
+	// refused unchecked until the window ends (0: 100 per 1m; a negative
+	// limit: none).
+	AuthFailureLimit  int           `yaml:"auth_failure_limit"`
+	AuthFailureWindow time.Duration `yaml:"auth_failure_window"`
 	// EtcdUser and EtcdPasswordFile authenticate to etcd (regional and
 	// global store) with a password; without them, with the TLS
 	// certificate's common name when etcd checks client certificates.
@@ -91,12 +102,16 @@ func (s *securityFlags) registerBroker(cmd *cobra.Command) {
 		f.BoolVar(&s.fc.Authorization, "authorization", false, "enforce roles' permissions (super-users, tenant admins, namespace produce/consume grants); needs a token key")
 		f.StringVar(&s.superUsers, "superuser-roles", "", "roles that may do everything, comma-separated")
 		f.DurationVar(&s.fc.AuthRefreshCheck, "auth-refresh-check", 0, "how often connections' token expiry is checked (0: 60s); an expired token is challenged, then the connection closed")
+		f.StringVar(&s.fc.AuditLog, "audit-log", "", "file for the audit trail (JSON lines, mode 0600): admin changes and refusals, authentication failures (default: the process's log, with log=audit)")
+		f.IntVar(&s.fc.AuthFailureLimit, "auth-failure-limit", 0, "authentication failures from one IP within --auth-failure-window after which that IP is refused until the window ends (0: 100; negative: no limit)")
+		f.DurationVar(&s.fc.AuthFailureWindow, "auth-failure-window", 0, "the window of --auth-failure-limit (0: 1m)")
 	})
 }
 
 // authRules check registerBroker's settings.
 var authRules = map[string]config.Rule{
-	"security.auth_refresh_check": config.DurationMin(0, "0: 60s"),
+	"security.auth_refresh_check":  config.DurationMin(0, "0: 60s"),
+	"security.auth_failure_window": config.DurationMin(0, "0: 1m"),
 }
 
 // settings are the security settings the flags hold (the file and the
@@ -158,7 +173,15 @@ func (c SecurityFileConfig) connectStore(ctx context.Context, endpoints []string
 
 // brokerSecurity builds the broker's SecurityConfig.
 func (c SecurityFileConfig) brokerSecurity(src *tlsutil.Source) (security.Config, error) {
-	sc := security.Config{TLS: src, Authorization: c.Authorization, SuperUserRoles: c.SuperUserRoles, AuthRefreshCheck: c.AuthRefreshCheck}
+	sc := security.Config{TLS: src, Authorization: c.Authorization, SuperUserRoles: c.SuperUserRoles, AuthRefreshCheck: c.AuthRefreshCheck,
+		AuthFailureLimit: c.AuthFailureLimit, AuthFailureWindow: c.AuthFailureWindow}
+	if c.AuditLog != "" {
+		f, err := os.OpenFile(c.AuditLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return sc, fmt.Errorf("--audit-log: %w", err)
+		}
+		sc.Audit = slog.New(slog.NewJSONHandler(f, nil)) // open for the process's life
+	}
 	if c.TokenSecretKey != "" || c.TokenPublicKey != "" {
 		v, err := authtoken.VerifierFromSettings(c.TokenSecretKey, c.TokenPublicKey)
 		if err != nil {

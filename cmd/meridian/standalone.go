@@ -22,7 +22,8 @@ import (
 func newStandaloneCmd() *cobra.Command {
 	var dataDir, etcdClient, etcdPeer, bookieHost string
 	var bookies, bookieBasePort int
-	var listen, adminAddr, advertise string
+	var listen, adminAddr, advertise, replListen string
+	var listeners listenerFlags
 	var bookieMetrics []string
 	var policyEvery, dedupInactivity time.Duration
 	var limits connLimitFlags
@@ -150,13 +151,14 @@ file > default); --print-config shows the result.`,
 		}
 		defer lc.Close()
 		bc := broker.Config{
-			Cluster: "standalone", ListenAddr: listen, AdvertisedAddr: advertise, AdminAddr: adminAddr,
+			Cluster: "standalone", ListenAddr: listen, AdvertisedAddr: advertise, AdminAddr: adminAddr, ReplicationAddr: replListen,
 			Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery,
 			DedupProducerInactivityTimeout: dedupTimeout(dedupInactivity),
 			Security:                       security,
 		}
 		limits.apply(&bc)
 		delayed.apply(&bc)
+		listeners.apply(&bc)
 		// Self-healing storage in the same process (autorecovery.go).
 		if rf.enabled {
 			metrics := autorecovery.NewMetrics("standalone")
@@ -213,7 +215,9 @@ file > default); --print-config shows the result.`,
 	config.Group(f, "broker", func() {
 		f.StringVar(&listen, "listen", "127.0.0.1:6650", "Pulsar protocol listen address")
 		f.StringVar(&adminAddr, "admin", "127.0.0.1:8080", "admin HTTP API listen address")
-		f.StringVar(&advertise, "advertise", "", "address clients are told to connect to (default: the listen address; set it when listening on 0.0.0.0, e.g. in a container)")
+		f.StringVar(&advertise, "advertise", "", "address clients are told to connect to (default: the listen address, a wildcard host replaced by the host name); not with --advertised-listeners")
+		f.StringVar(&replListen, "replication-listen", broker.DefaultReplicationAddr, "replication gRPC listen address (a standalone is one region: nothing replicates to it, but the service listens)")
+		listeners.register(f)
 		f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
 		limits.register(f)
 		delayed.register(f)
@@ -222,10 +226,11 @@ file > default); --print-config shows the result.`,
 	config.Bind(f, "listen", "broker.listen_addr")
 	config.Bind(f, "advertise", "broker.advertised_addr")
 	config.Bind(f, "admin", "broker.admin_addr")
+	config.Bind(f, "replication-listen", "broker.replication_addr")
 	rf.register(f, "recovery-", true)
 	sec.registerBroker(cmd)
 	withConfig(cmd, func(eff *config.Effective) error {
-		return validateAll(eff, rules(logRules, recoveryRules, authRules, standaloneRules))
+		return validateAll(eff, rules(logRules, recoveryRules, authRules, standaloneRules), listenerCheck)
 	}, run)
 	return cmd
 }
@@ -241,6 +246,7 @@ var standaloneRules = map[string]config.Rule{
 	"broker.listen_addr":                       brokerRules["broker.listen_addr"],
 	"broker.advertised_addr":                   brokerRules["broker.advertised_addr"],
 	"broker.admin_addr":                        brokerRules["broker.admin_addr"],
+	"broker.replication_addr":                  brokerRules["broker.replication_addr"],
 	"broker.policy_check_interval":             brokerRules["broker.policy_check_interval"],
 	"broker.dedup_producer_inactivity_timeout": brokerRules["broker.dedup_producer_inactivity_timeout"],
 	"broker.handshake_timeout":                 brokerRules["broker.handshake_timeout"],

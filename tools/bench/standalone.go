@@ -46,7 +46,7 @@ func buildMeridian(ctx context.Context, dir string) (string, error) {
 // until GET /admin/v2/tenants answers 200. The process gets SIGTERM when ctx
 // is cancelled, and SIGKILL if this process dies first (Pdeathsig).
 func startStandalone(ctx context.Context, bin, dir string) (*standaloneProc, error) {
-	var addrs [7]string
+	var addrs [8]string
 	for i := range addrs {
 		a, err := freeAddr()
 		if err != nil {
@@ -68,7 +68,10 @@ func startStandalone(ctx context.Context, bin, dir string) (*standaloneProc, err
 		"--listen", addrs[0], "--admin", addrs[1],
 		"--etcd-client-url", "http://"+addrs[2], "--etcd-peer-url", "http://"+addrs[3],
 		"--bookie-base-port", "0", "--bookie-metrics", strings.Join(addrs[4:7], ","), "--log-level", "warn")
-	c.Env = append(os.Environ(), "MERIDIAN_PPROF_DIR="+pprofDir)
+	// The replication listener through its variable, not --replication-
+	// listen: a standalone of before (bench ab's A) has no such flag, and
+	// knows the key (the broker role's) without applying it.
+	c.Env = append(os.Environ(), "MERIDIAN_PPROF_DIR="+pprofDir, "MERIDIAN_BROKER_REPLICATION_ADDR="+addrs[7])
 	c.Stdout, c.Stderr = logf, logf
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.Start(); err != nil {

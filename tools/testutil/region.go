@@ -54,8 +54,10 @@ func (r *Region) AddBookie(id, rack string, extra ...string) *BookieProc {
 	r.t.Helper()
 	addr := FreeAddr(r.t)
 	dir := filepath.Join(r.t.TempDir(), id)
+	// Every listener on a port of its own: the defaults (3181, 8000) are
+	// one bookie's per host.
 	args := append([]string{"bookie", "--region", r.Name, "--etcd", r.EtcdURL, "--id", id, "--rack", rack,
-		"--listen", addr, "--data-dir", dir, "--log-level", "warn"}, extra...)
+		"--listen", addr, "--metrics", FreeAddr(r.t), "--data-dir", dir, "--log-level", "warn"}, extra...)
 	p := StartProc(r.t, id, MeridianBinary(r.t), args...)
 	b := &BookieProc{Proc: p, ID: id, Rack: rack, Addr: addr, DataDir: dir}
 	r.Bookies = append(r.Bookies, b)
@@ -115,9 +117,19 @@ func (b *BrokerProc) AdminURL() string { return "http://" + b.AdminAddr }
 // admin API answers.
 func (r *Region) AddBroker(id string, extra ...string) *BrokerProc {
 	r.t.Helper()
-	addr, admin := FreeAddr(r.t), FreeAddr(r.t)
+	return r.AddBrokerAt(id, FreeAddr(r.t), extra...)
+}
+
+// AddBrokerAt is AddBroker with the Pulsar listener on addr (a test that
+// names it in other flags, e.g. --advertised-listeners, plans it first).
+func (r *Region) AddBrokerAt(id, addr string, extra ...string) *BrokerProc {
+	r.t.Helper()
+	admin := FreeAddr(r.t)
+	// Every listener on a port of its own (the defaults, 6650, 8080 and
+	// 6660, are one broker's per host); a test's --replication-listen in
+	// extra comes later and wins.
 	args := append([]string{"broker", "--region", r.Name, "--etcd", r.EtcdURL, "--id", id,
-		"--listen", addr, "--admin", admin, "--log-level", "warn"}, extra...)
+		"--listen", addr, "--admin", admin, "--replication-listen", FreeAddr(r.t), "--log-level", "warn"}, extra...)
 	p := StartProc(r.t, id, MeridianBinary(r.t), args...)
 	b := &BrokerProc{Proc: p, ID: id, Addr: addr, AdminAddr: admin}
 	WaitHTTP(r.t, b.AdminURL()+"/admin/v2/tenants", 60*time.Second)

@@ -47,7 +47,7 @@ func StartSecureStandalone(t testing.TB, dataDir string, extra ...string) *Secur
 	addr, admin := FreeAddr(t), FreeAddr(t)
 	args := append([]string{"standalone", "--tls", "--data-dir", dataDir, "--listen", addr, "--admin", admin,
 		"--etcd-client-url", "http://" + FreeAddr(t), "--etcd-peer-url", "http://" + FreeAddr(t),
-		"--bookie-base-port", "0", "--log-level", "warn",
+		"--bookie-base-port", "0", "--replication-listen", FreeAddr(t), "--log-level", "warn",
 		"--token-secret-key", "file://" + keyFile, "--authorization", "--superuser-roles", SuperUser}, extra...)
 	s := &SecureStandalone{Proc: StartProc(t, "standalone-tls", MeridianBinary(t), args...),
 		URL: "pulsar+ssl://" + addr, AdminURL: "https://" + admin, DataDir: dataDir,

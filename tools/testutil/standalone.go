@@ -21,7 +21,7 @@ func StartStandalone(t testing.TB, dataDir string, extra ...string) *Standalone 
 	addr, admin := FreeAddr(t), FreeAddr(t)
 	args := append([]string{"standalone", "--data-dir", dataDir, "--listen", addr, "--admin", admin,
 		"--etcd-client-url", "http://" + FreeAddr(t), "--etcd-peer-url", "http://" + FreeAddr(t),
-		"--bookie-base-port", "0", "--log-level", "warn"}, extra...)
+		"--bookie-base-port", "0", "--replication-listen", FreeAddr(t), "--log-level", "warn"}, extra...)
 	s := &Standalone{Proc: StartProc(t, "standalone", MeridianBinary(t), args...), URL: "pulsar://" + addr, AdminURL: "http://" + admin, DataDir: dataDir}
 	s.WaitReady()
 	return s

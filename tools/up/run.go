@@ -71,6 +71,8 @@ type ProcEndpoint struct {
 	Admin string `json:"admin,omitempty"`
 	// Replication is a broker's replication (gRPC) address.
 	Replication string `json:"replication,omitempty"`
+	// Metrics is a bookie's HTTP (/metrics) address.
+	Metrics string `json:"metrics,omitempty"`
 }
 
 // Start starts every process of the plan with the meridian binary bin and
@@ -320,7 +322,7 @@ func (d *Deployment) Endpoints() Endpoints {
 			if ps.Region != r && !(ps.Role == "global-etcd" && ps.Region == r) {
 				continue
 			}
-			pe := ProcEndpoint{Name: ps.Name, Role: ps.Role, Rack: ps.Rack, Pid: d.Pid(ps.Name), Addr: ps.Addr, Admin: ps.Admin, Replication: ps.Repl}
+			pe := ProcEndpoint{Name: ps.Name, Role: ps.Role, Rack: ps.Rack, Pid: d.Pid(ps.Name), Addr: ps.Addr, Admin: ps.Admin, Replication: ps.Repl, Metrics: ps.Metrics}
 			re.Processes = append(re.Processes, pe)
 			switch ps.Role {
 			case "broker":

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/meridian-mq/meridian/internal/ports"
@@ -88,6 +89,10 @@ type ProcSpec struct {
 	Peer   string `json:"peer,omitempty"`  // etcd peer address
 	Gossip string `json:"gossip,omitempty"`
 	Repl   string `json:"replication,omitempty"` // broker replication (gRPC) address
+	// Metrics: a bookie's HTTP (/metrics) address. Every listener of
+	// every process is planned here: the roles' default ports (6650,
+	// 8080, 6660, 3181, 8000, 2379, 2380) are one process's per host.
+	Metrics string `json:"metrics,omitempty"`
 	// ReplProxy: the replication address the broker advertises, served by
 	// the caller's proxy (Options.ReplicationProxies).
 	ReplProxy string   `json:"replication_proxy,omitempty"`
@@ -166,15 +171,15 @@ func NewPlan(o Options) (*Plan, error) {
 			}
 		}
 		for i := 1; i <= o.BookiesPerRegion; i++ {
-			a, err := ports(2)
+			a, err := ports(3)
 			if err != nil {
 				return nil, err
 			}
 			name := fmt.Sprintf("%s-bookie-%d", r, i)
 			rack := fmt.Sprintf("r%d", (i-1)%o.RacksPerRegion+1)
-			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "bookie", Region: r, Rack: rack, Addr: a[0], Gossip: a[1],
+			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "bookie", Region: r, Rack: rack, Addr: a[0], Gossip: a[1], Metrics: a[2],
 				Args: []string{"bookie", "--region", r, "--etcd", h + etcd.Addr, "--id", name, "--rack", rack,
-					"--listen", a[0], "--data-dir", filepath.Join(o.DataDir, name)}})
+					"--listen", a[0], "--metrics", a[2], "--data-dir", filepath.Join(o.DataDir, name)}})
 		}
 		for i := 1; i <= o.BrokersPerRegion; i++ {
 			a, err := ports(4)
@@ -270,6 +275,20 @@ func LoadPlan(dir string) (*Plan, error) {
 	var p Plan
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("up: %s: %w", planPath(dir), err)
+	}
+	// A plan of before bookies listened on HTTP by default (issue 28)
+	// leaves them to the default port, which only one could take: plan
+	// one for each (saved with the plan at Start).
+	for i := range p.Procs {
+		ps := &p.Procs[i]
+		if ps.Role == "bookie" && ps.Metrics == "" && !slices.Contains(ps.Args, "--metrics") {
+			a, err := freePort(p.Options.Host)
+			if err != nil {
+				return nil, err
+			}
+			ps.Metrics = a
+			ps.Args = append(ps.Args, "--metrics", a)
+		}
 	}
 	return &p, nil
 }

@@ -1,0 +1,192 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/meridian-mq/meridian/tools/testutil"
+	"google.golang.org/protobuf/proto"
+)
+
+// listenerBroker is a broker process with two listeners: internal on
+// 127.0.0.1 (its main socket) and external on 127.0.0.2, a second real
+// socket bound for it (--bind-addresses): a loopback alias, so which of
+// the two a client dialled shows in its sockets.
+type listenerBroker struct {
+	*testutil.BrokerProc
+	internal, external string // host:port
+}
+
+func addListenerBroker(t *testing.T, r *testutil.Region, id string, extra ...string) listenerBroker {
+	t.Helper()
+	internal := testutil.FreeAddr(t)
+	external := "127.0.0.2:" + strconv.Itoa(testutil.FreePort(t))
+	args := append([]string{
+		"--advertised-listeners", "internal:pulsar://" + internal + ",external:pulsar://" + external,
+		"--bind-addresses", "external:pulsar://" + external,
+		"--internal-listener-name", "internal"}, extra...)
+	return listenerBroker{r.AddBrokerAt(id, internal, args...), internal, external}
+}
+
+// established counts this machine's established TCP connections whose
+// remote end is addr (host:port), read from /proc/net/tcp: the client
+// sides of connections to a broker's socket (brokers of one region never
+// dial each other's Pulsar sockets).
+func established(t *testing.T, addr string) int {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	ip := net.ParseIP(host).To4()
+	p, _ := strconv.Atoi(port)
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], p)
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.EqualFold(f[2], want) && f[3] == "01" {
+			n++
+		}
+	}
+	return n
+}
+
+// Requirement (issue 28, Pulsar's advertised listeners): a client naming
+// the listener "external" (pulsar-client-go's ListenerName) is sent to,
+// and connects to, the brokers' external addresses — through a lookup
+// redirected between brokers, and after a hand-off that closes its
+// producer (CLOSE_PRODUCER's assigned URL is the new owner's external
+// one) — and never to an internal one; a client naming none gets the
+// internal addresses; a lookup naming no listener on the external socket
+// is answered in the external listener (PIP-95); a listener the brokers
+// lack fails at once with Pulsar's error.
+func TestAdvertisedListenersSendEachClientToItsListener(t *testing.T) {
+	r := testutil.StartRegion(t, "east", "r1", "r2", "r3")
+	b1 := addListenerBroker(t, r, "broker-1")
+	b2 := addListenerBroker(t, r, "broker-2")
+	brokers := map[string]listenerBroker{b1.ID: b1, b2.ID: b2}
+	topic := topicName(t)
+
+	// External: the service URL is broker-1's external address.
+	ext, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + b1.external, ListenerName: "external", OperationTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	p, err := ext.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(i int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(i))}); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	send(0)
+	owner := brokers[ownerOf(t, r)]
+	other := b1
+	if owner.ID == b1.ID {
+		other = b2
+	}
+	if n := established(t, owner.external); n == 0 {
+		t.Fatalf("the external client has no connection to the owner %s's external address %s", owner.ID, owner.external)
+	}
+	for _, b := range brokers {
+		if n := established(t, b.internal); n != 0 {
+			t.Fatalf("the external client has %d connections to %s's internal address %s", n, b.ID, b.internal)
+		}
+	}
+
+	// The raw lookups: in each listener, and on the external socket
+	// without a name.
+	lookup := func(at, listener string) *pb.CommandLookupTopicResponse {
+		t.Helper()
+		raw := dialRaw(t, "pulsar://"+at)
+		defer raw.c.Close()
+		cmd := &pb.CommandLookupTopic{Topic: proto.String(topic), RequestId: proto.Uint64(1)}
+		if listener != "" {
+			cmd.AdvertisedListenerName = proto.String(listener)
+		}
+		return raw.ask(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP.Enum(), LookupTopic: cmd}).GetLookupTopicResponse()
+	}
+	for _, c := range []struct{ at, listener, want string }{
+		{other.internal, "", owner.internal},
+		{other.internal, "internal", owner.internal},
+		{other.internal, "external", owner.external},
+		{other.external, "", owner.external},
+		{other.external, "internal", owner.internal},
+	} {
+		resp := lookup(c.at, c.listener)
+		if resp.GetResponse() != pb.CommandLookupTopicResponse_Connect || resp.GetBrokerServiceUrl() != "pulsar://"+c.want {
+			t.Errorf("lookup at %s naming %q: %v %s %v %s, want Connect pulsar://%s", c.at, c.listener, resp.GetResponse(), resp.GetBrokerServiceUrl(), resp.GetError(), resp.GetMessage(), c.want)
+		}
+	}
+	resp := lookup(other.internal, "public")
+	if resp.GetResponse() != pb.CommandLookupTopicResponse_Failed || resp.GetError() != pb.ServerError_ServiceNotReady ||
+		!strings.Contains(resp.GetMessage(), "the broker do not have public listener") {
+		t.Errorf("lookup naming an unknown listener: %v %v %q", resp.GetResponse(), resp.GetError(), resp.GetMessage())
+	}
+
+	// Internal: a client naming no listener is sent to internal addresses.
+	in, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + other.internal, OperationTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	cons, err := in.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	if n := established(t, owner.internal); n == 0 {
+		t.Fatalf("the internal client has no connection to the owner's internal address %s", owner.internal)
+	}
+
+	// An unknown listener fails at once, with Pulsar's error code.
+	bad, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + b1.internal, ListenerName: "public", OperationTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	start := time.Now()
+	if _, err := bad.CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil || !strings.Contains(err.Error(), "ServiceNotReady") {
+		t.Errorf("a producer naming listener public: %v, want ServiceNotReady", err)
+	} else if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("a producer naming listener public failed after %v, want at once", d)
+	}
+
+	// A hand-off: the owner stops (SIGTERM), its bundle moves to the other
+	// broker, the producer is told the other's external address.
+	owner.Signal(syscall.SIGTERM)
+	owner.Wait(60 * time.Second)
+	send(1)
+	if n := established(t, other.external); n == 0 {
+		t.Fatalf("after the hand-off the external client has no connection to %s's external address %s", other.ID, other.external)
+	}
+	if n := established(t, other.internal); n != 1 {
+		// One: the internal client's consumer, moved there too.
+		t.Errorf("after the hand-off: %d connections to %s's internal address, want the internal client's one", n, other.internal)
+	}
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		m, err := cons.Receive(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("receive %d: %v", i, err)
+		}
+		cons.Ack(m)
+	}
+}
