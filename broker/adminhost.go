@@ -125,6 +125,10 @@ func (a adminBroker) ReplicationStatus(ctx context.Context, filter string, local
 	return a.b.repl.RegionStatus(ctx, filter)
 }
 
+func (a adminBroker) VerifyReplication(ctx context.Context, target string, settle time.Duration) (any, error) {
+	return a.b.repl.VerifyReplication(ctx, target, settle)
+}
+
 // adminTopic is a loaded topic as the admin API sees it (admin.Topic).
 type adminTopic struct{ t *Topic }
 

@@ -218,6 +218,9 @@ type Config struct {
 	// drills (cmd/meridian reads it from MERIDIAN_FAULT_* variables). The
 	// zero value injects nothing.
 	ReplicationFaults replication.Faults
+	// ReplicationVerifier is the background replication verifier
+	// (replication.VerifierConfig: period, rate, settle); zero: off.
+	ReplicationVerifier replication.VerifierConfig
 
 	// Store is the region's metadata store. Required.
 	Store *cluster.Store

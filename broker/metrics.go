@@ -127,6 +127,10 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		bytes:   prometheus.NewDesc("meridian_replication_backlog_bytes", "Bytes of local entries not yet acknowledged by a remote region.", []string{"topic", "remote"}, l),
 		age:     prometheus.NewDesc("meridian_replication_seconds_behind", "Age of the oldest local entry a remote region has not acknowledged.", []string{"topic", "remote"}, l),
 		up:      prometheus.NewDesc("meridian_replication_connected", "1 while the replication stream to the remote region is open.", []string{"topic", "remote"}, l),
+		verifyMissing: prometheus.NewDesc("meridian_replication_verify_missing_entries",
+			"Entries of this region's origin the remote region lacks, as the background verifier last found (not compared: within its settle time).", []string{"topic", "remote"}, l),
+		verifyMismatched: prometheus.NewDesc("meridian_replication_verify_mismatched_entries",
+			"Entries of this region's origin the remote region holds with different contents, as the background verifier last found.", []string{"topic", "remote"}, l),
 	})
 	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.dedupReplayed, m.dedupExpired, m.dedupSnapshots, m.rejectedFrames, m.limitExceeded, m.lookups, m.storageLatency)
 	for _, name := range limitLabels {
@@ -186,8 +190,9 @@ func (t *Topic) subscriptions() []*Subscription {
 
 // replCollector exports each replicator's backlog at scrape time.
 type replCollector struct {
-	b                       *Broker
-	entries, bytes, age, up *prometheus.Desc
+	b                               *Broker
+	entries, bytes, age, up         *prometheus.Desc
+	verifyMissing, verifyMismatched *prometheus.Desc // exported once a topic was verified
 }
 
 func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -195,6 +200,8 @@ func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.bytes
 	ch <- c.age
 	ch <- c.up
+	ch <- c.verifyMissing
+	ch <- c.verifyMismatched
 }
 
 func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
@@ -207,5 +214,9 @@ func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, st.Topic, st.Remote)
+		if st.VerifiedAt != nil {
+			ch <- prometheus.MustNewConstMetric(c.verifyMissing, prometheus.GaugeValue, float64(st.VerifyMissing), st.Topic, st.Remote)
+			ch <- prometheus.MustNewConstMetric(c.verifyMismatched, prometheus.GaugeValue, float64(st.VerifyMismatched), st.Topic, st.Remote)
+		}
 	}
 }

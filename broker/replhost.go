@@ -27,6 +27,7 @@ func (b *Broker) newReplication() *replication.Service {
 		ListenAddr: b.cfg.ReplicationAddr, AdvertisedAddr: b.cfg.ReplicationAdvertisedAddr, Listeners: b.lst.byName,
 		OwnershipTTL: b.cfg.OwnershipTTL,
 		Faults:       b.cfg.ReplicationFaults,
+		Verifier:     b.cfg.ReplicationVerifier,
 		Metrics: replication.Metrics{Sent: b.metrics.replSent, Applied: b.metrics.replApplied, Duplicates: b.metrics.replDuplicates,
 			Alerts: b.metrics.replAlerts, Orphans: b.metrics.orphans, Stages: b.metrics.replStages, StoreToStore: b.metrics.replStoreToStore},
 		PeerHTTP: func(timeout time.Duration) *http.Client { return &http.Client{Timeout: timeout} },

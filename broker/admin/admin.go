@@ -185,6 +185,11 @@ type Replication interface {
 	// ReplicationStatus lists the region's replicators, optionally of
 	// one namespace or topic (filter); local: this broker's only.
 	ReplicationStatus(ctx context.Context, filter string, local bool) (any, error)
+	// VerifyReplication compares what every region of the namespace
+	// holds of target (a namespace tenant/ns or a topic
+	// persistent://tenant/ns/topic) with what each origin region holds,
+	// leaving out the entries an origin published within settle.
+	VerifyReplication(ctx context.Context, target string, settle time.Duration) (any, error)
 }
 
 // Authorizer checks an admin request against its route's pattern
@@ -428,6 +433,25 @@ func (s *Server) Handler() http.Handler {
 	// local=true this broker's only.
 	h("GET /admin/v2/meridian/replication", func(r *http.Request) (any, error) {
 		return s.cfg.Replication.ReplicationStatus(r.Context(), r.URL.Query().Get("filter"), r.URL.Query().Get("local") == "true")
+	})
+	// GET /admin/v2/meridian/replication/verify/{tenant}/{ns}[/{topic}][?settle=DURATION]:
+	// `meridian admin replication verify` (broker/replication/verify.go).
+	verify := func(r *http.Request, target string) (any, error) {
+		var settle time.Duration
+		if v := r.URL.Query().Get("settle"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return nil, meta.BadRequest(fmt.Errorf("settle %q: want a duration >= 0", v))
+			}
+			settle = d
+		}
+		return s.cfg.Replication.VerifyReplication(r.Context(), target, settle)
+	}
+	h("GET /admin/v2/meridian/replication/verify/{tenant}/{ns}", func(r *http.Request) (any, error) {
+		return verify(r, r.PathValue("tenant")+"/"+r.PathValue("ns"))
+	})
+	h("GET /admin/v2/meridian/replication/verify/{tenant}/{ns}/{topic}", func(r *http.Request) (any, error) {
+		return verify(r, "persistent://"+r.PathValue("tenant")+"/"+r.PathValue("ns")+"/"+r.PathValue("topic"))
 	})
 	h("GET /admin/v2/meridian/failover", func(r *http.Request) (any, error) { return s.cfg.Failover.FailoverStatus(r.Context(), "") })
 	h("GET /admin/v2/meridian/failover/{tenant}/{ns}", func(r *http.Request) (any, error) {

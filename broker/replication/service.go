@@ -51,6 +51,8 @@ type Config struct {
 	PeerHTTP func(timeout time.Duration) *http.Client
 	// Faults are fault injection for end-to-end tests and drills.
 	Faults Faults
+	// Verifier is the background verifier (verifier.go); zero: off.
+	Verifier VerifierConfig
 	// Metrics are the counters the service moves.
 	Metrics Metrics
 	// Logger. Default slog.Default().
@@ -69,6 +71,13 @@ type Faults struct {
 	// tests can tell a receipt that waited for the remote region from one
 	// that did not.
 	Delay time.Duration
+	// AlterTopic and AlterSeq: when this region applies the replicated
+	// entry of topic AlterTopic with origin sequence number AlterSeq, the
+	// last byte of its message (its payload's) is flipped before it is
+	// stored: a region's copy that differs from the origin's (a bug, or
+	// corruption), for verification's tests. AlterSeq 0: nothing.
+	AlterTopic string
+	AlterSeq   uint64
 }
 
 // Metrics are the counters of replication (registered by the broker).
@@ -264,6 +273,10 @@ type Topic struct {
 	subPending  map[string]pendingSubUpdate
 	subRetrying bool
 	subRecv     uint64 // updates received, numbering them (pendingSubUpdate.n)
+
+	// verified: the last background verification, by remote region.
+	verifyMu sync.Mutex
+	verified map[string]verifyResult
 }
 
 // EntryArrived is told, under the topic's lock and in log order, that a

@@ -29,6 +29,17 @@ type Status struct {
 	OverQuota      bool    `json:"overQuota"`
 	NeedsResync    string  `json:"needsResync,omitempty"`
 	LastError      string  `json:"lastError,omitempty"`
+	// StreamBase is the base of the current replication stream (sequence
+	// numbers at or below it are not carried to the remote: startAt
+	// latest, or a resync's declared loss).
+	StreamBase uint64 `json:"streamBase"`
+	// VerifiedAt is when the background verifier last compared this
+	// region's entries of the topic with the remote's (nil: never since
+	// the topic loaded), VerifyMissing and VerifyMismatched what it
+	// found.
+	VerifiedAt       *time.Time `json:"verifiedAt,omitempty"`
+	VerifyMissing    uint64     `json:"verifyMissing"`
+	VerifyMismatched uint64     `json:"verifyMismatched"`
 	// MsgRateOut and MsgThroughputOut: entries and payload bytes a second
 	// sent to the remote region, as the broker's stats rates are
 	// (internal/ratemeter); at the time of the read.
@@ -47,7 +58,7 @@ func (rs *replSender) publishStatus(now time.Time) {
 	st := &Status{
 		Topic: rs.t.name.String(), Remote: rs.remote, Connected: rs.st != nil,
 		BacklogEntries: s.Backlog.Entries, BacklogBytes: s.Backlog.Bytes, SecondsBehind: s.Backlog.Age.Seconds(),
-		AckedSeq: s.Acked, Inflight: s.InflightBatches, OverQuota: s.OverQuota, asOf: now,
+		AckedSeq: s.Acked, Inflight: s.InflightBatches, OverQuota: s.OverQuota, StreamBase: s.Cursor.Base, asOf: now,
 	}
 	if rs.st != nil {
 		st.Target = rs.st.addr
@@ -149,6 +160,9 @@ func (t *Topic) senderStatus() []Status {
 		return nil
 	}
 	now := t.svc.clock.Now()
+	t.verifyMu.Lock()
+	verified := t.verified
+	t.verifyMu.Unlock()
 	var out []Status
 	r.mu.Lock()
 	for _, s := range r.senders {
@@ -159,6 +173,10 @@ func (t *Topic) senderStatus() []Status {
 				// The oldest unacknowledged entry is as old as then,
 				// plus the time since.
 				v.SecondsBehind += max(0, now.Sub(v.asOf)).Seconds()
+			}
+			if res, ok := verified[v.Remote]; ok {
+				at := res.at
+				v.VerifiedAt, v.VerifyMissing, v.VerifyMismatched = &at, res.missing, res.mismatched
 			}
 			out = append(out, v)
 		}

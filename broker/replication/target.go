@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -154,6 +155,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
 			w.Entries[i].Skip = true // kept aside: only the sequence advances here
 		}
 	}
+	t.alterForTest(w.Entries)
 	// The callback runs on the managed ledger's delivery goroutine once
 	// every entry of w is persisted or failed (or at once when nothing is
 	// to be written, or the topic is closed): it takes slot.mu, never
@@ -183,4 +185,20 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
 		r.Done(append(out, ack), nil)
 	})
 	return nil
+}
+
+// alterForTest applies the fault Faults.AlterTopic/AlterSeq to the
+// entries about to be stored.
+func (t *Topic) alterForTest(es []replicator.Entry) {
+	f := t.svc.cfg.Faults
+	if f.AlterSeq == 0 || f.AlterTopic != t.name.String() {
+		return
+	}
+	for i := range es {
+		if e := &es[i]; e.OriginSeq == f.AlterSeq && !e.Skip && len(e.Data) > 0 {
+			e.Data = slices.Clone(e.Data)
+			e.Data[len(e.Data)-1] ^= 0xff
+			t.svc.log.Warn("fault injection: a replicated entry's payload altered before it is stored", "topic", t.name.String(), "origin", e.Origin, "seq", e.OriginSeq)
+		}
+	}
 }

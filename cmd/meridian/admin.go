@@ -331,7 +331,7 @@ matches all its partitions.`,
 		},
 	}
 	status.Flags().BoolVar(&raw, "json", false, "print the raw JSON answer")
-	repl.AddCommand(status)
+	repl.AddCommand(status, newVerifyCmd(do))
 	return repl
 }
 

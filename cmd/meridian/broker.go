@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/autorecovery"
@@ -22,6 +23,7 @@ import (
 // brokerFlags are the broker's own settings (section broker).
 type brokerFlags struct {
 	ID                             string
+	verify                         verifierFlags // the background replication verifier
 	Rack                           string
 	ListenAddr                     string
 	AdvertisedAddr                 string
@@ -100,6 +102,7 @@ func newBrokerCmd() *cobra.Command {
 		f.IntVar(&bf.AckQuorum, "ack-quorum", 2, "bookies that must persist an entry before it is acknowledged (Qa)")
 		limits.register(f)
 		delayed.register(f)
+		bf.verify.register(f)
 	})
 	// The keys of the config files of before.
 	config.Bind(f, "listen", "broker.listen_addr")
@@ -111,7 +114,7 @@ func newBrokerCmd() *cobra.Command {
 	gossip.register(cmd)
 	sec.registerBroker(cmd)
 	withConfig(cmd, func(eff *config.Effective) error {
-		return validateAll(eff, rules(logRules, regionRules, gossipRules, recoveryRules, authRules, brokerRules, map[string]config.Rule{
+		return validateAll(eff, rules(logRules, regionRules, gossipRules, recoveryRules, authRules, brokerRules, verifierRules, map[string]config.Rule{
 			"metadata.global": config.URLList(false),
 		}), quorumCheck, listenerCheck)
 	}, func(cmd *cobra.Command, _ *config.Effective) error {
@@ -224,6 +227,7 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	c.Listeners.apply(&bc)
 	bc.ManagedLedger.EnsembleSize, bc.ManagedLedger.WriteQuorum, bc.ManagedLedger.AckQuorum = c.EnsembleSize, c.WriteQuorum, c.AckQuorum
 	bc.ManagedLedger.MaxEntriesPerLedger = c.MaxEntriesPerLedger
+	c.verify.apply(&bc)
 	// Auto-recovery in the broker's process (see autorecovery.go).
 	var waitRecovery func()
 	if rf.enabled {
@@ -287,7 +291,10 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 // start: MERIDIAN_FAULT_DROP_REPL_BATCHES=N makes each sender drop its
 // first N batches (a lost batch: the target sees a gap);
 // MERIDIAN_FAULT_REPL_DELAY=300ms delays every send of batches (a slow
-// WAN link). Unset, nothing is injected.
+// WAN link); MERIDIAN_FAULT_ALTER_REPL_PAYLOAD=TOPIC:SEQ flips the last
+// byte of the replicated entry of TOPIC with origin sequence number SEQ
+// when this region stores it (a copy that differs, for verification).
+// Unset, nothing is injected.
 func replicationFaults() (replication.Faults, error) {
 	var f replication.Faults
 	if v := os.Getenv("MERIDIAN_FAULT_DROP_REPL_BATCHES"); v != "" {
@@ -303,6 +310,14 @@ func replicationFaults() (replication.Faults, error) {
 			return f, fmt.Errorf("MERIDIAN_FAULT_REPL_DELAY=%q: want a duration >= 0", v)
 		}
 		f.Delay = d
+	}
+	if v := os.Getenv("MERIDIAN_FAULT_ALTER_REPL_PAYLOAD"); v != "" {
+		i := strings.LastIndex(v, ":")
+		seq, err := strconv.ParseUint(v[i+1:], 10, 64)
+		if i < 0 || err != nil || seq == 0 || !strings.HasPrefix(v, "persistent://") {
+			return f, fmt.Errorf("MERIDIAN_FAULT_ALTER_REPL_PAYLOAD=%q: want persistent://tenant/ns/topic:SEQ, SEQ >= 1", v)
+		}
+		f.AlterTopic, f.AlterSeq = v[:i], seq
 	}
 	return f, nil
 }

@@ -852,6 +852,422 @@ func (x *SubscriptionUpdate) GetAcked() []*MessageId {
 	return nil
 }
 
+type VerifyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is the region that asks (authorized as a stream's source is).
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Topic  string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	// after: the chunk starts after this local position (unset: at the
+	// first entry retained); until: it ends at this position at the latest
+	// (unset: the log's end now, answered in VerifyResponse.until).
+	After *MessageId `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	Until *MessageId `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
+	// max_entries bounds the entries read for this chunk.
+	MaxEntries uint32 `protobuf:"varint,5,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	// settle_ms and as_of_ms: the region's own entries published after
+	// as_of_ms - settle_ms are reported (first_unsettled) so the comparison
+	// stops below them; as_of_ms 0: now (answered in as_of_ms).
+	SettleMs int64 `protobuf:"varint,6,opt,name=settle_ms,json=settleMs,proto3" json:"settle_ms,omitempty"`
+	AsOfMs   int64 `protobuf:"varint,7,opt,name=as_of_ms,json=asOfMs,proto3" json:"as_of_ms,omitempty"`
+	// A detail read: the entries of origin detail_origin with sequence
+	// numbers detail_from..detail_to, reading from after.
+	DetailOrigin  string `protobuf:"bytes,8,opt,name=detail_origin,json=detailOrigin,proto3" json:"detail_origin,omitempty"`
+	DetailFrom    uint64 `protobuf:"varint,9,opt,name=detail_from,json=detailFrom,proto3" json:"detail_from,omitempty"`
+	DetailTo      uint64 `protobuf:"varint,10,opt,name=detail_to,json=detailTo,proto3" json:"detail_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyRequest) Reset() {
+	*x = VerifyRequest{}
+	mi := &file_replpb_repl_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyRequest) ProtoMessage() {}
+
+func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_replpb_repl_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
+func (*VerifyRequest) Descriptor() ([]byte, []int) {
+	return file_replpb_repl_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *VerifyRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *VerifyRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *VerifyRequest) GetAfter() *MessageId {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *VerifyRequest) GetUntil() *MessageId {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *VerifyRequest) GetMaxEntries() uint32 {
+	if x != nil {
+		return x.MaxEntries
+	}
+	return 0
+}
+
+func (x *VerifyRequest) GetSettleMs() int64 {
+	if x != nil {
+		return x.SettleMs
+	}
+	return 0
+}
+
+func (x *VerifyRequest) GetAsOfMs() int64 {
+	if x != nil {
+		return x.AsOfMs
+	}
+	return 0
+}
+
+func (x *VerifyRequest) GetDetailOrigin() string {
+	if x != nil {
+		return x.DetailOrigin
+	}
+	return ""
+}
+
+func (x *VerifyRequest) GetDetailFrom() uint64 {
+	if x != nil {
+		return x.DetailFrom
+	}
+	return 0
+}
+
+func (x *VerifyRequest) GetDetailTo() uint64 {
+	if x != nil {
+		return x.DetailTo
+	}
+	return 0
+}
+
+type VerifyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// redirect: the replication address of the topic's owner in this
+	// region; ask there.
+	Redirect string     `protobuf:"bytes,1,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	Region   string     `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	Until    *MessageId `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	// next: the last position read (the next chunk's after); done: the
+	// chunk reached until.
+	Next   *MessageId `protobuf:"bytes,4,opt,name=next,proto3" json:"next,omitempty"`
+	Done   bool       `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	AsOfMs int64      `protobuf:"varint,6,opt,name=as_of_ms,json=asOfMs,proto3" json:"as_of_ms,omitempty"`
+	// local_seq: the region's last local sequence number at until (its own
+	// origin's end); first_unsettled: the lowest local sequence number in
+	// this chunk published within the settle time (0: none).
+	LocalSeq       uint64 `protobuf:"varint,7,opt,name=local_seq,json=localSeq,proto3" json:"local_seq,omitempty"`
+	FirstUnsettled uint64 `protobuf:"varint,8,opt,name=first_unsettled,json=firstUnsettled,proto3" json:"first_unsettled,omitempty"`
+	// stream_base: by remote region, the base of this region's current
+	// replication stream to it (sequence numbers at or below it are not
+	// carried there).
+	StreamBase map[string]uint64 `protobuf:"bytes,9,rep,name=stream_base,json=streamBase,proto3" json:"stream_base,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Runs       []*VerifyRun      `protobuf:"bytes,10,rep,name=runs,proto3" json:"runs,omitempty"`
+	Entries    []*VerifyEntry    `protobuf:"bytes,11,rep,name=entries,proto3" json:"entries,omitempty"`
+	// unreadable: entries of the chunk that are not Meridian entries.
+	Unreadable    uint64 `protobuf:"varint,12,opt,name=unreadable,proto3" json:"unreadable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyResponse) Reset() {
+	*x = VerifyResponse{}
+	mi := &file_replpb_repl_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyResponse) ProtoMessage() {}
+
+func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_replpb_repl_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
+func (*VerifyResponse) Descriptor() ([]byte, []int) {
+	return file_replpb_repl_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *VerifyResponse) GetRedirect() string {
+	if x != nil {
+		return x.Redirect
+	}
+	return ""
+}
+
+func (x *VerifyResponse) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *VerifyResponse) GetUntil() *MessageId {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *VerifyResponse) GetNext() *MessageId {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+func (x *VerifyResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *VerifyResponse) GetAsOfMs() int64 {
+	if x != nil {
+		return x.AsOfMs
+	}
+	return 0
+}
+
+func (x *VerifyResponse) GetLocalSeq() uint64 {
+	if x != nil {
+		return x.LocalSeq
+	}
+	return 0
+}
+
+func (x *VerifyResponse) GetFirstUnsettled() uint64 {
+	if x != nil {
+		return x.FirstUnsettled
+	}
+	return 0
+}
+
+func (x *VerifyResponse) GetStreamBase() map[string]uint64 {
+	if x != nil {
+		return x.StreamBase
+	}
+	return nil
+}
+
+func (x *VerifyResponse) GetRuns() []*VerifyRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *VerifyResponse) GetEntries() []*VerifyEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *VerifyResponse) GetUnreadable() uint64 {
+	if x != nil {
+		return x.Unreadable
+	}
+	return 0
+}
+
+// VerifyRun: origin's sequence numbers from..to, whose origin ids are
+// first_id.entry.. of ledger first_id.ledger, the first at local position
+// at, with the sum of their digests.
+type VerifyRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        string                 `protobuf:"bytes,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint64                 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	FirstId       *MessageId             `protobuf:"bytes,4,opt,name=first_id,json=firstId,proto3" json:"first_id,omitempty"`
+	At            *MessageId             `protobuf:"bytes,5,opt,name=at,proto3" json:"at,omitempty"`
+	Digest        uint64                 `protobuf:"fixed64,6,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyRun) Reset() {
+	*x = VerifyRun{}
+	mi := &file_replpb_repl_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyRun) ProtoMessage() {}
+
+func (x *VerifyRun) ProtoReflect() protoreflect.Message {
+	mi := &file_replpb_repl_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyRun.ProtoReflect.Descriptor instead.
+func (*VerifyRun) Descriptor() ([]byte, []int) {
+	return file_replpb_repl_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *VerifyRun) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *VerifyRun) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *VerifyRun) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *VerifyRun) GetFirstId() *MessageId {
+	if x != nil {
+		return x.FirstId
+	}
+	return nil
+}
+
+func (x *VerifyRun) GetAt() *MessageId {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *VerifyRun) GetDigest() uint64 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
+type VerifyEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Id            *MessageId             `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Digest        uint64                 `protobuf:"fixed64,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyEntry) Reset() {
+	*x = VerifyEntry{}
+	mi := &file_replpb_repl_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyEntry) ProtoMessage() {}
+
+func (x *VerifyEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_replpb_repl_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyEntry.ProtoReflect.Descriptor instead.
+func (*VerifyEntry) Descriptor() ([]byte, []int) {
+	return file_replpb_repl_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *VerifyEntry) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *VerifyEntry) GetId() *MessageId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *VerifyEntry) GetDigest() uint64 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
 var File_replpb_repl_proto protoreflect.FileDescriptor
 
 const file_replpb_repl_proto_rawDesc = "" +
@@ -911,12 +1327,58 @@ const file_replpb_repl_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12C\n" +
 	"\vmark_delete\x18\x02 \x01(\v2\".meridian.replication.v1.MessageIdR\n" +
 	"markDelete\x128\n" +
-	"\x05acked\x18\x03 \x03(\v2\".meridian.replication.v1.MessageIdR\x05acked*K\n" +
+	"\x05acked\x18\x03 \x03(\v2\".meridian.replication.v1.MessageIdR\x05acked\"\xec\x02\n" +
+	"\rVerifyRequest\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x128\n" +
+	"\x05after\x18\x03 \x01(\v2\".meridian.replication.v1.MessageIdR\x05after\x128\n" +
+	"\x05until\x18\x04 \x01(\v2\".meridian.replication.v1.MessageIdR\x05until\x12\x1f\n" +
+	"\vmax_entries\x18\x05 \x01(\rR\n" +
+	"maxEntries\x12\x1b\n" +
+	"\tsettle_ms\x18\x06 \x01(\x03R\bsettleMs\x12\x18\n" +
+	"\bas_of_ms\x18\a \x01(\x03R\x06asOfMs\x12#\n" +
+	"\rdetail_origin\x18\b \x01(\tR\fdetailOrigin\x12\x1f\n" +
+	"\vdetail_from\x18\t \x01(\x04R\n" +
+	"detailFrom\x12\x1b\n" +
+	"\tdetail_to\x18\n" +
+	" \x01(\x04R\bdetailTo\"\xdb\x04\n" +
+	"\x0eVerifyResponse\x12\x1a\n" +
+	"\bredirect\x18\x01 \x01(\tR\bredirect\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\x128\n" +
+	"\x05until\x18\x03 \x01(\v2\".meridian.replication.v1.MessageIdR\x05until\x126\n" +
+	"\x04next\x18\x04 \x01(\v2\".meridian.replication.v1.MessageIdR\x04next\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\x12\x18\n" +
+	"\bas_of_ms\x18\x06 \x01(\x03R\x06asOfMs\x12\x1b\n" +
+	"\tlocal_seq\x18\a \x01(\x04R\blocalSeq\x12'\n" +
+	"\x0ffirst_unsettled\x18\b \x01(\x04R\x0efirstUnsettled\x12X\n" +
+	"\vstream_base\x18\t \x03(\v27.meridian.replication.v1.VerifyResponse.StreamBaseEntryR\n" +
+	"streamBase\x126\n" +
+	"\x04runs\x18\n" +
+	" \x03(\v2\".meridian.replication.v1.VerifyRunR\x04runs\x12>\n" +
+	"\aentries\x18\v \x03(\v2$.meridian.replication.v1.VerifyEntryR\aentries\x12\x1e\n" +
+	"\n" +
+	"unreadable\x18\f \x01(\x04R\n" +
+	"unreadable\x1a=\n" +
+	"\x0fStreamBaseEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd2\x01\n" +
+	"\tVerifyRun\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02to\x12=\n" +
+	"\bfirst_id\x18\x04 \x01(\v2\".meridian.replication.v1.MessageIdR\afirstId\x122\n" +
+	"\x02at\x18\x05 \x01(\v2\".meridian.replication.v1.MessageIdR\x02at\x12\x16\n" +
+	"\x06digest\x18\x06 \x01(\x06R\x06digest\"k\n" +
+	"\vVerifyEntry\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
+	"\x02id\x18\x02 \x01(\v2\".meridian.replication.v1.MessageIdR\x02id\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\x06R\x06digest*K\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
-	"\x12PROTOCOL_VERSION_1\x10\x012u\n" +
+	"\x12PROTOCOL_VERSION_1\x10\x012\xd0\x01\n" +
 	"\vReplication\x12f\n" +
-	"\tReplicate\x12).meridian.replication.v1.ReplicateRequest\x1a*.meridian.replication.v1.ReplicateResponse(\x010\x01B.Z,github.com/meridian-mq/meridian/proto/replpbb\x06proto3"
+	"\tReplicate\x12).meridian.replication.v1.ReplicateRequest\x1a*.meridian.replication.v1.ReplicateResponse(\x010\x01\x12Y\n" +
+	"\x06Verify\x12&.meridian.replication.v1.VerifyRequest\x1a'.meridian.replication.v1.VerifyResponseB.Z,github.com/meridian-mq/meridian/proto/replpbb\x06proto3"
 
 var (
 	file_replpb_repl_proto_rawDescOnce sync.Once
@@ -931,7 +1393,7 @@ func file_replpb_repl_proto_rawDescGZIP() []byte {
 }
 
 var file_replpb_repl_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_replpb_repl_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_replpb_repl_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_replpb_repl_proto_goTypes = []any{
 	(ProtocolVersion)(0),       // 0: meridian.replication.v1.ProtocolVersion
 	(*ReplicateRequest)(nil),   // 1: meridian.replication.v1.ReplicateRequest
@@ -944,6 +1406,11 @@ var file_replpb_repl_proto_goTypes = []any{
 	(*Batch)(nil),              // 8: meridian.replication.v1.Batch
 	(*Ack)(nil),                // 9: meridian.replication.v1.Ack
 	(*SubscriptionUpdate)(nil), // 10: meridian.replication.v1.SubscriptionUpdate
+	(*VerifyRequest)(nil),      // 11: meridian.replication.v1.VerifyRequest
+	(*VerifyResponse)(nil),     // 12: meridian.replication.v1.VerifyResponse
+	(*VerifyRun)(nil),          // 13: meridian.replication.v1.VerifyRun
+	(*VerifyEntry)(nil),        // 14: meridian.replication.v1.VerifyEntry
+	nil,                        // 15: meridian.replication.v1.VerifyResponse.StreamBaseEntry
 }
 var file_replpb_repl_proto_depIdxs = []int32{
 	3,  // 0: meridian.replication.v1.ReplicateRequest.hello:type_name -> meridian.replication.v1.Hello
@@ -958,13 +1425,25 @@ var file_replpb_repl_proto_depIdxs = []int32{
 	7,  // 9: meridian.replication.v1.Batch.entries:type_name -> meridian.replication.v1.Entry
 	6,  // 10: meridian.replication.v1.SubscriptionUpdate.mark_delete:type_name -> meridian.replication.v1.MessageId
 	6,  // 11: meridian.replication.v1.SubscriptionUpdate.acked:type_name -> meridian.replication.v1.MessageId
-	1,  // 12: meridian.replication.v1.Replication.Replicate:input_type -> meridian.replication.v1.ReplicateRequest
-	2,  // 13: meridian.replication.v1.Replication.Replicate:output_type -> meridian.replication.v1.ReplicateResponse
-	13, // [13:14] is the sub-list for method output_type
-	12, // [12:13] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	6,  // 12: meridian.replication.v1.VerifyRequest.after:type_name -> meridian.replication.v1.MessageId
+	6,  // 13: meridian.replication.v1.VerifyRequest.until:type_name -> meridian.replication.v1.MessageId
+	6,  // 14: meridian.replication.v1.VerifyResponse.until:type_name -> meridian.replication.v1.MessageId
+	6,  // 15: meridian.replication.v1.VerifyResponse.next:type_name -> meridian.replication.v1.MessageId
+	15, // 16: meridian.replication.v1.VerifyResponse.stream_base:type_name -> meridian.replication.v1.VerifyResponse.StreamBaseEntry
+	13, // 17: meridian.replication.v1.VerifyResponse.runs:type_name -> meridian.replication.v1.VerifyRun
+	14, // 18: meridian.replication.v1.VerifyResponse.entries:type_name -> meridian.replication.v1.VerifyEntry
+	6,  // 19: meridian.replication.v1.VerifyRun.first_id:type_name -> meridian.replication.v1.MessageId
+	6,  // 20: meridian.replication.v1.VerifyRun.at:type_name -> meridian.replication.v1.MessageId
+	6,  // 21: meridian.replication.v1.VerifyEntry.id:type_name -> meridian.replication.v1.MessageId
+	1,  // 22: meridian.replication.v1.Replication.Replicate:input_type -> meridian.replication.v1.ReplicateRequest
+	11, // 23: meridian.replication.v1.Replication.Verify:input_type -> meridian.replication.v1.VerifyRequest
+	2,  // 24: meridian.replication.v1.Replication.Replicate:output_type -> meridian.replication.v1.ReplicateResponse
+	12, // 25: meridian.replication.v1.Replication.Verify:output_type -> meridian.replication.v1.VerifyResponse
+	24, // [24:26] is the sub-list for method output_type
+	22, // [22:24] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_replpb_repl_proto_init() }
@@ -988,7 +1467,7 @@ func file_replpb_repl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_replpb_repl_proto_rawDesc), len(file_replpb_repl_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -207,13 +207,17 @@ func (d *deployment) createNamespace(ns string, regions []string, repl map[strin
 }
 
 type replStatus struct {
-	Topic          string
-	Remote         string
-	Connected      bool
-	BacklogEntries int64
-	AckedSeq       uint64
-	LocalSeq       uint64
-	LastError      string
+	Topic            string
+	Remote           string
+	Connected        bool
+	BacklogEntries   int64
+	AckedSeq         uint64
+	LocalSeq         uint64
+	InflightBatches  int
+	LastError        string
+	VerifiedAt       *time.Time
+	VerifyMissing    uint64
+	VerifyMismatched uint64
 }
 
 // replication asks the region's brokers, in turn until one answers, for
