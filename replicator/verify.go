@@ -1,6 +1,7 @@
 package replicator
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -239,15 +240,7 @@ func byBucket(runs []HeldRun, through uint64) map[uint64]*bucketView {
 // sequence numbers have equal idRuns.
 func idRuns(runs []HeldRun) []HeldRun {
 	s := slices.Clone(runs)
-	slices.SortFunc(s, func(a, b HeldRun) int {
-		switch {
-		case a.From < b.From:
-			return -1
-		case a.From > b.From:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s, func(a, b HeldRun) int { return cmp.Compare(a.From, b.From) })
 	var out []HeldRun
 	for _, r := range s {
 		if n := len(out) - 1; n >= 0 && r.From == out[n].To+1 && r.FirstID.Ledger == out[n].FirstID.Ledger &&
@@ -261,15 +254,7 @@ func idRuns(runs []HeldRun) []HeldRun {
 }
 
 func normalize(s []interval) []interval {
-	slices.SortFunc(s, func(a, b interval) int {
-		switch {
-		case a.from < b.from:
-			return -1
-		case a.from > b.from:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s, func(a, b interval) int { return cmp.Compare(a.from, b.from) })
 	var out []interval
 	for _, i := range s {
 		if n := len(out); n > 0 && i.from <= out[n-1].to+1 {
@@ -441,15 +426,7 @@ func trimmed(p *regionPass, region, origin string) []TrimmedRange {
 	for _, r := range p.originTrim.rs {
 		out = append(out, TrimmedRange{VerifyRange: r, Side: origin})
 	}
-	slices.SortFunc(out, func(a, b TrimmedRange) int {
-		switch {
-		case a.From < b.From:
-			return -1
-		case a.From > b.From:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b TrimmedRange) int { return cmp.Compare(a.From, b.From) })
 	return out
 }
 
