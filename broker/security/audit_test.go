@@ -82,14 +82,7 @@ func auditLines(t *testing.T, buf *bytes.Buffer) []auditLine {
 // another IP's is not; admin changes are audited with the role, reads are
 // not; tokens never appear in the trail.
 func TestAuditTrailAndFailureLimit(t *testing.T) {
-	key, err := authtoken.NewSecretKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := authtoken.NewSecretVerifier(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, v := testVerifier(t)
 	good, err := authtoken.CreateWithSecret(key, "alice", time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -159,4 +152,18 @@ func TestAuditTrailAndFailureLimit(t *testing.T) {
 	if strings.Contains(buf.String(), good) {
 		t.Fatal("a token in the audit trail")
 	}
+}
+
+// testVerifier makes a secret key and its token verifier.
+func testVerifier(t *testing.T) ([]byte, *authtoken.Verifier) {
+	t.Helper()
+	key, err := authtoken.NewSecretKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := authtoken.NewSecretVerifier(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, v
 }

@@ -55,14 +55,7 @@ func TestAuthenticate(t *testing.T) {
 	if expires, err := off.Authenticate(&a, nil, "", nil, false); err != nil || expires || a.Role() != "" {
 		t.Fatalf("auth off: expires=%v err=%v role=%q", expires, err, a.Role())
 	}
-	key, err := authtoken.NewSecretKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := authtoken.NewSecretVerifier(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, v := testVerifier(t)
 	on := New(Config{Tokens: v}, nil, "test", prometheus.NewRegistry())
 	c1, c2 := net.Pipe()
 	defer c1.Close()
@@ -95,14 +88,7 @@ func TestAuthorizeSecret(t *testing.T) {
 	if err := off.AuthorizeSecret(req("")); !errors.As(err, &se) || se.Status != http.StatusForbidden {
 		t.Fatalf("authentication off, plain http: %v, want 403", err)
 	}
-	key, err := authtoken.NewSecretKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := authtoken.NewSecretVerifier(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, v := testVerifier(t)
 	tok := func(role string) string {
 		s, err := authtoken.CreateWithSecret(key, role, time.Time{})
 		if err != nil {

@@ -23,14 +23,7 @@ import (
 // protocol and on the admin API. Only a certificate's region URI makes the
 // region role.
 func TestRegionRoleComesOnlyFromARegionCertificate(t *testing.T) {
-	key, err := authtoken.NewSecretKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := authtoken.NewSecretVerifier(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, v := testVerifier(t)
 	g := New(Config{Tokens: v, Authorization: true}, nil, "test", prometheus.NewRegistry())
 	forged, err := authtoken.CreateWithSecret(key, "meridian.region.east", time.Now().Add(time.Hour))
 	if err != nil {
