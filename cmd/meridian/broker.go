@@ -16,6 +16,7 @@ import (
 	"github.com/meridian-mq/meridian/failover"
 	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/meridian-mq/meridian/internal/netaddr"
+	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -116,7 +117,7 @@ func newBrokerCmd() *cobra.Command {
 	withConfig(cmd, func(eff *config.Effective) error {
 		return validateAll(eff, rules(logRules, regionRules, gossipRules, recoveryRules, authRules, brokerRules, verifierRules, map[string]config.Rule{
 			"metadata.global": config.URLList(false),
-		}), quorumCheck, listenerCheck)
+		}), quorumCheck, listenerCheck, authNeedsTLS)
 	}, func(cmd *cobra.Command, _ *config.Effective) error {
 		return runBroker(md, bf, gossip, rf, limits, delayed, sec)
 	})
@@ -157,6 +158,9 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	secfc := sec.settings()
 	tlsSrc, err := secfc.tlsSource()
 	if err != nil {
+		return err
+	}
+	if err := ownRoles(tlsSrc, "broker", tlsutil.RoleBroker); err != nil {
 		return err
 	}
 	security, err := secfc.brokerSecurity(tlsSrc)

@@ -58,7 +58,7 @@ file > default); --print-config shows the result.`,
 		defer stop()
 		var genFiles tlsutil.Files
 		if genTLS {
-			files, err := tlsutil.LocalPKI(filepath.Join(dataDir, "tls"), map[string]tlsutil.Leaf{"standalone": tlsutil.LocalLeaf("standalone", "standalone")})
+			files, err := tlsutil.LocalPKI(filepath.Join(dataDir, "tls"), map[string]tlsutil.Leaf{"standalone": tlsutil.LocalLeaf("standalone", "standalone", tlsutil.AllRoles...)})
 			if err != nil {
 				return fmt.Errorf("--tls: %w", err)
 			}
@@ -78,6 +78,9 @@ file > default); --print-config shows the result.`,
 		if err != nil {
 			return err
 		}
+		if err := ownRoles(tlsSrc, "standalone", tlsutil.RoleBroker); err != nil {
+			return err
+		}
 		security, err := secfc.brokerSecurity(tlsSrc)
 		if err != nil {
 			return err
@@ -88,6 +91,9 @@ file > default); --print-config shows the result.`,
 		}
 		if tlsSrc != nil {
 			ecfg.TLS = secfc.TLS
+			// The embedded etcd's only client is this process: no other
+			// certificate of the CA (a user's) may read the grants.
+			ecfg.AllowedClientCNs = []string{tlsSrc.Certificate().Subject.CommonName}
 			ecfg.ClientURL = strings.Replace(etcdClient, "http://", "https://", 1)
 			ecfg.PeerURL = strings.Replace(etcdPeer, "http://", "https://", 1)
 		}
@@ -230,7 +236,7 @@ file > default); --print-config shows the result.`,
 	rf.register(f, "recovery-", true)
 	sec.registerBroker(cmd)
 	withConfig(cmd, func(eff *config.Effective) error {
-		return validateAll(eff, rules(logRules, recoveryRules, authRules, standaloneRules), listenerCheck)
+		return validateAll(eff, rules(logRules, recoveryRules, authRules, standaloneRules), listenerCheck, authNeedsTLS)
 	}, run)
 	return cmd
 }
