@@ -149,6 +149,11 @@ var brokerRules = map[string]config.Rule{
 	"broker.max_buffered_frame_bytes":          config.IntMin(-1, "-1: no limit"),
 	"broker.max_connections_per_ip":            config.IntMin(-1, "-1: no limit"),
 	"broker.max_producers_per_topic":           config.IntMin(-1, "-1: no limit"),
+	"broker.admin_read_header_timeout":         config.AnyDuration,
+	"broker.admin_read_timeout":                config.AnyDuration,
+	"broker.admin_write_timeout":               config.AnyDuration,
+	"broker.admin_idle_timeout":                config.AnyDuration,
+	"broker.admin_max_connections":             config.IntMin(-1, "-1: no limit"),
 }
 
 func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryFlags, limits connLimitFlags, delayed delayedFlags, sec securityFlags) error {

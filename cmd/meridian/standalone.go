@@ -261,6 +261,11 @@ var standaloneRules = map[string]config.Rule{
 	"broker.max_buffered_frame_bytes":          brokerRules["broker.max_buffered_frame_bytes"],
 	"broker.max_connections_per_ip":            brokerRules["broker.max_connections_per_ip"],
 	"broker.max_producers_per_topic":           brokerRules["broker.max_producers_per_topic"],
+	"broker.admin_read_header_timeout":         brokerRules["broker.admin_read_header_timeout"],
+	"broker.admin_read_timeout":                brokerRules["broker.admin_read_timeout"],
+	"broker.admin_write_timeout":               brokerRules["broker.admin_write_timeout"],
+	"broker.admin_idle_timeout":                brokerRules["broker.admin_idle_timeout"],
+	"broker.admin_max_connections":             brokerRules["broker.admin_max_connections"],
 }
 
 // standaloneMemTableBytes is the standalone bookies' memtable size. They
