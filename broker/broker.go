@@ -67,9 +67,11 @@ type Broker struct {
 	closed bool
 
 	producerSeq atomic.Int64
-	limiters    sync.Map // namespace + remote region → *nsLimiter
-	reach       sync.Map // broker URL → reachability (reachableURL)
-	wg          sync.WaitGroup
+	// sw: the planned switchovers' holds on this broker (switchover.go).
+	sw       switchHolds
+	limiters sync.Map // namespace + remote region → *nsLimiter
+	reach    sync.Map // broker URL → reachability (reachableURL)
+	wg       sync.WaitGroup
 }
 
 // topicSlot holds a topic being loaded or loaded.
