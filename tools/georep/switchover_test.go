@@ -279,6 +279,30 @@ func TestPlannedSwitchoverAbortsWhenDrainBlocked(t *testing.T) {
 	for _, px := range proxies {
 		px.SetRTT(time.Minute) // east → west: nothing arrives within the timeout
 	}
+	// The pre-flight (--dry-run) sees the backlog building: what an
+	// unplanned failover would lose now, and since when.
+	time.Sleep(time.Second)
+	var dry struct {
+		State           string
+		AtRiskMessages  int64
+		AtRiskBytes     int64
+		ExpectedPauseMs int64
+		Topics          []struct {
+			Topic              string
+			BacklogEntries     int64
+			OldestUnreplicated string
+		}
+	}
+	if err := d.admin("east", "POST", "/admin/v2/meridian/failover/"+ns, map[string]any{"to": "west", "planned": true, "dryRun": true}, &dry); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dry run with the link delayed: %+v", dry)
+	if dry.State != "dry-run" || dry.AtRiskMessages == 0 || dry.AtRiskBytes == 0 || len(dry.Topics) != 1 || dry.Topics[0].OldestUnreplicated == "" || dry.ExpectedPauseMs < 500 {
+		t.Fatalf("dry run with a blocked link: %+v, want messages and bytes at risk since a time, and a pause of the lag", dry)
+	}
+	if rec := d.activeOf("east", ns); rec != before {
+		t.Fatalf("the dry run moved the namespace: %+v", rec)
+	}
 	started := time.Now()
 	op := d.switchover("east", ns, "west", 3*time.Second)
 	took := time.Since(started)
