@@ -22,7 +22,8 @@ import (
 // switchoverLoad is a producer and a consumer, on clients of their own,
 // with the multi-region service URL: the producer sends k/i/sw in order,
 // at most every 5 ms, and records each receipt and the longest send; the
-// consumer acknowledges everything and counts what it receives.
+// consumer acknowledges everything, every third message 300 ms late, and
+// counts what it receives.
 type switchoverLoad struct {
 	mu       sync.Mutex
 	acked    map[int]bool
@@ -89,8 +90,15 @@ func startSwitchoverLoad(t *testing.T, d *deployment, topic string) *switchoverL
 			if err != nil {
 				continue
 			}
-			c.Ack(m)
-			if _, i, _ := parsePayload(m.Payload()); i >= 0 {
+			_, i, _ := parsePayload(m.Payload())
+			if i%3 == 0 {
+				// Out of order: every third message is acknowledged 300 ms
+				// late (individual acks, deliveries outstanding at the move).
+				time.AfterFunc(300*time.Millisecond, func() { c.Ack(m) })
+			} else {
+				c.Ack(m)
+			}
+			if i >= 0 {
 				l.mu.Lock()
 				l.received[i]++
 				l.mu.Unlock()
