@@ -391,7 +391,6 @@ func wantReceipt(t *testing.T, r *rawConn) *pb.MessageIdData {
 	return f.Cmd.GetSendReceipt().GetMessageId()
 }
 
-
 // Chunking (issue 35): the Go client with EnableChunking splits a message
 // larger than ChunkMaxMessageSize into chunks that share the message's
 // sequence id; the broker stores every chunk (it must not take chunks 1..
