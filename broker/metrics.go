@@ -168,7 +168,7 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		Help: "Time a write probe took (a failed one included).", ConstLabels: l, Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
 	m.orphans = c("failover_orphans_total", "Messages the previous active region acknowledged and had not replicated at the failover, applied here late (the async tail).")
 	m.reg.MustRegister(m.probes, m.probeLatency, m.orphans)
-	m.reg.MustRegister(newPulsarCollector(b, cluster, b.cfg.NamespaceLevelMetrics))
+	m.reg.MustRegister(newPulsarCollector(b, cluster, b.cfg.NamespaceLevelMetrics), newFailoverCollector(b, cluster))
 	// The process's own (Go runtime, process): one broker per process
 	// outside tests; the recovery in its process adds none.
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

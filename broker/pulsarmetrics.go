@@ -37,6 +37,9 @@ type pulsarCollector struct {
 	namespaceLevel bool
 
 	topicsCount *prometheus.Desc
+	// quotaLimit: the backlog quota's size limit (exported when set);
+	// labels as topic's.
+	quotaLimit *prometheus.Desc
 	// topic: labels namespace[, topic]; values from topicValues.
 	topic []pulsarMetric
 	// sub: labels namespace, topic, subscription; topic level only.
@@ -101,6 +104,8 @@ func newPulsarCollector(b *Broker, cluster string, namespaceLevel bool) *pulsarC
 	}
 	c := &pulsarCollector{b: b, namespaceLevel: namespaceLevel,
 		topicsCount: prometheus.NewDesc("pulsar_topics_count", "Topics of the namespace loaded on this broker.", []string{"namespace"}, cl)}
+	c.quotaLimit = prometheus.NewDesc("pulsar_storage_backlog_quota_limit",
+		"The backlog quota's limit in bytes of each subscription's backlog (destination_storage; exported when set; at namespace level the largest of its topics').", topicLabels, cl)
 	for _, n := range pulsarTopicNames {
 		c.topic = append(c.topic, pulsarMetric{prometheus.NewDesc(n.name, n.help, topicLabels, cl), n.typ})
 	}
@@ -149,6 +154,7 @@ func replValues(rs *admin.ReplicatorStats) []float64 {
 
 func (c *pulsarCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.topicsCount
+	ch <- c.quotaLimit
 	for _, ms := range [][]pulsarMetric{c.topic, c.sub, c.repl} {
 		for _, m := range ms {
 			ch <- m.desc
@@ -163,6 +169,7 @@ func label(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 func (c *pulsarCollector) Collect(ch chan<- prometheus.Metric) {
 	type nsAgg struct {
 		topics int
+		quota  int64
 		vals   []float64
 		repl   map[string][]float64
 	}
@@ -176,6 +183,8 @@ func (c *pulsarCollector) Collect(ch chan<- prometheus.Metric) {
 			byNS[ns] = agg
 		}
 		agg.topics++
+		quota := t.policies().BacklogQuotas["destination_storage"].SizeLimit()
+		agg.quota = max(agg.quota, quota)
 		tv := topicValues(&st)
 		if c.namespaceLevel {
 			for i, v := range tv {
@@ -201,6 +210,9 @@ func (c *pulsarCollector) Collect(ch chan<- prometheus.Metric) {
 		for i, v := range tv {
 			ch <- prometheus.MustNewConstMetric(c.topic[i].desc, c.topic[i].typ, v, ns, name)
 		}
+		if quota > 0 {
+			ch <- prometheus.MustNewConstMetric(c.quotaLimit, prometheus.GaugeValue, float64(quota), ns, name)
+		}
 		for sub, ss := range st.Subscriptions {
 			for i, v := range subValues(&ss) {
 				ch <- prometheus.MustNewConstMetric(c.sub[i].desc, c.sub[i].typ, v, ns, name, label(sub))
@@ -225,6 +237,9 @@ func (c *pulsarCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for i, v := range agg.vals {
 			ch <- prometheus.MustNewConstMetric(c.topic[i].desc, c.topic[i].typ, v, ns)
+		}
+		if agg.quota > 0 {
+			ch <- prometheus.MustNewConstMetric(c.quotaLimit, prometheus.GaugeValue, float64(agg.quota), ns)
 		}
 		for remote, rv := range agg.repl {
 			for i, v := range rv {

@@ -142,17 +142,39 @@ func TestPulsarMetricsMatchWhatWasSent(t *testing.T) {
 		return getTopicStats(t, s.AdminURL, topic).Subscriptions["reader"].MsgBacklog == sent-acked
 	})
 
+	// A backlog quota: its limit beside the backlog, for the alert on
+	// a backlog near it.
+	const quota = 1 << 20
+	req, err := http.NewRequest("POST", s.AdminURL+"/admin/v2/namespaces/public/default/backlogQuota",
+		strings.NewReader(fmt.Sprintf(`{"limitSize":%d,"policy":"producer_request_hold"}`, quota)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("set backlog quota: HTTP %d", resp.StatusCode)
+	}
+	testutil.Eventually(t, 20*time.Second, "quota limit exported", func() bool {
+		return len(scrape(t, s.AdminURL+"/metrics")["pulsar_storage_backlog_quota_limit"].GetMetric()) > 0
+	})
+
 	mfs := scrape(t, s.AdminURL+"/metrics")
 	st := getTopicStats(t, s.AdminURL, topic)
 	tl := map[string]string{"cluster": "standalone", "namespace": "public/default", "topic": topic}
 	for name, want := range map[string]float64{
-		"pulsar_in_messages_total":   sent,
-		"pulsar_in_bytes_total":      float64(st.BytesInCounter),
-		"pulsar_storage_size":        float64(st.StorageSize),
-		"pulsar_msg_backlog":         (sent - acked) + sent,
-		"pulsar_subscriptions_count": 2,
-		"pulsar_producers_count":     1,
-		"pulsar_consumers_count":     2,
+		"pulsar_in_messages_total":           sent,
+		"pulsar_in_bytes_total":              float64(st.BytesInCounter),
+		"pulsar_storage_size":                float64(st.StorageSize),
+		"pulsar_msg_backlog":                 (sent - acked) + sent,
+		"pulsar_subscriptions_count":         2,
+		"pulsar_producers_count":             1,
+		"pulsar_consumers_count":             2,
+		"pulsar_storage_backlog_quota_limit": quota,
 	} {
 		if got := sample(t, mfs, name, tl); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
@@ -182,6 +204,9 @@ func TestPulsarMetricsMatchWhatWasSent(t *testing.T) {
 	}
 	if got := sample(t, mfs, "pulsar_topics_count", map[string]string{"namespace": "public/default"}); got < 1 {
 		t.Errorf("pulsar_topics_count = %v", got)
+	}
+	if got := sample(t, mfs, "meridian_broker_ready", nil); got != 1 {
+		t.Errorf("meridian_broker_ready = %v of a serving broker", got)
 	}
 	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {
 		if len(mfs[name].GetMetric()) == 0 {
