@@ -94,15 +94,27 @@ func (m messageAnswer) writeHTTP(w http.ResponseWriter) {
 }
 
 func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string, topic func(*http.Request) (meta.TopicName, error)) {
-	// Meridian has no non-persistent topics: their lists are empty.
-	for _, path := range []string{"/admin/v2/non-persistent/{tenant}/{ns}", "/admin/v2/non-persistent/{tenant}/{ns}/partitioned"} {
-		h("GET "+path, func(r *http.Request) (any, error) {
-			if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
-				return nil, err
-			}
-			return []string{}, nil
-		})
-	}
+	// Non-persistent topics exist while loaded (broker/nonpersistent.go):
+	// the list is this broker's loaded ones; none is partitioned.
+	h("GET /admin/v2/non-persistent/{tenant}/{ns}", func(r *http.Request) (any, error) {
+		if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
+			return nil, err
+		}
+		return s.cfg.Broker.NonPersistentTopics(ns(r)), nil
+	})
+	h("GET /admin/v2/non-persistent/{tenant}/{ns}/partitioned", func(r *http.Request) (any, error) {
+		if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
+			return nil, err
+		}
+		return []string{}, nil
+	})
+	h("GET /admin/v2/non-persistent/{tenant}/{ns}/{topic}/stats", func(r *http.Request) (any, error) {
+		tn, err := meta.ParseTopic("non-persistent://" + r.PathValue("tenant") + "/" + r.PathValue("ns") + "/" + r.PathValue("topic"))
+		if err != nil {
+			return nil, err
+		}
+		return s.cfg.Broker.NonPersistentStats(r.Context(), tn)
+	})
 	lookup := func(r *http.Request) (meta.TopicName, error) {
 		tn, err := topic(r)
 		if err != nil {
