@@ -169,7 +169,7 @@ func newMetrics(cluster string, b *Broker) *metrics {
 	m.reg.MustRegister(m.probes, m.probeLatency, m.orphans)
 	m.npMsgsIn = c("nonpersistent_messages_in_total", "Messages received from producers of non-persistent topics (never stored).")
 	m.npDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "nonpersistent_dropped_messages_total",
-		Help: "Messages of non-persistent topics dropped, by where: subscription (a subscription without a consumer, or whose chosen consumer had no permits or a full connection; counted once per subscription).", ConstLabels: l}, []string{"where"})
+		Help: "Messages of non-persistent topics dropped, by where: subscription (a subscription without a consumer, or whose chosen consumer had no permits or a full connection; counted once per subscription), replication (never sent to a remote region: its sender's queue full, the stream down, a send failed; counted once per region).", ConstLabels: l}, []string{"where"})
 	m.npDropped.WithLabelValues("subscription")
 	m.reg.MustRegister(m.npMsgsIn, m.npDropped)
 	return m

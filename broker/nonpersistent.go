@@ -16,9 +16,11 @@ import (
 	"github.com/meridian-mq/meridian/broker/dispatch"
 	"github.com/meridian-mq/meridian/broker/entry"
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/broker/replication"
 	"github.com/meridian-mq/meridian/broker/security"
 	"github.com/meridian-mq/meridian/internal/ratemeter"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
+	"github.com/meridian-mq/meridian/replicator"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -52,7 +54,13 @@ import (
 //   - the topic is owned through its namespace bundle like a persistent
 //     one (lookup, redirects, hand-off and failover close its clients so
 //     they look up again), and only the active region serves it;
-//   - not replicated to the namespace's other regions (docs/broker.md);
+//   - replicated best effort to the namespace's other regions, as
+//     Pulsar's NonPersistentReplicator (broker/replication/nonpersistent.go):
+//     a message a producer sent here is offered to one sender per remote
+//     region, which ships it over the replication stream; the remote owner
+//     dispatches it to its own consumers and stores nothing. What a sender
+//     cannot send is dropped and counted (where="replication", and the
+//     stats' replication section); nothing is resent;
 //   - not partitioned: a partitioned-metadata request answers 0.
 type npTopic struct {
 	b      *Broker
@@ -63,8 +71,11 @@ type npTopic struct {
 	mu        sync.Mutex
 	producers map[*npProducer]struct{}
 	subs      map[string]*npSub
-	next      uint64 // the entry id of the next message
-	closed    bool
+	// remotes: the best-effort senders to the namespace's other regions,
+	// by region, started at the first message.
+	remotes map[string]*npRemote
+	next    uint64 // the entry id of the next message
+	closed  bool
 	// in meters the messages received from producers (admin stats).
 	in ratemeter.Meter
 }
@@ -159,7 +170,7 @@ func (r *npRegistry) get(ctx context.Context, name string) (*npTopic, error) {
 		return nil, meta.NotOwnerError{OwnerAdminURL: owner.AdminURL, Err: fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)}
 	}
 	t := &npTopic{b: b, name: tn, pol: pol, ledger: uint64(time.Now().UnixMilli()),
-		producers: map[*npProducer]struct{}{}, subs: map[string]*npSub{}}
+		producers: map[*npProducer]struct{}{}, subs: map[string]*npSub{}, remotes: map[string]*npRemote{}}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -244,7 +255,12 @@ func (t *npTopic) close(target *BrokerInfo) {
 	for _, s := range t.subs {
 		subs = append(subs, s)
 	}
+	remotes := t.remotes
+	t.remotes = map[string]*npRemote{}
 	t.mu.Unlock()
+	for _, rm := range remotes {
+		rm.s.Close()
+	}
 	r := t.b.np
 	r.mu.Lock()
 	if r.topics[t.name.String()] == t {
@@ -332,13 +348,31 @@ func (p *npProducer) publish(m *pb.CommandSend, fm entry.Framed) {
 	msg := fm.Msg()
 	n := max(int(m.GetNumMessages()), 1)
 	var key string
-	if md, err := entry.ParseMeta(entry.EncodeFramed(now.UnixMilli(), entry.Origin{}, fm)); err == nil {
+	stored := entry.EncodeFramed(now.UnixMilli(), entry.Origin{}, fm)
+	if md, err := entry.ParseMeta(stored); err == nil {
 		key, n = md.Key, max(md.NumMessages, 1)
 	}
+	pos, ok := t.dispatchAll(now, key, n, msg)
+	if !ok {
+		return // closed: no answer, the client resends after CLOSE_PRODUCER
+	}
+	p.in.Add(now, int64(n), int64(len(msg)))
+	t.replicate(stored, n, now.UnixMilli())
+	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(pos.Ledger)), EntryId: proto.Uint64(uint64(pos.Entry))}
+	if t.name.Partition >= 0 {
+		id.Partition = proto.Int32(int32(t.name.Partition))
+	}
+	p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_RECEIPT.Enum(), SendReceipt: &pb.CommandSendReceipt{
+		ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(m.GetSequenceId()), MessageId: id}})
+}
+
+// dispatchAll hands a message of n messages to every subscription and
+// returns the id it was given; false when the topic is closed.
+func (t *npTopic) dispatchAll(now time.Time, key string, n int, msg []byte) (dispatch.Position, bool) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return // no answer: the client resends after CLOSE_PRODUCER
+		return dispatch.Position{}, false
 	}
 	pos := dispatch.Position{Ledger: int64(t.ledger), Entry: int64(t.next)}
 	t.next++
@@ -348,17 +382,74 @@ func (p *npProducer) publish(m *pb.CommandSend, fm entry.Framed) {
 	}
 	t.mu.Unlock()
 	t.in.Add(now, int64(n), int64(len(msg)))
-	p.in.Add(now, int64(n), int64(len(msg)))
 	t.b.metrics.npMsgsIn.Add(float64(n))
 	for _, s := range subs {
 		s.dispatch(pos, key, n, now.UnixMilli(), msg)
 	}
-	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(pos.Ledger)), EntryId: proto.Uint64(uint64(pos.Entry))}
-	if t.name.Partition >= 0 {
-		id.Partition = proto.Int32(int32(t.name.Partition))
+	return pos, true
+}
+
+// npRemote is a topic's best-effort sender to one remote region and its
+// meters.
+type npRemote struct {
+	s         *replication.NPSender
+	out, drop ratemeter.Meter
+}
+
+// replicate offers a message its producer sent here (never one that came
+// from another region: no loops) to the sender of every other region of
+// the namespace, starting the missing ones.
+func (t *npTopic) replicate(stored []byte, n int, publishMs int64) {
+	pol := t.policies()
+	if len(pol.ReplicationClusters) < 2 || t.b.repl == nil {
+		return
 	}
-	p.conn.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_RECEIPT.Enum(), SendReceipt: &pb.CommandSendReceipt{
-		ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(m.GetSequenceId()), MessageId: id}})
+	var to []*replication.NPSender
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	for _, r := range pol.ReplicationClusters {
+		if r == t.b.cfg.Cluster {
+			continue
+		}
+		rm := t.remotes[r]
+		if rm == nil {
+			rm = &npRemote{}
+			rm.s = t.b.repl.NewNPSender(t.name.String(), r, func(n int) {
+				rm.out.Add(time.Now(), int64(n), 0)
+			}, func(n int) {
+				rm.drop.Add(time.Now(), int64(n), 0)
+				t.b.metrics.npDropped.WithLabelValues("replication").Add(float64(n))
+			})
+			t.remotes[r] = rm
+		}
+		to = append(to, rm.s)
+	}
+	t.mu.Unlock()
+	for _, s := range to {
+		s.Offer(stored, n, publishMs)
+	}
+}
+
+// deliverReplicated hands entries from region origin to the
+// subscriptions (the replication service's target, nothing stored, not
+// replicated further).
+func (t *npTopic) deliverReplicated(origin string, entries []replicator.Entry) {
+	for _, e := range entries {
+		d, err := entry.Decode(e.Data)
+		if err != nil {
+			continue
+		}
+		n, key := 1, ""
+		if md, err := entry.ParseMeta(e.Data); err == nil {
+			n, key = max(md.NumMessages, 1), md.Key
+		}
+		if _, ok := t.dispatchAll(time.Now(), key, n, d.Msg); !ok {
+			return
+		}
+	}
 }
 
 // dispatch sends one message of n messages (a batch) to the consumer the
@@ -807,7 +898,7 @@ func (c *conn) outputFull() bool {
 func (t *npTopic) stats() admin.NonPersistentTopicStats {
 	now := time.Now()
 	st := admin.NonPersistentTopicStats{Publishers: []admin.NonPersistentPublisherStats{},
-		Subscriptions: map[string]admin.NonPersistentSubscriptionStats{}, Replication: map[string]admin.ReplicatorStats{}}
+		Subscriptions: map[string]admin.NonPersistentSubscriptionStats{}, Replication: map[string]admin.NonPersistentReplicatorStats{}}
 	st.MsgRateIn, st.MsgThroughputIn = t.in.Rate(now)
 	if st.MsgRateIn > 0 {
 		st.AverageMsgSize = st.MsgThroughputIn / st.MsgRateIn
@@ -826,6 +917,14 @@ func (t *npTopic) stats() admin.NonPersistentTopicStats {
 	subs := make([]*npSub, 0, len(t.subs))
 	for _, s := range t.subs {
 		subs = append(subs, s)
+	}
+	for r, rm := range t.remotes {
+		rs := admin.NonPersistentReplicatorStats{Connected: rm.s.Connected()}
+		rs.MsgRateOut, _ = rm.out.Rate(now)
+		rs.MsgOutCounter, _ = rm.out.Totals()
+		rs.MsgDropRate, _ = rm.drop.Rate(now)
+		rs.MsgDropCounter, _ = rm.drop.Totals()
+		st.Replication[r] = rs
 	}
 	t.mu.Unlock()
 	for _, s := range subs {

@@ -308,8 +308,22 @@ type NonPersistentTopicStats struct {
 	MsgDropCounter   int64                                     `json:"msgDropCounter"`
 	Publishers       []NonPersistentPublisherStats             `json:"publishers"`
 	Subscriptions    map[string]NonPersistentSubscriptionStats `json:"subscriptions"`
-	// Replication is empty: non-persistent topics are not replicated.
-	Replication map[string]ReplicatorStats `json:"replication"`
+	// Replication: the best-effort sender to each remote region, once
+	// the first message was offered to it.
+	Replication map[string]NonPersistentReplicatorStats `json:"replication"`
+}
+
+// NonPersistentReplicatorStats is one remote region of
+// NonPersistentTopicStats, as Pulsar's NonPersistentReplicatorStats:
+// what was sent there, what was dropped (never sent: the sender's queue
+// full, the stream down, a send failed), and whether the stream is open.
+// The counters are Meridian's.
+type NonPersistentReplicatorStats struct {
+	Connected      bool    `json:"connected"`
+	MsgRateOut     float64 `json:"msgRateOut"`
+	MsgOutCounter  int64   `json:"msgOutCounter"`
+	MsgDropRate    float64 `json:"msgDropRate"`
+	MsgDropCounter int64   `json:"msgDropCounter"`
 }
 
 // NonPersistentPublisherStats is one producer of NonPersistentTopicStats.
