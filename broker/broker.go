@@ -348,9 +348,6 @@ func (b *Broker) partitions(ctx context.Context, topic string) (int, error) {
 	if _, err := b.meta.GetPolicies(ctx, tn.NamespaceName()); err != nil {
 		return 0, namespaceErr(tn.NamespaceName(), err)
 	}
-	if !tn.Persistent() {
-		return 0, nil // not partitioned (nonpersistent.go)
-	}
 	return b.meta.Partitions(ctx, tn)
 }
 

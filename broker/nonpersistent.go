@@ -61,7 +61,10 @@ import (
 //     dispatches it to its own consumers and stores nothing. What a sender
 //     cannot send is dropped and counted (where="replication", and the
 //     stats' replication section); nothing is resent;
-//   - not partitioned: a partitioned-metadata request answers 0.
+//   - partitioned through the admin API (PUT
+//     /admin/v2/non-persistent/{tenant}/{ns}/{topic}/partitions): the count
+//     is kept apart from a persistent topic's of the same name; each
+//     partition is a non-persistent topic as any other.
 type npTopic struct {
 	b      *Broker
 	name   meta.TopicName
@@ -159,6 +162,13 @@ func (r *npRegistry) get(ctx context.Context, name string) (*npTopic, error) {
 	pol, err := b.meta.GetPolicies(ctx, tn.NamespaceName())
 	if err != nil {
 		return nil, namespaceErr(tn.NamespaceName(), err)
+	}
+	if tn.Partition < 0 {
+		if n, err := b.meta.Partitions(ctx, tn); err != nil {
+			return nil, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+		} else if n > 0 {
+			return nil, fmt.Errorf("%w: %s is partitioned (%d partitions): use its partitions", meta.ErrNotAllowed, tn, n)
+		}
 	}
 	bd, err := b.bundleFor(ctx, pol, tn)
 	if err != nil {

@@ -341,6 +341,55 @@ func TestNonPersistentTopics(t *testing.T) {
 		}
 	})
 
+	// A partitioned non-persistent topic (its count apart from the
+	// persistent topic of the same name): the client's producer and
+	// consumer use every partition.
+	t.Run("partitioned", func(t *testing.T) {
+		topic := npTopicName(t)
+		path := "/admin/v2/non-persistent/" + strings.TrimPrefix(topic, "non-persistent://") + "/partitions"
+		req, _ := http.NewRequest("PUT", s.AdminURL+path, strings.NewReader("3"))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("create 3 partitions: status %d", resp.StatusCode)
+		}
+		c := subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "parts", Type: pulsar.Shared})
+		for i := range 3 {
+			waitPermits(t, s.AdminURL, topic+"-partition-"+strconv.Itoa(i), "parts", 1)
+		}
+		p := noBatch(t, topic)
+		sendN(t, p, 0, 30, func(i int) string { return "k" + strconv.Itoa(i) })
+		got := npReceive(30, 500*time.Millisecond, c)[0]
+		slices.SortFunc(got, func(a, b string) int { x, _ := strconv.Atoi(a); y, _ := strconv.Atoi(b); return x - y })
+		if !slices.Equal(got, seq(0, 30)) {
+			t.Fatalf("partitioned: received %v, want all 30 once", got)
+		}
+		used := 0
+		for i := range 3 {
+			if st, code := getNPStats(t, s.AdminURL, topic+"-partition-"+strconv.Itoa(i)); code == http.StatusOK && st.MsgInCounter > 0 {
+				used++
+			}
+		}
+		if used < 2 {
+			t.Fatalf("messages went to %d of 3 partitions", used)
+		}
+		// The persistent topic of the same name is not partitioned.
+		resp, err = http.Get(s.AdminURL + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "non-persistent://") + "/partitions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pm struct{ Partitions int }
+		json.NewDecoder(resp.Body).Decode(&pm)
+		resp.Body.Close()
+		if pm.Partitions != 0 {
+			t.Fatalf("persistent topic of the same name has %d partitions", pm.Partitions)
+		}
+	})
+
 	// Seek has nothing to go back to; a topic nobody uses has no stats.
 	t.Run("seek-refused-unknown-topic-not-found", func(t *testing.T) {
 		topic := npTopicName(t)
