@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,10 @@ type NPSender struct {
 	cancel        context.CancelFunc
 	done          chan struct{}
 	connected     atomic.Bool
+	// mu orders Offer with Close: nothing enters the queue once closed
+	// is set, so the run's final drain counts everything.
+	mu     sync.Mutex
+	closed bool
 }
 
 type npItem struct {
@@ -70,6 +75,12 @@ func (svc *Service) NewNPSender(topic, remote string, sent, dropped func(n int))
 // Offer queues an entry of n messages, or drops it when the queue is
 // full. It never blocks. The sender owns data from now on.
 func (s *NPSender) Offer(data []byte, n int, publishMs int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		s.dropped(n)
+		return
+	}
 	select {
 	case s.q <- npItem{data: data, n: n, publishMs: publishMs}:
 	default:
@@ -85,6 +96,9 @@ func (s *NPSender) Remote() string { return s.remote }
 
 // Close stops the sender; what it still holds is dropped (and counted).
 func (s *NPSender) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.cancel()
 	<-s.done
 }
