@@ -66,7 +66,7 @@ test-image:
 # (deploy/compose/), TLS and tokens on; from the host, with pulsar-client-go
 # through the external listener: east -> west replication, docker kill
 # of east, docker pause of east, a rolling restart of west (RTO, lost,
-# duplicates printed). Starts and stops dockerd if none runs. ~8 minutes
+# duplicates printed). Starts and stops dockerd if none runs. 9-11 minutes
 # with a warm build cache (docs/deploy.md, "Compose").
 test-hosts:
 	scripts/test-hosts.sh

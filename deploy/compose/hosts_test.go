@@ -338,15 +338,20 @@ func (l *load) consume() {
 }
 
 // sampleLedgers maps ledgers to the region whose copy of the topic has
-// them (a receipt's region: its ledger's).
+// them (a receipt's region: its ledger's; "" when both have the id).
 func (l *load) sampleLedgers() {
 	defer l.wg.Done()
 	for {
 		for _, r := range []string{"east", "west"} {
 			for _, id := range l.adm.ledgers(r, l.topic) {
 				l.mu.Lock()
-				if _, ok := l.ledger[id]; !ok {
+				switch had, ok := l.ledger[id]; {
+				case !ok:
 					l.ledger[id] = r
+				case had != r:
+					// Each region numbers its ledgers itself: an id both
+					// regions have tells no region.
+					l.ledger[id] = ""
 				}
 				l.mu.Unlock()
 			}
