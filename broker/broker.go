@@ -60,7 +60,8 @@ type Broker struct {
 	policyTurned func()                    // the policy loop's turn, for /healthz
 	registered   atomic.Pointer[ownership] // own, once Start registered it
 
-	conns *connTable // client connections and their limits
+	conns *connTable  // client connections and their limits
+	np    *npRegistry // the loaded non-persistent topics (nonpersistent.go)
 
 	mu     sync.Mutex
 	topics map[string]*topicSlot
@@ -98,6 +99,7 @@ func New(cfg Config) (*Broker, error) {
 		id:     hex.EncodeToString(rb[:]),
 	}
 	b.peerLog = ratelog.New(b.log, 0)
+	b.np = newNPRegistry(b)
 	b.metrics = newMetrics(cfg.Cluster, b)
 	b.conns = newConnTable(cfg.MaxConnectionsPerIP, cfg.MaxUnauthenticatedConnections, b.metrics.connections)
 	if cfg.MaxBufferedFrameBytes > 0 {
@@ -281,6 +283,7 @@ func (b *Broker) Close(ctx context.Context) error {
 	// owner's address and reconnect there without a lookup.
 	b.handOff(ctx)
 	var errs []error
+	b.np.closeAll()
 	for _, t := range b.loadedTopics() {
 		if err := t.close(ctx); err != nil {
 			errs = append(errs, err)
@@ -444,6 +447,12 @@ func (b *Broker) getTopic(ctx context.Context, name string, create bool) (*Topic
 	tn, err := meta.ParseTopic(name)
 	if err != nil {
 		return nil, err
+	}
+	if !tn.Persistent() {
+		// Never a managed ledger for it: its producers and consumers are
+		// served by nonpersistent.go; everything else (schemas, admin
+		// calls, replication) has nothing stored to work on.
+		return nil, fmt.Errorf("%w: %s is a non-persistent topic: nothing of it is stored", meta.ErrNotAllowed, tn)
 	}
 	key := tn.String()
 	b.mu.Lock()
