@@ -47,6 +47,9 @@ type Broker struct {
 	bundles   *cluster.Cache // the region's bundle boundaries, watched (boundariesHint)
 	stretched *stretched.Placement
 	fo        *failoverctl.Shell
+	// foStarted is set once fo is made and its control started: the
+	// metrics read fo only then (the admin API serves before).
+	foStarted atomic.Bool
 	repl      *replication.Service
 	lis       net.Listener
 	lst       listenerSet // advertised listeners (listeners.go)
@@ -202,6 +205,7 @@ func (b *Broker) Start() error {
 	}
 	b.registered.Store(b.own)
 	b.fo.StartControl()
+	b.foStarted.Store(true)
 	b.meta.Watch()
 	b.bundles = cluster.WatchPrefix(b.cfg.Store, "/bundles/")
 	b.wg.Add(2 + len(b.lst.bound))

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/meridian-mq/meridian/broker/replication"
 )
@@ -46,7 +47,8 @@ type metrics struct {
 }
 
 // topicCollector exports per-topic and per-subscription figures of the
-// loaded topics, computed at scrape time.
+// loaded topics, computed at scrape time; none at namespace level
+// (Config.NamespaceLevelMetrics).
 type topicCollector struct {
 	b        *Broker
 	backlog  *prometheus.Desc
@@ -67,6 +69,9 @@ func (c *topicCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *topicCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.b.cfg.NamespaceLevelMetrics {
+		return // bounded by namespaces: meridian_broker_backlog_messages and pulsar_* per namespace stay
+	}
 	for _, t := range c.b.loadedTopics() {
 		name := t.name.String()
 		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(t.ml.NumberOfEntries()), name)
@@ -172,6 +177,10 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		Help: "Messages of non-persistent topics dropped, by where: subscription (a subscription without a consumer, or whose chosen consumer had no permits or a full connection; counted once per subscription), replication (never sent to a remote region: its sender's queue full, the stream down, a send failed; counted once per region).", ConstLabels: l}, []string{"where"})
 	m.npDropped.WithLabelValues("subscription")
 	m.reg.MustRegister(m.npMsgsIn, m.npDropped)
+	m.reg.MustRegister(newPulsarCollector(b, cluster, b.cfg.NamespaceLevelMetrics), newFailoverCollector(b, cluster))
+	// The process's own (Go runtime, process): one broker per process
+	// outside tests; the recovery in its process adds none.
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -31,6 +31,7 @@ type brokerFlags struct {
 	ReplicationAddr                string
 	ReplicationAdvAddr             string
 	MaxMessageSize                 int
+	ExposeTopicLevelMetrics        bool
 	OwnershipTTL                   time.Duration
 	FailoverLeaseTTL               time.Duration
 	EnsembleSize                   int
@@ -97,6 +98,7 @@ func newBrokerCmd() *cobra.Command {
 		f.DurationVar(&bf.DedupProducerInactivityTimeout, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
 		f.IntVar(&bf.MaxEntriesPerLedger, "max-entries-per-ledger", 0, "roll a topic's ledger over after this many entries (0: the default, 50000)")
 		f.IntVar(&bf.MaxMessageSize, "max-message-size", 5<<20, maxMessageSizeHelp)
+		f.BoolVar(&bf.ExposeTopicLevelMetrics, "expose-topic-level-metrics", true, exposeTopicLevelMetricsHelp)
 		f.IntVar(&bf.EnsembleSize, "ensemble-size", 3, "bookies of a new ledger's ensemble (E), unless the namespace's persistence policy says otherwise; E >= Qw >= Qa >= 1")
 		f.IntVar(&bf.WriteQuorum, "write-quorum", 3, "bookies each entry is written to (Qw)")
 		f.IntVar(&bf.AckQuorum, "ack-quorum", 2, "bookies that must persist an entry before it is acknowledged (Qa)")
@@ -126,6 +128,10 @@ func newBrokerCmd() *cobra.Command {
 // maxMessageSizeHelp is --max-message-size's help, the broker's and the
 // standalone's.
 const maxMessageSizeHelp = "largest message accepted, in bytes, announced to clients (at most 100 MiB); a producer with chunking on splits a larger message into chunks of at most this size, which the consumer reassembles"
+
+// exposeTopicLevelMetricsHelp is --expose-topic-level-metrics's help, the
+// broker's and the standalone's.
+const exposeTopicLevelMetricsHelp = "export Pulsar's pulsar_* metrics per topic and subscription (Pulsar's exposeTopicLevelMetricsInPrometheus); false: per namespace, no subscription series (for brokers with many thousands of topics)"
 
 // brokerRules are the checks of the broker section (the broker and the
 // standalone share most).
@@ -220,7 +226,7 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	bc := broker.Config{
 		ReplicationFaults: faults,
 		Cluster:           md.region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
-		MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
+		MaxMessageSize: c.MaxMessageSize, NamespaceLevelMetrics: !c.ExposeTopicLevelMetrics, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
 		BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
 		DedupProducerInactivityTimeout: dedupTimeout(c.DedupProducerInactivityTimeout),
 		ReplicationAddr:                c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,

@@ -31,7 +31,7 @@ func newStandaloneCmd() *cobra.Command {
 	var delayed delayedFlags
 	var rf recoveryFlags
 	var sec securityFlags
-	var genTLS bool
+	var genTLS, topicMetrics bool
 	cmd := &cobra.Command{
 		Use:   "standalone",
 		Short: "Run one region in one process: embedded etcd, bookies and a broker on loopback",
@@ -154,6 +154,7 @@ file > default); --print-config shows the result.`,
 		bc := broker.Config{
 			Cluster: "standalone", ListenAddr: listen, AdvertisedAddr: advertise, AdminAddr: adminAddr, ReplicationAddr: replListen,
 			Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery, MaxMessageSize: maxMessageSize,
+			NamespaceLevelMetrics:          !topicMetrics,
 			DedupProducerInactivityTimeout: dedupTimeout(dedupInactivity),
 			Security:                       security,
 		}
@@ -221,6 +222,7 @@ file > default); --print-config shows the result.`,
 		listeners.register(f)
 		f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
 		f.IntVar(&maxMessageSize, "max-message-size", codec.DefaultMaxMessageSize, maxMessageSizeHelp)
+		f.BoolVar(&topicMetrics, "expose-topic-level-metrics", true, exposeTopicLevelMetricsHelp)
 		limits.register(f)
 		delayed.register(f)
 		f.DurationVar(&dedupInactivity, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
