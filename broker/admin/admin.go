@@ -77,6 +77,15 @@ type Broker interface {
 	SplitBundle(ctx context.Context, ns string, bd Bundle, unload bool) error
 	// UnloadNamespace unloads every bundle of ns this broker owns.
 	UnloadNamespace(ctx context.Context, ns string) error
+
+	// NonPersistentTopics lists the non-persistent topics of ns loaded on
+	// this broker (a non-persistent topic exists only while loaded).
+	NonPersistentTopics(ns string) []string
+	// NonPersistentStats returns the stats of a non-persistent topic:
+	// meta.NotOwnerError when another broker owns its bundle,
+	// meta.ErrTopicNotFound when it is not loaded (nobody produces or
+	// consumes it).
+	NonPersistentStats(ctx context.Context, tn meta.TopicName) (NonPersistentTopicStats, error)
 }
 
 // BrokerInfo is a broker as the admin API shows it.

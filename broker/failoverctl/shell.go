@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -258,4 +260,43 @@ func (sh *Shell) alert(kind string) {
 	if sh.cfg.Alert != nil {
 		sh.cfg.Alert(kind)
 	}
+}
+
+// NamespaceLease is an active-standby namespace's record as this broker
+// last saw it, and whether this region fenced itself for it.
+type NamespaceLease struct {
+	meta.FailoverRecord
+	// Lapsed: this region is the record's active region at its epoch,
+	// held its lease, and the lease's deadline passed without a renewal:
+	// it acknowledges no produce for the namespace (it fenced itself).
+	Lapsed bool
+}
+
+// Leases returns the records of the active-standby namespaces this broker
+// watches (none before the watch started), sorted by namespace. Not
+// before StartControl returned.
+func (sh *Shell) Leases() []NamespaceLease {
+	if sh == nil || sh.fo == nil {
+		return nil
+	}
+	sh.fo.mu.Lock()
+	recs := make([]meta.FailoverRecord, 0, len(sh.fo.recs))
+	for _, r := range sh.fo.recs {
+		recs = append(recs, r)
+	}
+	sh.fo.mu.Unlock()
+	slices.SortFunc(recs, func(a, b meta.FailoverRecord) int { return strings.Compare(a.Namespace, b.Namespace) })
+	now := time.Now().UnixNano()
+	out := make([]NamespaceLease, len(recs))
+	for i, r := range recs {
+		var s serving
+		ok := false
+		if sh.serving != nil { // nil: no automatic failover
+			sh.serving.mu.Lock()
+			s, ok = sh.serving.m[r.Namespace]
+			sh.serving.mu.Unlock()
+		}
+		out[i] = NamespaceLease{FailoverRecord: r, Lapsed: ok && r.Active == sh.cfg.Cluster && s.Epoch == r.Epoch && now >= s.DeadlineNs}
+	}
+	return out
 }

@@ -311,7 +311,7 @@ pre-flight instead.`,
 		}})
 	cmd.AddCommand(tenants, namespaces, topics, subs, regions, failover, newReplicationCmd(do))
 	cmd.AddCommand(newAdminStorageCmds()...)
-	cmd.AddCommand(newTokensCmd(), newGossipKeysCmd(do))
+	cmd.AddCommand(newTokensCmd(), newTLSCmd(), newGossipKeysCmd(do))
 	namespaces.AddCommand(newPermissionCmds(call)...)
 	return cmd
 }
