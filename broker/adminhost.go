@@ -422,19 +422,19 @@ func (a adminBroker) SwitchoverLocal(ctx context.Context, ns, what string, q url
 		if err := json.Unmarshal(body, &h); err != nil {
 			return nil, meta.BadRequest(fmt.Errorf("a hold: %w", err))
 		}
-		return nil, a.b.switchoverHoldLocal(ns, h)
+		return nil, a.b.sw.hold(ns, h)
 	case "release":
 		var rel SwitchoverRelease
 		if err := json.Unmarshal(body, &rel); err != nil || rel.ID == "" {
 			return nil, meta.BadRequest(fmt.Errorf("a release needs an id: %v", err))
 		}
-		a.b.switchoverReleaseLocal(ns, rel.ID, rel.Record)
+		a.b.sw.release(ns, rel.ID, rel.Record)
 		return nil, nil
 	case "readiness":
 		if q.Get("target") == "" {
 			return nil, meta.BadRequest(errors.New("readiness needs target=REGION"))
 		}
-		return a.b.switchoverReadinessLocal(ctx, ns, q.Get("target"), q.Get("dryRun") == "true"), nil
+		return a.b.sw.readiness(ctx, ns, q.Get("target"), q.Get("dryRun") == "true"), nil
 	}
 	return nil, meta.BadRequest(fmt.Errorf("no switchover call %q", what))
 }

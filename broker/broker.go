@@ -102,6 +102,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.peerLog = ratelog.New(b.log, 0)
 	b.np = newNPRegistry(b)
+	b.sw.b = b
 	b.metrics = newMetrics(cfg.Cluster, b)
 	b.conns = newConnTable(cfg.MaxConnectionsPerIP, cfg.MaxUnauthenticatedConnections, b.metrics.connections)
 	if cfg.MaxBufferedFrameBytes > 0 {

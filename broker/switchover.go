@@ -28,6 +28,7 @@ import (
 // aborted.
 
 type switchHolds struct {
+	b  *Broker
 	mu sync.Mutex
 	m  map[string]*switchHold // by namespace
 }
@@ -39,10 +40,10 @@ type switchHold struct {
 }
 
 // holdOf returns namespace ns's hold: held, and whether it moved.
-func (b *Broker) holdOf(ns string) (held, moved bool) {
-	b.sw.mu.Lock()
-	defer b.sw.mu.Unlock()
-	h := b.sw.m[ns]
+func (sw *switchHolds) holdOf(ns string) (held, moved bool) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	h := sw.m[ns]
 	if h == nil {
 		return false, false
 	}
@@ -56,7 +57,7 @@ func (t *Topic) gateSend(do func(drop bool)) bool {
 	// The hold is read under mu: a readiness read (under mu too) after
 	// the hold was set sees every send this let through.
 	t.mu.Lock()
-	held, moved := t.b.holdOf(t.name.NamespaceName())
+	held, moved := t.b.sw.holdOf(t.name.NamespaceName())
 	if moved {
 		t.mu.Unlock()
 		do(true)
@@ -108,8 +109,9 @@ func (t *Topic) setPaused(paused bool) (unacked int) {
 	return unacked
 }
 
-// switchoverHoldLocal holds namespace ns on this broker.
-func (b *Broker) switchoverHoldLocal(ns string, h failoverctl.Hold) error {
+// hold holds namespace ns on this broker.
+func (sw *switchHolds) hold(ns string, h failoverctl.Hold) error {
+	b := sw.b
 	if h.ID == "" || h.DeadlineMs <= 0 {
 		return meta.BadRequest(errors.New("a hold needs an id and a deadline"))
 	}
@@ -117,21 +119,21 @@ func (b *Broker) switchoverHoldLocal(ns string, h failoverctl.Hold) error {
 	if wait <= 0 || wait > 10*time.Minute {
 		return meta.BadRequest(fmt.Errorf("hold deadline %d: want within the next 10 minutes", h.DeadlineMs))
 	}
-	b.sw.mu.Lock()
-	if b.sw.m == nil {
-		b.sw.m = map[string]*switchHold{}
+	sw.mu.Lock()
+	if sw.m == nil {
+		sw.m = map[string]*switchHold{}
 	}
-	if cur := b.sw.m[ns]; cur != nil && cur.ID != h.ID {
-		b.sw.mu.Unlock()
+	if cur := sw.m[ns]; cur != nil && cur.ID != h.ID {
+		sw.mu.Unlock()
 		return meta.StatusError{Status: http.StatusConflict, Err: fmt.Errorf("namespace %s is held by switchover %s already", ns, cur.ID)}
 	}
 	sh := &switchHold{Hold: h}
-	sh.timer = time.AfterFunc(wait, func() { b.holdExpired(ns, h.ID) })
-	if cur := b.sw.m[ns]; cur != nil {
+	sh.timer = time.AfterFunc(wait, func() { sw.expired(ns, h.ID) })
+	if cur := sw.m[ns]; cur != nil {
 		cur.timer.Stop()
 	}
-	b.sw.m[ns] = sh
-	b.sw.mu.Unlock()
+	sw.m[ns] = sh
+	sw.mu.Unlock()
 	for _, t := range b.loadedTopics() {
 		if t.name.NamespaceName() == ns {
 			t.setPaused(true)
@@ -141,8 +143,9 @@ func (b *Broker) switchoverHoldLocal(ns string, h failoverctl.Hold) error {
 	return nil
 }
 
-// holdExpired ends a hold its coordinator did not end.
-func (b *Broker) holdExpired(ns, id string) {
+// expired ends a hold its coordinator did not end.
+func (sw *switchHolds) expired(ns, id string) {
+	b := sw.b
 	var rec *meta.FailoverRecord
 	if pol, err := b.meta.LookupPolicies(b.ctx, ns); err == nil {
 		if r := b.fo.Record(ns, pol); r.Active != b.cfg.Cluster {
@@ -150,16 +153,17 @@ func (b *Broker) holdExpired(ns, id string) {
 		}
 	}
 	b.log.Warn("switchover: hold ended by its deadline", "namespace", ns, "id", id, "moved", rec != nil)
-	b.switchoverReleaseLocal(ns, id, rec)
+	sw.release(ns, id, rec)
 }
 
-// switchoverReleaseLocal ends hold id of namespace ns (see
+// release ends hold id of namespace ns (see
 // failoverctl.Host.SwitchoverRelease).
-func (b *Broker) switchoverReleaseLocal(ns, id string, rec *meta.FailoverRecord) {
-	b.sw.mu.Lock()
-	h := b.sw.m[ns]
+func (sw *switchHolds) release(ns, id string, rec *meta.FailoverRecord) {
+	b := sw.b
+	sw.mu.Lock()
+	h := sw.m[ns]
 	if h == nil || h.ID != id {
-		b.sw.mu.Unlock()
+		sw.mu.Unlock()
 		return
 	}
 	h.timer.Stop()
@@ -169,16 +173,16 @@ func (b *Broker) switchoverReleaseLocal(ns, id string, rec *meta.FailoverRecord)
 		// dropped rather than appended here; the record (taken below)
 		// then refuses new producers.
 		h.timer = time.AfterFunc(10*time.Second, func() {
-			b.sw.mu.Lock()
-			if b.sw.m[ns] == h {
-				delete(b.sw.m, ns)
+			sw.mu.Lock()
+			if sw.m[ns] == h {
+				delete(sw.m, ns)
 			}
-			b.sw.mu.Unlock()
+			sw.mu.Unlock()
 		})
 	} else {
-		delete(b.sw.m, ns)
+		delete(sw.m, ns)
 	}
-	b.sw.mu.Unlock()
+	sw.mu.Unlock()
 	if rec != nil {
 		// The record first: no client closed below may be sent back here.
 		b.fo.Committed(*rec)
@@ -198,10 +202,11 @@ func (b *Broker) switchoverReleaseLocal(ns, id string, rec *meta.FailoverRecord)
 	b.log.Warn("switchover: hold released", "namespace", ns, "id", id, "moved", rec != nil)
 }
 
-// switchoverReadinessLocal reports the readiness of this broker's loaded
+// readiness reports the readiness of this broker's loaded
 // topics of ns to move to target.
-func (b *Broker) switchoverReadinessLocal(ctx context.Context, ns, target string, dry bool) []failoverctl.TopicReadiness {
-	held, _ := b.holdOf(ns)
+func (sw *switchHolds) readiness(ctx context.Context, ns, target string, dry bool) []failoverctl.TopicReadiness {
+	b := sw.b
+	held, _ := sw.holdOf(ns)
 	out := []failoverctl.TopicReadiness{}
 	for _, t := range b.loadedTopics() {
 		if t.name.NamespaceName() != ns {
@@ -250,24 +255,24 @@ func (b *Broker) switchoverReadinessLocal(ctx context.Context, ns, target string
 // with local=true).
 
 func (h failoverHost) SwitchoverHold(ctx context.Context, ns string, hold failoverctl.Hold) error {
-	if err := h.b.switchoverHoldLocal(ns, hold); err != nil {
+	if err := h.b.sw.hold(ns, hold); err != nil {
 		return err
 	}
-	return h.b.eachPeer(ctx, http.MethodPost, ns, "hold", nil, hold, nil)
+	return h.b.sw.eachPeer(ctx, http.MethodPost, ns, "hold", nil, hold, nil)
 }
 
 func (h failoverHost) SwitchoverRelease(ctx context.Context, ns, id string, rec *meta.FailoverRecord) error {
-	h.b.switchoverReleaseLocal(ns, id, rec)
-	return h.b.eachPeer(ctx, http.MethodPost, ns, "release", nil, SwitchoverRelease{ID: id, Record: rec}, nil)
+	h.b.sw.release(ns, id, rec)
+	return h.b.sw.eachPeer(ctx, http.MethodPost, ns, "release", nil, SwitchoverRelease{ID: id, Record: rec}, nil)
 }
 
 func (h failoverHost) SwitchoverReadiness(ctx context.Context, ns, target string, dry bool) ([]failoverctl.TopicReadiness, error) {
-	out := h.b.switchoverReadinessLocal(ctx, ns, target, dry)
+	out := h.b.sw.readiness(ctx, ns, target, dry)
 	q := url.Values{"target": {target}}
 	if dry {
 		q.Set("dryRun", "true")
 	}
-	err := h.b.eachPeer(ctx, http.MethodGet, ns, "readiness", q, nil, func(body []byte) error {
+	err := h.b.sw.eachPeer(ctx, http.MethodGet, ns, "readiness", q, nil, func(body []byte) error {
 		var more []failoverctl.TopicReadiness
 		if err := json.Unmarshal(body, &more); err != nil {
 			return err
@@ -287,7 +292,8 @@ type SwitchoverRelease struct {
 // eachPeer calls every other broker of the region at
 // /admin/v2/meridian/failover/NS/switchover/WHAT?local=true; a broker that
 // does not answer is an error (a hold must hold everywhere).
-func (b *Broker) eachPeer(ctx context.Context, method, ns, what string, q url.Values, body any, read func([]byte) error) error {
+func (sw *switchHolds) eachPeer(ctx context.Context, method, ns, what string, q url.Values, body any, read func([]byte) error) error {
+	b := sw.b
 	peers, err := b.own.brokers(ctx)
 	if err != nil {
 		return err
@@ -311,7 +317,7 @@ func (b *Broker) eachPeer(ctx context.Context, method, ns, what string, q url.Va
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := b.peerHTTP(3 * time.Second).Do(req)
+		resp, err := sw.peerHTTP(3 * time.Second).Do(req)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("broker %s: %w", p.ID, err))
 			continue
@@ -332,7 +338,8 @@ func (b *Broker) eachPeer(ctx context.Context, method, ns, what string, q url.Va
 }
 
 // peerHTTP is the client for other brokers' admin APIs.
-func (b *Broker) peerHTTP(timeout time.Duration) *http.Client {
+func (sw *switchHolds) peerHTTP(timeout time.Duration) *http.Client {
+	b := sw.b
 	if b.guard != nil {
 		return b.guard.PeerHTTP(timeout)
 	}
