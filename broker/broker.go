@@ -71,9 +71,11 @@ type Broker struct {
 	closed bool
 
 	producerSeq atomic.Int64
-	limiters    sync.Map // namespace + remote region → *nsLimiter
-	reach       sync.Map // broker URL → reachability (reachableURL)
-	wg          sync.WaitGroup
+	// sw: the planned switchovers' holds on this broker (switchover.go).
+	sw       switchHolds
+	limiters sync.Map // namespace + remote region → *nsLimiter
+	reach    sync.Map // broker URL → reachability (reachableURL)
+	wg       sync.WaitGroup
 }
 
 // topicSlot holds a topic being loaded or loaded.
@@ -100,6 +102,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.peerLog = ratelog.New(b.log, 0)
 	b.np = newNPRegistry(b)
+	b.sw.b = b
 	b.metrics = newMetrics(cfg.Cluster, b)
 	b.conns = newConnTable(cfg.MaxConnectionsPerIP, cfg.MaxUnauthenticatedConnections, b.metrics.connections)
 	if cfg.MaxBufferedFrameBytes > 0 {

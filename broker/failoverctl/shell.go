@@ -71,6 +71,20 @@ type Host interface {
 	// ReplicationStatus returns the replicators of namespace ns on every
 	// broker of the region.
 	ReplicationStatus(ctx context.Context, ns string) ([]SenderStatus, error)
+	// SwitchoverHold makes every broker of the region hold the produce
+	// and dispatch of namespace ns for a planned switchover (switchover.go)
+	// until h.DeadlineMs at the latest; an error: not every broker holds.
+	SwitchoverHold(ctx context.Context, ns string, h Hold) error
+	// SwitchoverRelease ends hold id on every broker of the region: with
+	// rec nil the held sends are appended and dispatch resumes (aborted);
+	// with the committed record, each broker takes it first, then drops
+	// the held sends unanswered (their clients resend them in the new
+	// active region) and closes the namespace's clients.
+	SwitchoverRelease(ctx context.Context, ns, id string, rec *meta.FailoverRecord) error
+	// SwitchoverReadiness returns, from every broker of the region, the
+	// namespace's loaded topics' readiness to move to target (with dry,
+	// nothing is held: what would be lost now).
+	SwitchoverReadiness(ctx context.Context, ns, target string, dry bool) ([]TopicReadiness, error)
 }
 
 // Topic is a loaded topic as the shell sees it.
