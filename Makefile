@@ -45,9 +45,10 @@ RACE_PKGS += ./internal/clock/...
 RACE_PKGS += ./internal/healthz/
 RACE_PKGS += ./internal/config/
 RACE_PKGS += ./internal/netaddr/
+RACE_PKGS += ./deploy/monitoring/
 PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./tools/netfault/ ./tools/testutil/ ./tools/up/ ./cmd/... ./tools/georep/
 
-.PHONY: docs bench-delayed image test-image test-helm build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
+.PHONY: docs bench-delayed image test-image test-hosts test-helm build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/meridian
@@ -61,6 +62,15 @@ image:
 # it on the same volume (starts and stops dockerd if none runs).
 test-image:
 	scripts/test-image.sh
+
+# Not in CI: two regions and the witness as 17 containers
+# (deploy/compose/), TLS and tokens on; from the host, with pulsar-client-go
+# through the external listener: east -> west replication, docker kill
+# of east, docker pause of east, a rolling restart of west (RTO, lost,
+# duplicates printed). Starts and stops dockerd if none runs. 9-11 minutes
+# with a warm build cache (docs/deploy.md, "Compose").
+test-hosts:
+	scripts/test-hosts.sh
 
 # The Helm chart (deploy/helm/meridian), not in CI: no cluster runs here.
 # Builds helm $(HELM_VERSION) from the Go module proxy into bin/, lints the

@@ -2,6 +2,7 @@ package bookie
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 )
@@ -73,6 +74,10 @@ func newMetrics(region, rack, bookieID string) *metrics {
 		m.adds.WithLabelValues(st.String())
 	}
 	m.reads.WithLabelValues(bookiepb.Status_OK.String())
+	// The process's own (Go runtime, process): a bookie process serves
+	// one bookie; several in one process (the standalone) each serve the
+	// same process's figures.
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -2,13 +2,17 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/admin"
+	"github.com/meridian-mq/meridian/broker/failoverctl"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/replication"
@@ -401,4 +405,36 @@ func (a adminBroker) UnloadNamespace(ctx context.Context, ns string) error {
 		}
 	}
 	return nil
+}
+
+func (a adminBroker) Switchover(ctx context.Context, ns, region string, timeout time.Duration, dryRun bool, reason string) (any, error) {
+	rep, err := a.b.fo.Switchover(ctx, ns, region, failoverctl.SwitchoverOptions{Timeout: timeout, DryRun: dryRun, Reason: reason})
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+func (a adminBroker) SwitchoverLocal(ctx context.Context, ns, what string, q url.Values, body []byte) (any, error) {
+	switch what {
+	case "hold":
+		var h failoverctl.Hold
+		if err := json.Unmarshal(body, &h); err != nil {
+			return nil, meta.BadRequest(fmt.Errorf("a hold: %w", err))
+		}
+		return nil, a.b.sw.hold(ns, h)
+	case "release":
+		var rel SwitchoverRelease
+		if err := json.Unmarshal(body, &rel); err != nil || rel.ID == "" {
+			return nil, meta.BadRequest(fmt.Errorf("a release needs an id: %v", err))
+		}
+		a.b.sw.release(ns, rel.ID, rel.Record)
+		return nil, nil
+	case "readiness":
+		if q.Get("target") == "" {
+			return nil, meta.BadRequest(errors.New("readiness needs target=REGION"))
+		}
+		return a.b.sw.readiness(ctx, ns, q.Get("target"), q.Get("dryRun") == "true"), nil
+	}
+	return nil, meta.BadRequest(fmt.Errorf("no switchover call %q", what))
 }

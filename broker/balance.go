@@ -181,6 +181,7 @@ func (b *Broker) moveBundle(ctx context.Context, bd bundle, topics []*Topic, tar
 	for _, n := range notify {
 		n(target)
 	}
+	b.np.close(func(t *npTopic) bool { return t.inBundle(bd) }, target)
 }
 
 // releaseTimeout bounds a bundle's release once the context of the move

@@ -47,6 +47,9 @@ type Broker struct {
 	bundles   *cluster.Cache // the region's bundle boundaries, watched (boundariesHint)
 	stretched *stretched.Placement
 	fo        *failoverctl.Shell
+	// foStarted is set once fo is made and its control started: the
+	// metrics read fo only then (the admin API serves before).
+	foStarted atomic.Bool
 	repl      *replication.Service
 	lis       net.Listener
 	lst       listenerSet // advertised listeners (listeners.go)
@@ -57,7 +60,8 @@ type Broker struct {
 	policyTurned func()                    // the policy loop's turn, for /healthz
 	registered   atomic.Pointer[ownership] // own, once Start registered it
 
-	conns *connTable // client connections and their limits
+	conns *connTable  // client connections and their limits
+	np    *npRegistry // the loaded non-persistent topics (nonpersistent.go)
 
 	mu     sync.Mutex
 	topics map[string]*topicSlot
@@ -67,9 +71,11 @@ type Broker struct {
 	closed bool
 
 	producerSeq atomic.Int64
-	limiters    sync.Map // namespace + remote region → *nsLimiter
-	reach       sync.Map // broker URL → reachability (reachableURL)
-	wg          sync.WaitGroup
+	// sw: the planned switchovers' holds on this broker (switchover.go).
+	sw       switchHolds
+	limiters sync.Map // namespace + remote region → *nsLimiter
+	reach    sync.Map // broker URL → reachability (reachableURL)
+	wg       sync.WaitGroup
 }
 
 // topicSlot holds a topic being loaded or loaded.
@@ -95,6 +101,8 @@ func New(cfg Config) (*Broker, error) {
 		id:     hex.EncodeToString(rb[:]),
 	}
 	b.peerLog = ratelog.New(b.log, 0)
+	b.np = newNPRegistry(b)
+	b.sw.b = b
 	b.metrics = newMetrics(cfg.Cluster, b)
 	b.conns = newConnTable(cfg.MaxConnectionsPerIP, cfg.MaxUnauthenticatedConnections, b.metrics.connections)
 	if cfg.MaxBufferedFrameBytes > 0 {
@@ -200,6 +208,7 @@ func (b *Broker) Start() error {
 	}
 	b.registered.Store(b.own)
 	b.fo.StartControl()
+	b.foStarted.Store(true)
 	b.meta.Watch()
 	b.bundles = cluster.WatchPrefix(b.cfg.Store, "/bundles/")
 	b.wg.Add(2 + len(b.lst.bound))
@@ -277,6 +286,7 @@ func (b *Broker) Close(ctx context.Context) error {
 	// owner's address and reconnect there without a lookup.
 	b.handOff(ctx)
 	var errs []error
+	b.np.closeAll()
 	for _, t := range b.loadedTopics() {
 		if err := t.close(ctx); err != nil {
 			errs = append(errs, err)
@@ -440,6 +450,12 @@ func (b *Broker) getTopic(ctx context.Context, name string, create bool) (*Topic
 	tn, err := meta.ParseTopic(name)
 	if err != nil {
 		return nil, err
+	}
+	if !tn.Persistent() {
+		// Never a managed ledger for it: its producers and consumers are
+		// served by nonpersistent.go; everything else (schemas, admin
+		// calls, replication) has nothing stored to work on.
+		return nil, fmt.Errorf("%w: %s is a non-persistent topic: nothing of it is stored", meta.ErrNotAllowed, tn)
 	}
 	key := tn.String()
 	b.mu.Lock()

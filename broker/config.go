@@ -27,6 +27,9 @@ const (
 	DefaultReplicationAddr = "127.0.0.1:6660"
 )
 
+// MaxMessageSizeMax bounds Config.MaxMessageSize: 100 MiB.
+const MaxMessageSizeMax = 100 << 20
+
 // Config configures a Broker. Read once by New.
 type Config struct {
 	// Cluster is the region's name, reported as the cluster in admin
@@ -59,7 +62,13 @@ type Config struct {
 	// "127.0.0.1:8080".
 	AdminAddr string
 	// MaxMessageSize is the largest message accepted, announced to clients
-	// in CONNECTED so they refuse larger ones themselves. Default 5 MiB.
+	// in CONNECTED so they refuse larger ones themselves — or, with
+	// chunking on (the Go client's EnableChunking), split them into
+	// chunks of at most this size, each stored as an entry of its own and
+	// reassembled by the consumer: a 5 MiB message under a 1 MiB limit is
+	// 6 entries. Each entry goes to the bookies whole, so their
+	// max_entry_bytes must hold it plus headers. Default 5 MiB (Pulsar's
+	// maxMessageSize); at most MaxMessageSizeMax.
 	MaxMessageSize int
 	// KeepAliveInterval: the broker pings a connection idle for this long
 	// and closes it after twice this long without any frame. The Go client
@@ -260,6 +269,15 @@ type Config struct {
 	// Health, if set, answers GET /admin/v2/meridian/health (the gossip
 	// health view of every region).
 	Health func() any
+	// NamespaceLevelMetrics aggregates Pulsar's topic metrics
+	// (pulsarmetrics.go) per namespace and drops the subscription ones
+	// and meridian_broker_topic_* (the per-(topic, remote region)
+	// meridian_replication_* stay): Pulsar's
+	// exposeTopicLevelMetricsInPrometheus=false, for brokers with many
+	// topics (measured: a scrape of 1,000 topics with a subscription each
+	// is 4.3 MB at topic level, docs/operations.md). Default false: one
+	// series per topic, as Pulsar.
+	NamespaceLevelMetrics bool
 	// ExtraMetrics are served on /metrics beside the broker's own (e.g.
 	// the auto-recovery running in the broker's process).
 	ExtraMetrics []prometheus.Gatherer
@@ -285,7 +303,7 @@ func (c Config) withDefaults() Config {
 		c.ListenAddr = DefaultListenAddr
 	}
 	if c.MaxMessageSize == 0 {
-		c.MaxMessageSize = 5 << 20
+		c.MaxMessageSize = codec.DefaultMaxMessageSize
 	}
 	if c.KeepAliveInterval == 0 {
 		c.KeepAliveInterval = 30 * time.Second
@@ -362,7 +380,7 @@ func (c Config) Validate() error {
 	if c.Store == nil || c.Ledgers == nil {
 		return errors.New("broker: Config.Store and Config.Ledgers are required")
 	}
-	if c.MaxMessageSize < 0 || c.MaxMessageSize > 100<<20 {
+	if c.MaxMessageSize < 0 || c.MaxMessageSize > MaxMessageSizeMax {
 		return errors.New("broker: MaxMessageSize must be in (0, 100 MiB]")
 	}
 	maxFrame := c.MaxMessageSize

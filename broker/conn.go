@@ -79,6 +79,11 @@ type conn struct {
 	// connection. SENDs of theirs still in flight are dropped without an
 	// answer (handleSend).
 	closedProducers map[uint64]struct{}
+	// npProducers and npConsumers: those of non-persistent topics
+	// (nonpersistent.go), by the client's ids (which they share with the
+	// persistent ones: an id is in one map or the other).
+	npProducers map[uint64]*npProducer
+	npConsumers map[uint64]*npConsumer
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
@@ -98,6 +103,8 @@ func newConn(b *Broker, nc net.Conn) *conn {
 		pendingSub:       map[uint64]bool{},
 		waitingProducers: map[uint64]*Producer{},
 		closedProducers:  map[uint64]struct{}{},
+		npProducers:      map[uint64]*npProducer{},
+		npConsumers:      map[uint64]*npConsumer{},
 	}
 	c.lastRecv.Store(time.Now().UnixNano())
 	return c
@@ -349,7 +356,15 @@ func (c *conn) close(reason string) {
 		c.mu.Lock()
 		producers, consumers := c.producers, c.consumers
 		c.producers, c.consumers = map[uint64]*Producer{}, map[uint64]*Consumer{}
+		npProducers, npConsumers := c.npProducers, c.npConsumers
+		c.npProducers, c.npConsumers = map[uint64]*npProducer{}, map[uint64]*npConsumer{}
 		c.mu.Unlock()
+		for _, p := range npProducers {
+			p.topic.removeProducer(p)
+		}
+		for _, cs := range npConsumers {
+			cs.sub.removeConsumer(cs)
+		}
 		for _, p := range producers {
 			p.topic.removeProducer(p)
 		}
@@ -381,6 +396,13 @@ func (c *conn) handle(f codec.Frame) bool {
 	if !connected && t != pb.BaseCommand_CONNECT {
 		c.peerLog(slog.LevelWarn, "closing connection: command before CONNECT", "type", t)
 		return false
+	}
+	switch t {
+	case pb.BaseCommand_FLOW, pb.BaseCommand_ACK, pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES, pb.BaseCommand_CLOSE_CONSUMER,
+		pb.BaseCommand_UNSUBSCRIBE, pb.BaseCommand_SEEK, pb.BaseCommand_GET_LAST_MESSAGE_ID:
+		if c.handleNPConsumerCommand(cmd) {
+			return true
+		}
 	}
 	switch t {
 	case pb.BaseCommand_CONNECT:

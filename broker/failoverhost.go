@@ -40,6 +40,11 @@ func (h failoverHost) Topics(ns string) []failoverctl.Topic {
 			out = append(out, failoverTopic{t})
 		}
 	}
+	for _, t := range h.b.np.loaded() {
+		if t.name.NamespaceName() == ns {
+			out = append(out, npFailoverTopic{t})
+		}
+	}
 	return out
 }
 
@@ -86,6 +91,39 @@ func (f failoverTopic) CloseProducers() {
 
 func (f failoverTopic) CloseConsumers() {
 	for _, s := range f.t.subscriptions() {
+		s.closeConsumers(nil)
+	}
+}
+
+// npFailoverTopic is a loaded non-persistent topic as the failover shell
+// sees it: nothing stored, so nothing to roll or to take out of a sync
+// set; its clients are closed to look it up again.
+type npFailoverTopic struct{ t *npTopic }
+
+func (f npFailoverTopic) Policies() meta.Policies     { return f.t.pol }
+func (f npFailoverTopic) RollNext()                   {}
+func (f npFailoverTopic) RegionFailed(string, uint64) {}
+
+func (f npFailoverTopic) CloseProducers() {
+	f.t.mu.Lock()
+	producers := make([]*npProducer, 0, len(f.t.producers))
+	for p := range f.t.producers {
+		producers = append(producers, p)
+	}
+	f.t.mu.Unlock()
+	for _, p := range producers {
+		p.closeByBroker(nil)
+	}
+}
+
+func (f npFailoverTopic) CloseConsumers() {
+	f.t.mu.Lock()
+	subs := make([]*npSub, 0, len(f.t.subs))
+	for _, s := range f.t.subs {
+		subs = append(subs, s)
+	}
+	f.t.mu.Unlock()
+	for _, s := range subs {
 		s.closeConsumers(nil)
 	}
 }

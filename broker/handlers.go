@@ -89,6 +89,10 @@ func (c *conn) handleProducer(m *pb.CommandProducer) {
 	if !c.beginRequest(m.GetRequestId()) {
 		return
 	}
+	if isNonPersistent(m.GetTopic()) {
+		c.handleNPProducer(m)
+		return
+	}
 	// The client may ask again with the same producer id on the same
 	// connection after its earlier request timed out on its side (a
 	// failover holds creation for seconds; the Go client's operation
@@ -224,11 +228,15 @@ func (c *conn) handleSend(m *pb.CommandSend, f *codec.Frame) bool {
 	id := m.GetProducerId()
 	c.mu.Lock()
 	p := c.producers[id]
+	np := c.npProducers[id]
 	wait := c.pendingProduce[id]
 	c.mu.Unlock()
-	if p == nil && wait != nil {
+	if p == nil && np == nil && wait != nil {
 		<-wait
-		p = c.producer(id)
+		p, np = c.producer(id), c.npProducer(id)
+	}
+	if np != nil {
+		return c.handleNPSend(np, m, f)
 	}
 	sendErr := func(code pb.ServerError, msg string) {
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
@@ -270,6 +278,13 @@ func (c *conn) handleSend(m *pb.CommandSend, f *codec.Frame) bool {
 
 func (c *conn) handleCloseProducer(m *pb.CommandCloseProducer) {
 	c.mu.Lock()
+	if np := c.npProducers[m.GetProducerId()]; np != nil {
+		delete(c.npProducers, m.GetProducerId())
+		c.mu.Unlock()
+		np.topic.removeProducer(np)
+		c.sendSuccess(m.GetRequestId())
+		return
+	}
 	p := c.producers[m.GetProducerId()]
 	delete(c.producers, m.GetProducerId())
 	delete(c.closedProducers, m.GetProducerId())
@@ -287,6 +302,10 @@ func (c *conn) handleCloseProducer(m *pb.CommandCloseProducer) {
 func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 	id := m.GetConsumerId()
 	if !c.beginRequest(m.GetRequestId()) {
+		return
+	}
+	if isNonPersistent(m.GetTopic()) {
+		c.handleNPSubscribe(m)
 		return
 	}
 	// A repeated SUBSCRIBE for the same consumer id on this connection

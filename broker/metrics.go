@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/meridian-mq/meridian/broker/replication"
 )
@@ -39,10 +40,15 @@ type metrics struct {
 	probes                       *prometheus.CounterVec // write probes by result
 	probeLatency                 prometheus.Histogram
 	orphans                      prometheus.Counter
+	// npMsgsIn and npDropped: messages of non-persistent topics received
+	// from producers, and dropped (nonpersistent.go), by where.
+	npMsgsIn  prometheus.Counter
+	npDropped *prometheus.CounterVec
 }
 
 // topicCollector exports per-topic and per-subscription figures of the
-// loaded topics, computed at scrape time.
+// loaded topics, computed at scrape time; none at namespace level
+// (Config.NamespaceLevelMetrics).
 type topicCollector struct {
 	b        *Broker
 	backlog  *prometheus.Desc
@@ -63,6 +69,9 @@ func (c *topicCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *topicCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.b.cfg.NamespaceLevelMetrics {
+		return // bounded by namespaces: meridian_broker_backlog_messages and pulsar_* per namespace stay
+	}
 	for _, t := range c.b.loadedTopics() {
 		name := t.name.String()
 		ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(t.ml.NumberOfEntries()), name)
@@ -163,6 +172,15 @@ func newMetrics(cluster string, b *Broker) *metrics {
 		Help: "Time a write probe took (a failed one included).", ConstLabels: l, Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
 	m.orphans = c("failover_orphans_total", "Messages the previous active region acknowledged and had not replicated at the failover, applied here late (the async tail).")
 	m.reg.MustRegister(m.probes, m.probeLatency, m.orphans)
+	m.npMsgsIn = c("nonpersistent_messages_in_total", "Messages received from producers of non-persistent topics (never stored).")
+	m.npDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "nonpersistent_dropped_messages_total",
+		Help: "Messages of non-persistent topics dropped, by where: subscription (a subscription without a consumer, or whose chosen consumer had no permits or a full connection; counted once per subscription), replication (never sent to a remote region: its sender's queue full, the stream down, a send failed; counted once per region).", ConstLabels: l}, []string{"where"})
+	m.npDropped.WithLabelValues("subscription")
+	m.reg.MustRegister(m.npMsgsIn, m.npDropped)
+	m.reg.MustRegister(newPulsarCollector(b, cluster, b.cfg.NamespaceLevelMetrics), newFailoverCollector(b, cluster))
+	// The process's own (Go runtime, process): one broker per process
+	// outside tests; the recovery in its process adds none.
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

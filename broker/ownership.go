@@ -191,6 +191,7 @@ func (o *ownership) keep(lease *cluster.Lease) {
 			o.mu.Lock()
 			o.owned = map[string]bundle{}
 			o.mu.Unlock()
+			b.np.close(func(t *npTopic) bool { return b.ownershipFor(t.policies()) == o }, nil)
 			for _, t := range b.loadedTopics() {
 				// Only the topics held under this lease: losing the global
 				// store (a region cut off) must not close the region's own

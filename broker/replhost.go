@@ -51,6 +51,34 @@ func (h replHost) Target(ctx context.Context, tn meta.TopicName, pol meta.Polici
 	return t.repl, redirect, err
 }
 
+func (h replHost) NonPersistentTarget(ctx context.Context, tn meta.TopicName, pol meta.Policies) (func(string, []replicator.Entry), string, error) {
+	bd, err := h.b.bundleFor(ctx, pol, tn)
+	if err != nil {
+		return nil, "", err
+	}
+	redirect := func() (string, error) {
+		bi, ok, err := h.b.own.owner(ctx, bd)
+		if err != nil || !ok || bi.ID == h.b.cfg.BrokerID || bi.ReplicationAddr == "" {
+			return "", fmt.Errorf("bundle %s: no owner to redirect to (%v)", bd, err)
+		}
+		return bi.ReplicationAddr, nil
+	}
+	if bi, ok, err := h.b.own.owner(ctx, bd); err == nil && ok && bi.ID != h.b.cfg.BrokerID {
+		a, err := redirect()
+		return nil, a, err
+	}
+	t, err := h.b.np.get(ctx, tn.String())
+	if errors.Is(err, meta.ErrTopicFenced) {
+		if a, rerr := redirect(); rerr == nil {
+			return nil, a, nil
+		}
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return t.deliverReplicated, "", nil
+}
+
 func (h replHost) Topic(ctx context.Context, name string) error {
 	_, err := h.b.getTopic(ctx, name, false)
 	return err

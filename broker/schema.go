@@ -40,6 +40,10 @@ func (c *conn) handleGetSchema(m *pb.CommandGetSchema) {
 		schemaError(c, pb.BaseCommand_GET_SCHEMA_RESPONSE, m.GetRequestId(), pb.ServerError_TopicNotFound, err.Error())
 		return
 	}
+	if !tn.Persistent() {
+		schemaError(c, pb.BaseCommand_GET_SCHEMA_RESPONSE, m.GetRequestId(), pb.ServerError_NotAllowedError, tn.String()+": non-persistent topics keep no schemas")
+		return
+	}
 	all, err := c.b.meta.Schemas(ctx, tn)
 	if err != nil {
 		schemaError(c, pb.BaseCommand_GET_SCHEMA_RESPONSE, m.GetRequestId(), pb.ServerError_MetadataError, err.Error())
@@ -72,6 +76,10 @@ func (c *conn) handleGetOrCreateSchema(m *pb.CommandGetOrCreateSchema) {
 	tn, err := meta.ParseTopic(m.GetTopic())
 	if err != nil {
 		schemaError(c, pb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE, m.GetRequestId(), pb.ServerError_TopicNotFound, err.Error())
+		return
+	}
+	if !tn.Persistent() {
+		schemaError(c, pb.BaseCommand_GET_OR_CREATE_SCHEMA_RESPONSE, m.GetRequestId(), pb.ServerError_NotAllowedError, tn.String()+": non-persistent topics keep no schemas")
 		return
 	}
 	v, err := c.b.meta.GetOrCreateSchema(ctx, tn, m.GetSchema())

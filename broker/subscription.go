@@ -60,6 +60,9 @@ type Subscription struct {
 	// reset; a reader's seek by time is not in the start id it sends);
 	// cleared when one joins.
 	seeking bool
+	// paused: a planned switchover holds dispatch (switchover.go); wake
+	// resumes it once cleared.
+	paused bool
 
 	// The dispatch goroutine (run) runs only while it can make progress
 	// or waits for new entries with permits to spend; wake starts it. A
@@ -466,7 +469,7 @@ type delivery struct {
 // give it work).
 func (s *Subscription) dispatchOnce() (more, caughtUp bool) {
 	s.mu.Lock()
-	if s.stopped {
+	if s.stopped || s.paused {
 		s.mu.Unlock()
 		return false, false
 	}

@@ -112,6 +112,14 @@ type Topic struct {
 	// loaded: what load found, for the "topic loaded" log line.
 	loaded []any
 
+	// A planned switchover's hold (switchover.go), under mu: heldSends
+	// wait in arrival order; replaying: released sends are being appended,
+	// so new ones queue behind them. admitting counts the sends the gate
+	// let through and not answered yet (raised under mu).
+	heldSends []func(drop bool)
+	replaying bool
+	admitting atomic.Int64
+
 	// unloadHook, if set (tests), runs first in an unload's finish: a
 	// hook that never returns is an unload that never finishes.
 	unloadHook func()
@@ -793,8 +801,28 @@ func (p *Producer) publish(m *pb.CommandSend, msg entry.Framed) {
 	// A chunk is marked by its SEND (is_chunk, as Pulsar's broker reads
 	// it): only then is the metadata parsed, to tell the last chunk.
 	completes := !m.GetIsChunk() || entry.CompletesMessage(msg.Msg())
+	// A planned switchover's hold (switchover.go): the send waits, in
+	// order; dropped unanswered when the namespace moved (the client
+	// resends it in the new active region).
+	if p.topic.gateSend(func(drop bool) {
+		if drop {
+			<-p.pending
+			return
+		}
+		p.topic.admitting.Add(1)
+		p.admitted(m, seq, n, completes, msg)
+	}) {
+		return
+	}
+	p.admitted(m, seq, n, completes, msg)
+}
+
+// admitted appends a SEND the switchover gate let through (counted in
+// topic.admitting until answered).
+func (p *Producer) admitted(m *pb.CommandSend, seq uint64, n int, completes bool, msg entry.Framed) {
 	p.topic.publishMetered(p, p.name, &p.in, int64(seq), n, completes, msg, func(pos mledger.Position, err error) {
 		<-p.pending
+		p.topic.admitting.Add(-1)
 		if errors.Is(err, errDropSilently) {
 			return
 		}

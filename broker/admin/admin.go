@@ -77,6 +77,15 @@ type Broker interface {
 	SplitBundle(ctx context.Context, ns string, bd Bundle, unload bool) error
 	// UnloadNamespace unloads every bundle of ns this broker owns.
 	UnloadNamespace(ctx context.Context, ns string) error
+
+	// NonPersistentTopics lists the non-persistent topics of ns loaded on
+	// this broker (a non-persistent topic exists only while loaded).
+	NonPersistentTopics(ns string) []string
+	// NonPersistentStats returns the stats of a non-persistent topic:
+	// meta.NotOwnerError when another broker owns its bundle,
+	// meta.ErrTopicNotFound when it is not loaded (nobody produces or
+	// consumes it).
+	NonPersistentStats(ctx context.Context, tn meta.TopicName) (NonPersistentTopicStats, error)
 }
 
 // BrokerInfo is a broker as the admin API shows it.
@@ -178,6 +187,14 @@ type Failover interface {
 	FailoverStatus(ctx context.Context, ns string) (any, error)
 	// Orphans lists a namespace's recorded orphan batches.
 	Orphans(ctx context.Context, ns string) (any, error)
+	// Switchover runs a planned switchover of the namespace to region
+	// (its drain bounded by timeout; 0: the default), or with dryRun its
+	// pre-flight, and returns its report.
+	Switchover(ctx context.Context, ns, region string, timeout time.Duration, dryRun bool, reason string) (any, error)
+	// SwitchoverLocal serves another broker's switchover call on this
+	// broker only: what is "hold", "release" (body: JSON) or "readiness"
+	// (query: target, dryRun).
+	SwitchoverLocal(ctx context.Context, ns, what string, query url.Values, body []byte) (any, error)
 }
 
 // Replication is geo-replication as the admin API sees it.
@@ -460,19 +477,53 @@ func (s *Server) Handler() http.Handler {
 	h("GET /admin/v2/meridian/failover/{tenant}/{ns}/orphans", func(r *http.Request) (any, error) {
 		return s.cfg.Failover.Orphans(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"))
 	})
+	// POST …/failover/{tenant}/{ns} {to, reason[, planned, dryRun, timeoutMs]}:
+	// a manual failover (a compare-and-swap of the record), or with planned
+	// a planned switchover (broker/failoverctl/switchover.go), answered 202
+	// with a status URL under "Prefer: respond-async".
 	h("POST /admin/v2/meridian/failover/{tenant}/{ns}", func(r *http.Request) (any, error) {
 		var req struct {
-			To     string `json:"to"`
-			Reason string `json:"reason"`
+			To        string `json:"to"`
+			Reason    string `json:"reason"`
+			Planned   bool   `json:"planned"`
+			DryRun    bool   `json:"dryRun"`
+			TimeoutMs int64  `json:"timeoutMs"`
 		}
 		if err := readJSON(r, &req, true); err != nil {
 			return nil, err
 		}
+		ns := r.PathValue("tenant") + "/" + r.PathValue("ns")
+		if req.TimeoutMs < 0 {
+			return nil, meta.BadRequest(fmt.Errorf("timeoutMs %d: want >= 0 (0: the default, 30 s)", req.TimeoutMs))
+		}
+		if req.DryRun && !req.Planned {
+			return nil, meta.BadRequest(errors.New("dryRun is the pre-flight of a planned switchover: give planned too"))
+		}
+		if req.Planned {
+			return s.cfg.Failover.Switchover(r.Context(), ns, req.To, time.Duration(req.TimeoutMs)*time.Millisecond, req.DryRun, req.Reason)
+		}
 		if req.Reason == "" {
 			req.Reason = "manual"
 		}
-		return s.cfg.Failover.Failover(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"), req.To, req.Reason)
+		return s.cfg.Failover.Failover(r.Context(), ns, req.To, req.Reason)
 	})
+	// A planned switchover's calls between the brokers of the active
+	// region (local=true only: each answers for itself).
+	local := func(what string) func(r *http.Request) (any, error) {
+		return func(r *http.Request) (any, error) {
+			if r.URL.Query().Get("local") != "true" {
+				return nil, meta.BadRequest(errors.New("a switchover's broker-to-broker call: local=true only"))
+			}
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return nil, meta.BadRequest(err)
+			}
+			return s.cfg.Failover.SwitchoverLocal(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"), what, r.URL.Query(), body)
+		}
+	}
+	h("POST /admin/v2/meridian/failover/{tenant}/{ns}/switchover/hold", local("hold"))
+	h("POST /admin/v2/meridian/failover/{tenant}/{ns}/switchover/release", local("release"))
+	h("GET /admin/v2/meridian/failover/{tenant}/{ns}/switchover/readiness", local("readiness"))
 
 	// Tenants.
 	h("GET /admin/v2/tenants", func(r *http.Request) (any, error) { return s.cfg.Meta.ListTenants(r.Context()) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,12 @@ func (f *slowFailover) Failover(ctx context.Context, ns, region, reason string) 
 }
 func (f *slowFailover) FailoverStatus(context.Context, string) (any, error) { return nil, nil }
 func (f *slowFailover) Orphans(context.Context, string) (any, error)        { return nil, nil }
+func (f *slowFailover) Switchover(context.Context, string, string, time.Duration, bool, string) (any, error) {
+	return nil, nil
+}
+func (f *slowFailover) SwitchoverLocal(context.Context, string, string, url.Values, []byte) (any, error) {
+	return nil, nil
+}
 
 // Issue 30, item 5: a planned switchover asked with "Prefer:
 // respond-async" is answered 202 at once with the Location of its state,

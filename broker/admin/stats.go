@@ -285,3 +285,64 @@ func (p *PartitionedTopicStats) add(name string, st TopicStats, perPartition boo
 		p.Partitions[name] = st
 	}
 }
+
+// NonPersistentTopicStats is GET /admin/v2/non-persistent/.../stats, as
+// Pulsar's NonPersistentTopicStats: no storage, backlog or cursor
+// positions; msgDropRate on the topic (its publishers' and
+// subscriptions' together), each publisher (always 0: a SEND is never
+// dropped before it reaches the subscriptions) and each subscription
+// (messages it could not take: no consumer, none with permits, a full
+// connection). msgDropCounter is Meridian's: the drops since the topic
+// was loaded, as the other counters count.
+type NonPersistentTopicStats struct {
+	MsgRateIn        float64                                   `json:"msgRateIn"`
+	MsgRateOut       float64                                   `json:"msgRateOut"`
+	MsgThroughputIn  float64                                   `json:"msgThroughputIn"`
+	MsgThroughputOut float64                                   `json:"msgThroughputOut"`
+	AverageMsgSize   float64                                   `json:"averageMsgSize"`
+	MsgInCounter     int64                                     `json:"msgInCounter"`
+	BytesInCounter   int64                                     `json:"bytesInCounter"`
+	MsgOutCounter    int64                                     `json:"msgOutCounter"`
+	BytesOutCounter  int64                                     `json:"bytesOutCounter"`
+	MsgDropRate      float64                                   `json:"msgDropRate"`
+	MsgDropCounter   int64                                     `json:"msgDropCounter"`
+	Publishers       []NonPersistentPublisherStats             `json:"publishers"`
+	Subscriptions    map[string]NonPersistentSubscriptionStats `json:"subscriptions"`
+	// Replication: the best-effort sender to each remote region, once
+	// the first message was offered to it.
+	Replication map[string]NonPersistentReplicatorStats `json:"replication"`
+}
+
+// NonPersistentReplicatorStats is one remote region of
+// NonPersistentTopicStats, as Pulsar's NonPersistentReplicatorStats:
+// what was sent there, what was dropped (never sent: the sender's queue
+// full, the stream down, a send failed), and whether the stream is open.
+// The counters are Meridian's.
+type NonPersistentReplicatorStats struct {
+	Connected      bool    `json:"connected"`
+	MsgRateOut     float64 `json:"msgRateOut"`
+	MsgOutCounter  int64   `json:"msgOutCounter"`
+	MsgDropRate    float64 `json:"msgDropRate"`
+	MsgDropCounter int64   `json:"msgDropCounter"`
+}
+
+// NonPersistentPublisherStats is one producer of NonPersistentTopicStats.
+type NonPersistentPublisherStats struct {
+	PublisherStats
+	MsgDropRate float64 `json:"msgDropRate"`
+}
+
+// NonPersistentSubscriptionStats is one subscription of
+// NonPersistentTopicStats (every one is non-durable).
+type NonPersistentSubscriptionStats struct {
+	Type               string          `json:"type"`
+	MsgRateOut         float64         `json:"msgRateOut"`
+	MsgThroughputOut   float64         `json:"msgThroughputOut"`
+	MsgOutCounter      int64           `json:"msgOutCounter"`
+	BytesOutCounter    int64           `json:"bytesOutCounter"`
+	MsgDropRate        float64         `json:"msgDropRate"`
+	MsgDropCounter     int64           `json:"msgDropCounter"`
+	IsDurable          bool            `json:"isDurable"`
+	ActiveConsumerName string          `json:"activeConsumerName,omitempty"`
+	Consumers          []ConsumerStats `json:"consumers"`
+}

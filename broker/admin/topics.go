@@ -94,15 +94,72 @@ func (m messageAnswer) writeHTTP(w http.ResponseWriter) {
 }
 
 func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)), ns func(*http.Request) string, topic func(*http.Request) (meta.TopicName, error)) {
-	// Meridian has no non-persistent topics: their lists are empty.
-	for _, path := range []string{"/admin/v2/non-persistent/{tenant}/{ns}", "/admin/v2/non-persistent/{tenant}/{ns}/partitioned"} {
-		h("GET "+path, func(r *http.Request) (any, error) {
-			if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
+	// Non-persistent topics exist while loaded (broker/nonpersistent.go):
+	// the list is this broker's loaded ones; none is partitioned.
+	h("GET /admin/v2/non-persistent/{tenant}/{ns}", func(r *http.Request) (any, error) {
+		if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
+			return nil, err
+		}
+		return s.cfg.Broker.NonPersistentTopics(ns(r)), nil
+	})
+	h("GET /admin/v2/non-persistent/{tenant}/{ns}/partitioned", func(r *http.Request) (any, error) {
+		if _, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r)); err != nil {
+			return nil, err
+		}
+		names, err := s.cfg.Meta.ListNonPersistentPartitioned(r.Context(), ns(r))
+		if names == nil {
+			names = []string{}
+		}
+		return names, err
+	})
+	npTopic := func(r *http.Request) (meta.TopicName, error) {
+		return meta.ParseTopic("non-persistent://" + r.PathValue("tenant") + "/" + r.PathValue("ns") + "/" + r.PathValue("topic"))
+	}
+	// A partitioned non-persistent topic is its partition count: its
+	// partitions are non-persistent topics like any other.
+	npPartitions := func(create bool) func(r *http.Request) (any, error) {
+		return func(r *http.Request) (any, error) {
+			tn, err := npTopic(r)
+			if err != nil {
 				return nil, err
 			}
-			return []string{}, nil
-		})
+			n, err := readPartitions(r)
+			if err != nil {
+				return nil, err
+			}
+			if n > maxPartitions {
+				return nil, meta.BadRequest(fmt.Errorf("partition count %d: at most %d", n, maxPartitions))
+			}
+			if _, err := s.cfg.Meta.GetPolicies(r.Context(), tn.NamespaceName()); err != nil {
+				return nil, err
+			}
+			return nil, s.cfg.Meta.SetPartitions(r.Context(), tn, n, create)
+		}
 	}
+	h("PUT /admin/v2/non-persistent/{tenant}/{ns}/{topic}/partitions", npPartitions(true))
+	h("POST /admin/v2/non-persistent/{tenant}/{ns}/{topic}/partitions", npPartitions(false))
+	h("GET /admin/v2/non-persistent/{tenant}/{ns}/{topic}/partitions", func(r *http.Request) (any, error) {
+		tn, err := npTopic(r)
+		if err != nil {
+			return nil, err
+		}
+		n, err := s.cfg.Meta.Partitions(r.Context(), tn)
+		return map[string]int{"partitions": n}, err
+	})
+	h("DELETE /admin/v2/non-persistent/{tenant}/{ns}/{topic}/partitions", func(r *http.Request) (any, error) {
+		tn, err := npTopic(r)
+		if err != nil {
+			return nil, err
+		}
+		return nil, s.cfg.Meta.DeletePartitioned(r.Context(), tn)
+	})
+	h("GET /admin/v2/non-persistent/{tenant}/{ns}/{topic}/stats", func(r *http.Request) (any, error) {
+		tn, err := meta.ParseTopic("non-persistent://" + r.PathValue("tenant") + "/" + r.PathValue("ns") + "/" + r.PathValue("topic"))
+		if err != nil {
+			return nil, err
+		}
+		return s.cfg.Broker.NonPersistentStats(r.Context(), tn)
+	})
 	lookup := func(r *http.Request) (meta.TopicName, error) {
 		tn, err := topic(r)
 		if err != nil {

@@ -125,7 +125,7 @@ func (s *Server) unsupportedHandlers(h func(string, func(*http.Request) (any, er
 		return nil, nil
 	})
 	prefixes := map[string]string{
-		"/admin/v2/non-persistent/":  "Meridian has no non-persistent topics: every topic is persistent",
+		"/admin/v2/non-persistent/":  "Meridian's non-persistent topics answer their list and stats only (nothing of them is stored to manage)",
 		"/admin/v3/":                 "Meridian has no Pulsar Functions, IO connectors or packages",
 		"/admin/v2/functions/":       "Meridian has no Pulsar Functions",
 		"/admin/v2/worker/":          "Meridian has no Pulsar Functions worker",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +71,20 @@ type Host interface {
 	// ReplicationStatus returns the replicators of namespace ns on every
 	// broker of the region.
 	ReplicationStatus(ctx context.Context, ns string) ([]SenderStatus, error)
+	// SwitchoverHold makes every broker of the region hold the produce
+	// and dispatch of namespace ns for a planned switchover (switchover.go)
+	// until h.DeadlineMs at the latest; an error: not every broker holds.
+	SwitchoverHold(ctx context.Context, ns string, h Hold) error
+	// SwitchoverRelease ends hold id on every broker of the region: with
+	// rec nil the held sends are appended and dispatch resumes (aborted);
+	// with the committed record, each broker takes it first, then drops
+	// the held sends unanswered (their clients resend them in the new
+	// active region) and closes the namespace's clients.
+	SwitchoverRelease(ctx context.Context, ns, id string, rec *meta.FailoverRecord) error
+	// SwitchoverReadiness returns, from every broker of the region, the
+	// namespace's loaded topics' readiness to move to target (with dry,
+	// nothing is held: what would be lost now).
+	SwitchoverReadiness(ctx context.Context, ns, target string, dry bool) ([]TopicReadiness, error)
 }
 
 // Topic is a loaded topic as the shell sees it.
@@ -244,4 +260,43 @@ func (sh *Shell) alert(kind string) {
 	if sh.cfg.Alert != nil {
 		sh.cfg.Alert(kind)
 	}
+}
+
+// NamespaceLease is an active-standby namespace's record as this broker
+// last saw it, and whether this region fenced itself for it.
+type NamespaceLease struct {
+	meta.FailoverRecord
+	// Lapsed: this region is the record's active region at its epoch,
+	// held its lease, and the lease's deadline passed without a renewal:
+	// it acknowledges no produce for the namespace (it fenced itself).
+	Lapsed bool
+}
+
+// Leases returns the records of the active-standby namespaces this broker
+// watches (none before the watch started), sorted by namespace. Not
+// before StartControl returned.
+func (sh *Shell) Leases() []NamespaceLease {
+	if sh == nil || sh.fo == nil {
+		return nil
+	}
+	sh.fo.mu.Lock()
+	recs := make([]meta.FailoverRecord, 0, len(sh.fo.recs))
+	for _, r := range sh.fo.recs {
+		recs = append(recs, r)
+	}
+	sh.fo.mu.Unlock()
+	slices.SortFunc(recs, func(a, b meta.FailoverRecord) int { return strings.Compare(a.Namespace, b.Namespace) })
+	now := time.Now().UnixNano()
+	out := make([]NamespaceLease, len(recs))
+	for i, r := range recs {
+		var s serving
+		ok := false
+		if sh.serving != nil { // nil: no automatic failover
+			sh.serving.mu.Lock()
+			s, ok = sh.serving.m[r.Namespace]
+			sh.serving.mu.Unlock()
+		}
+		out[i] = NamespaceLease{FailoverRecord: r, Lapsed: ok && r.Active == sh.cfg.Cluster && s.Epoch == r.Epoch && now >= s.DeadlineNs}
+	}
+	return out
 }

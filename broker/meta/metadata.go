@@ -28,7 +28,11 @@ const (
 	keyTenants     = "/admin/tenants/"
 	keyNamespaces  = "/admin/namespaces/"
 	keyPartitioned = "/admin/partitioned-topics/"
-	keyTopics      = "/admin/topics/"
+	// keyPartitionedNP: non-persistent topics' partition counts, apart
+	// from the persistent ones' (non-persistent://t/ns/x and
+	// persistent://t/ns/x are two topics).
+	keyPartitionedNP = "/admin/partitioned-topics-np/"
+	keyTopics        = "/admin/topics/"
 )
 
 // TenantInfo is a tenant's record (Pulsar's TenantInfo JSON).
@@ -499,12 +503,14 @@ func (m *Metadata) DeleteNamespace(ctx context.Context, ns string) error {
 	if len(topics) > 0 {
 		return fmt.Errorf("%w: namespace %s has topics", ErrNotEmpty, ns)
 	}
-	parts, err := m.list(ctx, keyPartitioned+ns+"/")
-	if err != nil {
-		return err
-	}
-	if len(parts) > 0 {
-		return fmt.Errorf("%w: namespace %s has partitioned topics", ErrNotEmpty, ns)
+	for _, k := range []string{keyPartitioned, keyPartitionedNP} {
+		parts, err := m.list(ctx, k+ns+"/")
+		if err != nil {
+			return err
+		}
+		if len(parts) > 0 {
+			return fmt.Errorf("%w: namespace %s has partitioned topics", ErrNotEmpty, ns)
+		}
 	}
 	return m.s.Delete(ctx, keyNamespaces+ns)
 }
@@ -515,7 +521,7 @@ func (m *Metadata) SetPartitions(ctx context.Context, t TopicName, n int, create
 	if n <= 0 {
 		return fmt.Errorf("%w: partition count %d", ErrInvalidName, n)
 	}
-	key := keyPartitioned + t.NamespaceName() + "/" + t.Local
+	key := partitionedKey(t)
 	if !create {
 		old, err := m.Partitions(ctx, t)
 		if err != nil {
@@ -534,7 +540,7 @@ func (m *Metadata) SetPartitions(ctx context.Context, t TopicName, n int, create
 // Partitions returns a topic's partition count; 0 means not partitioned.
 func (m *Metadata) Partitions(ctx context.Context, t TopicName) (int, error) {
 	var n int
-	err := m.getJSON(ctx, keyPartitioned+t.NamespaceName()+"/"+t.Local, &n)
+	err := m.getJSON(ctx, partitionedKey(t), &n)
 	if errors.Is(err, ErrNotFound) {
 		return 0, nil
 	}
@@ -548,7 +554,25 @@ func (m *Metadata) DeletePartitioned(ctx context.Context, t TopicName) error {
 	} else if n == 0 {
 		return fmt.Errorf("%w: partitioned topic %s", ErrNotFound, t)
 	}
-	return m.s.Delete(ctx, keyPartitioned+t.NamespaceName()+"/"+t.Local)
+	return m.s.Delete(ctx, partitionedKey(t))
+}
+
+// partitionedKey is the key of a partitioned topic's partition count.
+func partitionedKey(t TopicName) string {
+	if !t.Persistent() {
+		return keyPartitionedNP + t.NamespaceName() + "/" + t.Local
+	}
+	return keyPartitioned + t.NamespaceName() + "/" + t.Local
+}
+
+// ListNonPersistentPartitioned lists a namespace's partitioned
+// non-persistent topics (full names).
+func (m *Metadata) ListNonPersistentPartitioned(ctx context.Context, ns string) ([]string, error) {
+	names, err := m.list(ctx, keyPartitionedNP+ns+"/")
+	for i := range names {
+		names[i] = "non-persistent://" + ns + "/" + names[i]
+	}
+	return names, err
 }
 
 // ListPartitioned lists a namespace's partitioned topics (full names).

@@ -16,7 +16,7 @@ var ErrInvalidName = errors.New("broker: invalid name")
 // TopicName is a parsed, validated topic name:
 // persistent://tenant/namespace/local[-partition-N].
 type TopicName struct {
-	Domain    string // "persistent"
+	Domain    string // "persistent" or "non-persistent"
 	Tenant    string
 	Namespace string
 	Local     string // includes the -partition-N suffix for a partition
@@ -37,8 +37,8 @@ func ParseTopic(s string) (TopicName, error) {
 		domain = s[:i]
 		s = s[i+3:]
 	}
-	if domain != "persistent" {
-		return TopicName{}, fmt.Errorf("%w: topic %q: only persistent topics are supported", ErrInvalidName, orig)
+	if domain != "persistent" && domain != "non-persistent" {
+		return TopicName{}, fmt.Errorf("%w: topic %q: want persistent:// or non-persistent://", ErrInvalidName, orig)
 	}
 	parts := strings.Split(s, "/")
 	var t TopicName
@@ -140,6 +140,11 @@ func ValidateNamespace(ns string) error {
 	}
 	return validPart("namespace", parts[1])
 }
+
+// Persistent reports whether the topic is a persistent one (stored in a
+// managed ledger); a non-persistent one (non-persistent://) is never
+// stored (broker/nonpersistent.go).
+func (t TopicName) Persistent() bool { return t.Domain == "persistent" }
 
 // String returns the fully qualified name.
 func (t TopicName) String() string {

@@ -15,6 +15,7 @@ func TestParseTopic(t *testing.T) {
 		{"acme/orders/o1", "persistent://acme/orders/o1", -1},
 		{"persistent://acme/orders/o1-partition-3", "persistent://acme/orders/o1-partition-3", 3},
 		{"persistent://a/b/c.d_e:f=g", "persistent://a/b/c.d_e:f=g", -1},
+		{"non-persistent://a/b/c", "non-persistent://a/b/c", -1},
 	} {
 		got, err := ParseTopic(tc.in)
 		if err != nil {
@@ -25,7 +26,7 @@ func TestParseTopic(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "a/b", "persistent://a/b/c/d", "persistent://../b/c", "persistent://a/../c",
-		"persistent://a/b/..", "non-persistent://a/b/c", "persistent://a/b/c d", "persistent://a//c", "a/b/c\x00"} {
+		"persistent://a/b/..", "other://a/b/c", "non-persistent://a/../c", "persistent://a/b/c d", "persistent://a//c", "a/b/c\x00"} {
 		if _, err := ParseTopic(bad); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("%q: got %v, want ErrInvalidName", bad, err)
 		}

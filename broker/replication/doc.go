@@ -39,6 +39,11 @@
 //     same message everywhere, and the standby applies them;
 //   - orphans (orphans.go): the async tail of an unplanned failover,
 //     listed and, by policy, kept aside in a quarantine topic;
+//   - non-persistent topics (nonpersistent.go): best effort, nothing
+//     stored — an NPSender per (topic, remote region) ships what it is
+//     offered over the same stream and drops (and counts) what it cannot
+//     send; the target hands a batch to the host's NonPersistentTarget and
+//     acknowledges it at once;
 //   - status (status.go), for the admin API and metrics.
 //
 // Mode stretched does not use replicators (the ledgers themselves span

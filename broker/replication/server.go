@@ -117,6 +117,19 @@ func (svc *Service) accept(sctx context.Context, h transport.Hello) (transport.T
 	if !slices.Contains(pol.ReplicationClusters, h.Source) || !slices.Contains(pol.ReplicationClusters, svc.cfg.Cluster) {
 		return nil, "", status.Errorf(codes.PermissionDenied, "replication: namespace %s replicates between %v: region %s may not write into region %s", tn.NamespaceName(), pol.ReplicationClusters, h.Source, svc.cfg.Cluster)
 	}
+	if !tn.Persistent() {
+		// Best effort, nothing stored (nonpersistent.go).
+		ctx, cancel = context.WithTimeout(sctx, 30*time.Second)
+		deliver, redirect, err := svc.host.NonPersistentTarget(ctx, tn, pol)
+		cancel()
+		switch {
+		case redirect != "":
+			return nil, redirect, nil
+		case err != nil:
+			return nil, "", status.Errorf(codes.Unavailable, "replication: %v", err)
+		}
+		return npTarget{deliver: deliver}, "", nil
+	}
 	ctx, cancel = context.WithTimeout(sctx, 30*time.Second)
 	t, redirect, err := svc.host.Target(ctx, tn, pol)
 	cancel()

@@ -114,6 +114,11 @@ type Host interface {
 	Serves(ctx context.Context, name string) (bool, error)
 	// Peers lists the region's brokers: their ids and admin URLs.
 	Peers(ctx context.Context) ([]Peer, error)
+	// NonPersistentTarget returns, for a non-persistent topic this broker
+	// owns (or now acquires), the function that hands entries from region
+	// origin to its subscriptions (nothing stored), or the replication
+	// address of the broker of this region that owns it.
+	NonPersistentTarget(ctx context.Context, tn meta.TopicName, pol meta.Policies) (deliver func(origin string, entries []replicator.Entry), redirect string, err error)
 	// Quarantine appends the entries idx of entries to topic name, as the
 	// messages they are (their producer's name and sequence ids kept),
 	// and returns once every one is persisted.

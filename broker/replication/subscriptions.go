@@ -70,36 +70,55 @@ func (t *Topic) subscriptionUpdates(last map[string]subSent, now time.Time) []*r
 		if isReplCursor(c.Name()) || !c.Durable() {
 			continue
 		}
-		md := c.MarkDeleted()
-		if md.Entry < 0 {
-			p, ok := t.lastEntryBefore(md.Ledger)
-			if !ok {
-				continue // nothing acknowledged yet
-			}
-			md = p
+		u, sig, _, ok := t.positionUpdate(c)
+		if !ok {
+			continue // nothing acknowledged yet
 		}
-		ranges := c.AckedRanges()
-		sig := fmt.Sprint(md, ranges)
 		if l := last[c.Name()]; l.sig == sig && now.Sub(l.at) < subResendEvery {
 			continue
-		}
-		w := t.wireOfPos(md)
-		u := &replpb.SubscriptionUpdate{Name: c.Name(), MarkDelete: &replpb.MessageId{Ledger: w.Ledger, Entry: w.Entry, Batch: -1}}
-		n := 0
-		for _, r := range ranges {
-			for p := r.From; !r.To.Less(p) && n < maxSubAcked; p = t.ml.Next(p) {
-				w := t.wireOfPos(p)
-				u.Acked = append(u.Acked, &replpb.MessageId{Ledger: w.Ledger, Entry: w.Entry, Batch: -1})
-				n++
-				if p == r.To {
-					break
-				}
-			}
 		}
 		last[c.Name()] = subSent{sig: sig, at: now}
 		out = append(out, u)
 	}
 	return out
+}
+
+// positionUpdate returns cursor c's position — its mark-delete position
+// and individually acknowledged entries — in ids that mean the same
+// message in every region, with a signature of it; complete is false
+// when more than maxSubAcked entries are acknowledged individually (the
+// update carries the first maxSubAcked); ok is false when nothing is
+// acknowledged yet.
+func (t *Topic) positionUpdate(c *mledger.Cursor) (u *replpb.SubscriptionUpdate, sig string, complete, ok bool) {
+	md := c.MarkDeleted()
+	if md.Entry < 0 {
+		p, ok := t.lastEntryBefore(md.Ledger)
+		if !ok {
+			return nil, "", true, false
+		}
+		md = p
+	}
+	ranges := c.AckedRanges()
+	sig = fmt.Sprint(md, ranges)
+	w := t.wireOfPos(md)
+	u = &replpb.SubscriptionUpdate{Name: c.Name(), MarkDelete: &replpb.MessageId{Ledger: w.Ledger, Entry: w.Entry, Batch: -1}}
+	n := 0
+	complete = true
+	for _, r := range ranges {
+		for p := r.From; !r.To.Less(p); p = t.ml.Next(p) {
+			if n >= maxSubAcked {
+				complete = false
+				break
+			}
+			w := t.wireOfPos(p)
+			u.Acked = append(u.Acked, &replpb.MessageId{Ledger: w.Ledger, Entry: w.Entry, Batch: -1})
+			n++
+			if p == r.To {
+				break
+			}
+		}
+	}
+	return u, sig, complete, true
 }
 
 // pendingSubUpdate is a subscription update that named entries that had

@@ -351,6 +351,9 @@ func (svc *Service) Verify(ctx context.Context, req *replpb.VerifyRequest) (*rep
 	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "verify: %v", err)
 	}
+	if req.Positions {
+		return t.positionsAnswer(), nil
+	}
 	resp, err := t.verifyChunk(ctx, req)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "verify %s: %v", tn, err)

@@ -191,6 +191,7 @@ func adminRuleFor(pattern string) adminRule {
 	case strings.HasPrefix(path, "/admin/v2/persistent/{tenant}/{ns}/{topic}/subscription/"):
 		return adminRule{op: OpConsume, scope: "namespace"}
 	case strings.HasPrefix(path, "/admin/v2/persistent/{tenant}/{ns}/{topic}"),
+		strings.HasPrefix(path, "/admin/v2/non-persistent/{tenant}/{ns}/{topic}"),
 		strings.HasPrefix(path, "/admin/v2/schemas/{tenant}/{ns}/{topic}"):
 		if read {
 			return adminRule{op: OpLookup, scope: "namespace"}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +26,7 @@ func newAdminCmd() *cobra.Command {
 	cf.register(cmd.PersistentFlags())
 	// do sends one request and returns the answer's body; an HTTP error
 	// becomes an error with the broker's reason.
+	var preferAsync bool // the next request asks for 202 (Prefer: respond-async)
 	do := func(method, path string, body any) ([]byte, error) {
 		var rd io.Reader
 		if body != nil {
@@ -39,6 +41,9 @@ func newAdminCmd() *cobra.Command {
 			return nil, err
 		}
 		req.Header.Set("Content-Type", "application/json")
+		if preferAsync {
+			req.Header.Set("Prefer", "respond-async")
+		}
 		if err := cf.authorize(req); err != nil {
 			return nil, err
 		}
@@ -245,6 +250,8 @@ func newAdminCmd() *cobra.Command {
 	regions := &cobra.Command{Use: "regions", Short: "Regions registered in the global store"}
 	sub(regions, "list", "List the registered regions", 0, func(a []string) error { return call("GET", "/admin/v2/clusters", nil) })
 	var to, reason string
+	var planned, dryRun bool
+	var drainTimeout time.Duration
 	failover := &cobra.Command{
 		Use:   "failover TENANT/NS --to REGION",
 		Short: "Make REGION the active region of an active-standby namespace now (drills, maintenance)",
@@ -254,17 +261,42 @@ one region is active per epoch); the old active region's brokers close the
 namespace's producers and consumers and redirect their lookups, so
 unmodified clients with a multi-region service URL land in REGION.
 Async replication: what the old region acknowledged and had not
-replicated yet is not in REGION.`,
+replicated yet is not in REGION.
+
+With --planned (a switchover, for maintenance), ask a broker of the active
+region: it holds the namespace's produce (sends wait: a pause, not errors)
+and dispatch, waits until every topic's replication backlog and every
+subscription's exact position reached REGION and every delivery was
+acknowledged, then commits one epoch for the whole namespace and releases
+the clients towards REGION. If that does not finish within --timeout, it
+aborts and the old region stays active and serving. --dry-run prints the
+pre-flight instead.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, a []string) error {
 			if to == "" {
 				return fmt.Errorf("--to REGION is required")
 			}
-			return call("POST", "/admin/v2/meridian/failover/"+a[0], map[string]string{"to": to, "reason": reason})
+			if dryRun && !planned {
+				return fmt.Errorf("--dry-run is the pre-flight of --planned: give both")
+			}
+			if !planned {
+				return call("POST", "/admin/v2/meridian/failover/"+a[0], map[string]string{"to": to, "reason": reason})
+			}
+			if drainTimeout < 0 {
+				return fmt.Errorf("--timeout %s: want > 0", drainTimeout)
+			}
+			if reason == "manual" {
+				reason = "planned switchover"
+			}
+			body := map[string]any{"to": to, "reason": reason, "planned": true, "dryRun": dryRun, "timeoutMs": drainTimeout.Milliseconds()}
+			return runAsync(do, &preferAsync, "/admin/v2/meridian/failover/"+a[0], body)
 		},
 	}
 	failover.Flags().StringVar(&to, "to", "", "the region to make active")
 	failover.Flags().StringVar(&reason, "reason", "manual", "recorded with the new epoch")
+	failover.Flags().BoolVar(&planned, "planned", false, "a planned switchover, for a namespace whose active region is up: hold produce, drain every topic's replication and subscription positions to REGION, then commit (nothing lost, nothing delivered twice, even async); run it against a broker of the active region")
+	failover.Flags().BoolVar(&dryRun, "dry-run", false, "with --planned: print the pre-flight (per topic the replication backlog and lag, what an unplanned failover would lose now, the expected pause) and move nothing")
+	failover.Flags().DurationVar(&drainTimeout, "timeout", 30*time.Second, "with --planned: abort (the old region stays active and serving) if the drain has not finished by then")
 	failover.AddCommand(&cobra.Command{Use: "status [TENANT/NS]", Short: "Show the active region and epoch of active-standby namespaces",
 		Args: cobra.MaximumNArgs(1), RunE: func(_ *cobra.Command, a []string) error {
 			if len(a) == 1 {
@@ -279,7 +311,7 @@ replicated yet is not in REGION.`,
 		}})
 	cmd.AddCommand(tenants, namespaces, topics, subs, regions, failover, newReplicationCmd(do))
 	cmd.AddCommand(newAdminStorageCmds()...)
-	cmd.AddCommand(newTokensCmd(), newGossipKeysCmd(do))
+	cmd.AddCommand(newTokensCmd(), newTLSCmd(), newGossipKeysCmd(do))
 	namespaces.AddCommand(newPermissionCmds(call)...)
 	return cmd
 }
@@ -546,4 +578,45 @@ func parseByteSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q: too large", s)
 	}
 	return int64(v), nil
+}
+
+// runAsync POSTs body to path asking for 202 and polls the operation's
+// status URL until it ends; it prints the result, and an operation that
+// failed is an error.
+func runAsync(do func(method, path string, body any) ([]byte, error), prefer *bool, path string, body any) error {
+	*prefer = true
+	out, err := do("POST", path, body)
+	*prefer = false
+	if err != nil {
+		return err
+	}
+	var op struct {
+		State     string          `json:"state"`
+		StatusURL string          `json:"statusUrl"`
+		Result    json.RawMessage `json:"result"`
+		Error     string          `json:"error"`
+	}
+	for {
+		if err := json.Unmarshal(out, &op); err != nil {
+			return fmt.Errorf("the operation's state: %w: %s", err, out)
+		}
+		if op.State != "running" || op.StatusURL == "" {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+		if out, err = do("GET", op.StatusURL, nil); err != nil {
+			return err
+		}
+	}
+	if op.State == "failed" {
+		return errors.New(op.Error)
+	}
+	if len(op.Result) > 0 {
+		var v any
+		if json.Unmarshal(op.Result, &v) == nil {
+			pretty, _ := json.MarshalIndent(v, "", "  ")
+			fmt.Fprintln(os.Stdout, string(pretty))
+		}
+	}
+	return nil
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/meridian-mq/meridian/internal/httpserve"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -174,7 +176,7 @@ func newAutorecoveryCmd() *cobra.Command {
 				return err
 			}
 			mux := http.NewServeMux()
-			mux.Handle("/metrics", promhttp.HandlerFor(metrics.Gatherer(), promhttp.HandlerOpts{}))
+			mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics.Gatherer(), processMetrics()}, promhttp.HandlerOpts{}))
 			srv := httpserve.New(mux, httpserve.Options{Logger: log})
 			go srv.Serve(lis)
 			defer srv.Close()
@@ -197,4 +199,13 @@ func newAutorecoveryCmd() *cobra.Command {
 		return nil
 	})
 	return cmd
+}
+
+// processMetrics are the Go runtime and process collectors of a process
+// whose role's registry lacks them (the broker's and the bookie's have
+// them).
+func processMetrics() prometheus.Gatherer {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }

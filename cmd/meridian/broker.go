@@ -32,6 +32,7 @@ type brokerFlags struct {
 	ReplicationAddr                string
 	ReplicationAdvAddr             string
 	MaxMessageSize                 int
+	ExposeTopicLevelMetrics        bool
 	OwnershipTTL                   time.Duration
 	FailoverLeaseTTL               time.Duration
 	EnsembleSize                   int
@@ -97,7 +98,8 @@ func newBrokerCmd() *cobra.Command {
 		f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")
 		f.DurationVar(&bf.DedupProducerInactivityTimeout, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
 		f.IntVar(&bf.MaxEntriesPerLedger, "max-entries-per-ledger", 0, "roll a topic's ledger over after this many entries (0: the default, 50000)")
-		f.IntVar(&bf.MaxMessageSize, "max-message-size", 5<<20, "largest message accepted, in bytes, announced to clients (at most 100 MiB)")
+		f.IntVar(&bf.MaxMessageSize, "max-message-size", 5<<20, maxMessageSizeHelp)
+		f.BoolVar(&bf.ExposeTopicLevelMetrics, "expose-topic-level-metrics", true, exposeTopicLevelMetricsHelp)
 		f.IntVar(&bf.EnsembleSize, "ensemble-size", 3, "bookies of a new ledger's ensemble (E), unless the namespace's persistence policy says otherwise; E >= Qw >= Qa >= 1")
 		f.IntVar(&bf.WriteQuorum, "write-quorum", 3, "bookies each entry is written to (Qw)")
 		f.IntVar(&bf.AckQuorum, "ack-quorum", 2, "bookies that must persist an entry before it is acknowledged (Qa)")
@@ -124,6 +126,14 @@ func newBrokerCmd() *cobra.Command {
 	return cmd
 }
 
+// maxMessageSizeHelp is --max-message-size's help, the broker's and the
+// standalone's.
+const maxMessageSizeHelp = "largest message accepted, in bytes, announced to clients (at most 100 MiB); a producer with chunking on splits a larger message into chunks of at most this size, which the consumer reassembles"
+
+// exposeTopicLevelMetricsHelp is --expose-topic-level-metrics's help, the
+// broker's and the standalone's.
+const exposeTopicLevelMetricsHelp = "export Pulsar's pulsar_* metrics per topic and subscription (Pulsar's exposeTopicLevelMetricsInPrometheus); false: per namespace, no subscription series (for brokers with many thousands of topics)"
+
 // brokerRules are the checks of the broker section (the broker and the
 // standalone share most).
 var brokerRules = map[string]config.Rule{
@@ -139,7 +149,7 @@ var brokerRules = map[string]config.Rule{
 	"broker.policy_check_interval":             config.Positive,
 	"broker.dedup_producer_inactivity_timeout": config.AnyDuration,
 	"broker.max_entries_per_ledger":            config.IntMin(0, "0: 50000"),
-	"broker.max_message_size":                  config.IntMin(1, "bytes"),
+	"broker.max_message_size":                  config.IntRange(1, broker.MaxMessageSizeMax, "bytes, at most 100 MiB"),
 	"broker.ensemble_size":                     config.IntMin(1, "bookies"),
 	"broker.write_quorum":                      config.IntMin(1, "bookies"),
 	"broker.ack_quorum":                        config.IntMin(1, "bookies"),
@@ -225,7 +235,7 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	bc := broker.Config{
 		ReplicationFaults: faults,
 		Cluster:           md.region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
-		MaxMessageSize: c.MaxMessageSize, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
+		MaxMessageSize: c.MaxMessageSize, NamespaceLevelMetrics: !c.ExposeTopicLevelMetrics, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
 		BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
 		DedupProducerInactivityTimeout: dedupTimeout(c.DedupProducerInactivityTimeout),
 		ReplicationAddr:                c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,

@@ -227,7 +227,7 @@ func TestConfigDeployExamplesLoad(t *testing.T) {
 			"broker":       {"region": "east", "broker.ensemble_size": "3", "broker.ack_quorum": "2", "broker.ownership_ttl": "10s", "broker.id": "east-broker-1"},
 			"etcd":         {"etcd.name": "east-1", "etcd.data_dir": "./data/etcd-east-1"},
 			"autorecovery": {"autorecovery.id": "east-recovery-1", "recovery.lost_bookie_delay": "1m0s", "gossip.seeds": ""},
-			"standalone":   {"standalone.bookies": "3", "broker.listen_addr": "127.0.0.1:6650", "standalone.tls": "false"},
+			"standalone":   {"standalone.bookies": "3", "broker.listen_addr": "127.0.0.1:6650", "standalone.tls": "false", "broker.max_message_size": "5242880"},
 		}[role]
 		for k, v := range want {
 			if s, _ := eff.Get(k); s.Value != v || s.Source != config.FromFile {
@@ -279,6 +279,8 @@ func TestConfigValidationNamesTheKey(t *testing.T) {
 		{"etcd", "etcd: {cluster_state: old}", "etcd.cluster_state"},
 		{"autorecovery", "recovery: {workers: 0}", "recovery.workers"},
 		{"standalone", "standalone: {bookie_base_port: 70000}", "standalone.bookie_base_port"},
+		{"standalone", "broker: {max_message_size: 104857601}", "broker.max_message_size"},
+		{"broker", "broker: {max_message_size: 0}", "broker.max_message_size"},
 		{"broker", "gossip: {addr: nohost}", "gossip.addr"},
 		{"broker", "log: {level: loud}", "log.level"},
 		{"broker", "broker: {advertised_listeners: ['pulsar://h:1']}", "broker.advertised_listeners"},

@@ -13,6 +13,7 @@ import (
 	"github.com/meridian-mq/meridian/bookie/autorecovery"
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker"
+	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
@@ -21,7 +22,7 @@ import (
 
 func newStandaloneCmd() *cobra.Command {
 	var dataDir, etcdClient, etcdPeer, bookieHost string
-	var bookies, bookieBasePort int
+	var bookies, bookieBasePort, maxMessageSize int
 	var listen, adminAddr, advertise, replListen string
 	var listeners listenerFlags
 	var bookieMetrics []string
@@ -30,7 +31,7 @@ func newStandaloneCmd() *cobra.Command {
 	var delayed delayedFlags
 	var rf recoveryFlags
 	var sec securityFlags
-	var genTLS bool
+	var genTLS, topicMetrics bool
 	cmd := &cobra.Command{
 		Use:   "standalone",
 		Short: "Run one region in one process: embedded etcd, bookies and a broker on loopback",
@@ -114,7 +115,7 @@ file > default); --print-config shows the result.`,
 			}
 		}()
 		for i := 1; i <= bookies; i++ {
-			c := standaloneBookieConfig()
+			c := standaloneBookieConfig(maxMessageSize)
 			c.ID = fmt.Sprintf("bookie-%d", i)
 			c.Region = "standalone"
 			c.Rack = fmt.Sprintf("rack-%d", i)
@@ -158,7 +159,8 @@ file > default); --print-config shows the result.`,
 		defer lc.Close()
 		bc := broker.Config{
 			Cluster: "standalone", ListenAddr: listen, AdvertisedAddr: advertise, AdminAddr: adminAddr, ReplicationAddr: replListen,
-			Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery,
+			Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery, MaxMessageSize: maxMessageSize,
+			NamespaceLevelMetrics:          !topicMetrics,
 			DedupProducerInactivityTimeout: dedupTimeout(dedupInactivity),
 			Security:                       security,
 		}
@@ -225,6 +227,8 @@ file > default); --print-config shows the result.`,
 		f.StringVar(&replListen, "replication-listen", broker.DefaultReplicationAddr, "replication gRPC listen address (a standalone is one region: nothing replicates to it, but the service listens)")
 		listeners.register(f)
 		f.DurationVar(&policyEvery, "policy-check-interval", 5*time.Second, "how often message TTL and backlog quotas are enforced")
+		f.IntVar(&maxMessageSize, "max-message-size", codec.DefaultMaxMessageSize, maxMessageSizeHelp)
+		f.BoolVar(&topicMetrics, "expose-topic-level-metrics", true, exposeTopicLevelMetricsHelp)
 		limits.register(f)
 		delayed.register(f)
 		f.DurationVar(&dedupInactivity, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
@@ -254,6 +258,7 @@ var standaloneRules = map[string]config.Rule{
 	"broker.admin_addr":                        brokerRules["broker.admin_addr"],
 	"broker.replication_addr":                  brokerRules["broker.replication_addr"],
 	"broker.policy_check_interval":             brokerRules["broker.policy_check_interval"],
+	"broker.max_message_size":                  brokerRules["broker.max_message_size"],
 	"broker.dedup_producer_inactivity_timeout": brokerRules["broker.dedup_producer_inactivity_timeout"],
 	"broker.handshake_timeout":                 brokerRules["broker.handshake_timeout"],
 	"broker.max_unauthenticated_connections":   brokerRules["broker.max_unauthenticated_connections"],
@@ -278,9 +283,13 @@ var standaloneRules = map[string]config.Rule{
 // (docs/performance.md), so the bookie default stays.
 const standaloneMemTableBytes = 16 << 20
 
-// standaloneBookieConfig is the base config of each standalone bookie.
-func standaloneBookieConfig() bookie.Config {
+// standaloneBookieConfig is the base config of each standalone bookie
+// under a broker whose max message size is maxMessageSize: a message is
+// one entry (a chunked one, one entry per chunk), so above the bookie's
+// default its max entry size grows with it, by the same room for headers.
+func standaloneBookieConfig(maxMessageSize int) bookie.Config {
 	c := bookie.DefaultConfig()
 	c.MemTableSizeBytes = standaloneMemTableBytes
+	c.MaxEntryBytes = max(c.MaxEntryBytes, maxMessageSize+bookie.DefaultMaxEntryBytes-codec.DefaultMaxMessageSize)
 	return c
 }

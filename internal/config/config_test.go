@@ -258,6 +258,10 @@ func TestConfigRules(t *testing.T) {
 		v    string
 		ok   bool
 	}{
+		{"int range", IntRange(1, 100, "x"), "100", true},
+		{"int range low", IntRange(1, 100, "x"), "0", false},
+		{"int range high", IntRange(1, 100, "x"), "101", false},
+		{"int range word", IntRange(1, 100, "x"), "5MiB", false},
 		{"hostport", HostPort(false), "127.0.0.1:6650", true},
 		{"hostport v6", HostPort(false), "[::1]:0", true},
 		{"hostport no port", HostPort(false), "127.0.0.1", false},

@@ -100,6 +100,20 @@ func IntMin(min int, why string) Rule {
 	}
 }
 
+// IntRange accepts integers in [min, max].
+func IntRange(min, max int, why string) Rule {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return err
+		}
+		if n < min || n > max {
+			return fmt.Errorf("want %d to %d (%s)", min, max, why)
+		}
+		return nil
+	}
+}
+
 // Port accepts a port number 0-65535 (0: any free port).
 var Port Rule = func(v string) error {
 	n, err := strconv.Atoi(v)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -259,4 +260,52 @@ func matches(c *x509.Certificate, l Leaf) bool {
 func LocalLeaf(name, region string, roles ...string) Leaf {
 	dns, ips := LocalNames()
 	return Leaf{CommonName: name, DNSNames: dns, IPs: ips, Region: region, Roles: roles}
+}
+
+// HostLeaf is a leaf for a process on another host or in a container: its
+// name, the DNS names and IP addresses of hosts (each may be a
+// comma-separated list), its region ("" for none) and its roles (none for
+// a user's or a tool's certificate).
+func HostLeaf(name, region string, hosts []string, roles ...string) (Leaf, error) {
+	for _, r := range roles {
+		if !slices.Contains(AllRoles, r) {
+			return Leaf{}, fmt.Errorf("tlsutil: role %q: want one of %s", r, strings.Join(AllRoles, ", "))
+		}
+	}
+	l := Leaf{CommonName: name, Region: region, Roles: roles}
+	for _, h := range hosts {
+		for _, s := range strings.Split(h, ",") {
+			s = strings.TrimSpace(s)
+			switch {
+			case s == "":
+			case net.ParseIP(s) != nil:
+				l.IPs = append(l.IPs, net.ParseIP(s))
+			case validDNSName(s):
+				l.DNSNames = append(l.DNSNames, s)
+			default:
+				return Leaf{}, fmt.Errorf("tlsutil: host %q is neither an IP address nor a DNS name", s)
+			}
+		}
+	}
+	return l, nil
+}
+
+// validDNSName: labels of letters, digits and '-' (a leading "*." for a
+// wildcard), each 1-63 long, not starting or ending with '-'.
+func validDNSName(s string) bool {
+	s = strings.TrimPrefix(s, "*.")
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for _, lab := range strings.Split(s, ".") {
+		if len(lab) == 0 || len(lab) > 63 || lab[0] == '-' || lab[len(lab)-1] == '-' {
+			return false
+		}
+		for _, c := range lab {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -871,9 +871,14 @@ type VerifyRequest struct {
 	AsOfMs   int64 `protobuf:"varint,7,opt,name=as_of_ms,json=asOfMs,proto3" json:"as_of_ms,omitempty"`
 	// A detail read: the entries of origin detail_origin with sequence
 	// numbers detail_from..detail_to, reading from after.
-	DetailOrigin  string `protobuf:"bytes,8,opt,name=detail_origin,json=detailOrigin,proto3" json:"detail_origin,omitempty"`
-	DetailFrom    uint64 `protobuf:"varint,9,opt,name=detail_from,json=detailFrom,proto3" json:"detail_from,omitempty"`
-	DetailTo      uint64 `protobuf:"varint,10,opt,name=detail_to,json=detailTo,proto3" json:"detail_to,omitempty"`
+	DetailOrigin string `protobuf:"bytes,8,opt,name=detail_origin,json=detailOrigin,proto3" json:"detail_origin,omitempty"`
+	DetailFrom   uint64 `protobuf:"varint,9,opt,name=detail_from,json=detailFrom,proto3" json:"detail_from,omitempty"`
+	DetailTo     uint64 `protobuf:"varint,10,opt,name=detail_to,json=detailTo,proto3" json:"detail_to,omitempty"`
+	// positions: answer the region's durable subscriptions' positions
+	// (VerifyResponse.positions) instead of reading a chunk: a planned
+	// switchover (broker/failoverctl/switchover.go) checks that every exact
+	// position reached the target before it commits.
+	Positions     bool `protobuf:"varint,11,opt,name=positions,proto3" json:"positions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -978,6 +983,13 @@ func (x *VerifyRequest) GetDetailTo() uint64 {
 	return 0
 }
 
+func (x *VerifyRequest) GetPositions() bool {
+	if x != nil {
+		return x.Positions
+	}
+	return false
+}
+
 type VerifyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// redirect: the replication address of the topic's owner in this
@@ -1002,7 +1014,11 @@ type VerifyResponse struct {
 	Runs       []*VerifyRun      `protobuf:"bytes,10,rep,name=runs,proto3" json:"runs,omitempty"`
 	Entries    []*VerifyEntry    `protobuf:"bytes,11,rep,name=entries,proto3" json:"entries,omitempty"`
 	// unreadable: entries of the chunk that are not Meridian entries.
-	Unreadable    uint64 `protobuf:"varint,12,opt,name=unreadable,proto3" json:"unreadable,omitempty"`
+	Unreadable uint64 `protobuf:"varint,12,opt,name=unreadable,proto3" json:"unreadable,omitempty"`
+	// positions: with VerifyRequest.positions, each durable subscription's
+	// mark-delete position and individually acknowledged entries, in ids
+	// that mean the same message in every region (batch -1).
+	Positions     []*SubscriptionUpdate `protobuf:"bytes,13,rep,name=positions,proto3" json:"positions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1119,6 +1135,13 @@ func (x *VerifyResponse) GetUnreadable() uint64 {
 		return x.Unreadable
 	}
 	return 0
+}
+
+func (x *VerifyResponse) GetPositions() []*SubscriptionUpdate {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
 }
 
 // VerifyRun: origin's sequence numbers from..to, whose origin ids are
@@ -1327,7 +1350,7 @@ const file_replpb_repl_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12C\n" +
 	"\vmark_delete\x18\x02 \x01(\v2\".meridian.replication.v1.MessageIdR\n" +
 	"markDelete\x128\n" +
-	"\x05acked\x18\x03 \x03(\v2\".meridian.replication.v1.MessageIdR\x05acked\"\xec\x02\n" +
+	"\x05acked\x18\x03 \x03(\v2\".meridian.replication.v1.MessageIdR\x05acked\"\x8a\x03\n" +
 	"\rVerifyRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x128\n" +
@@ -1341,7 +1364,8 @@ const file_replpb_repl_proto_rawDesc = "" +
 	"\vdetail_from\x18\t \x01(\x04R\n" +
 	"detailFrom\x12\x1b\n" +
 	"\tdetail_to\x18\n" +
-	" \x01(\x04R\bdetailTo\"\xdb\x04\n" +
+	" \x01(\x04R\bdetailTo\x12\x1c\n" +
+	"\tpositions\x18\v \x01(\bR\tpositions\"\xa6\x05\n" +
 	"\x0eVerifyResponse\x12\x1a\n" +
 	"\bredirect\x18\x01 \x01(\tR\bredirect\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x128\n" +
@@ -1358,7 +1382,8 @@ const file_replpb_repl_proto_rawDesc = "" +
 	"\aentries\x18\v \x03(\v2$.meridian.replication.v1.VerifyEntryR\aentries\x12\x1e\n" +
 	"\n" +
 	"unreadable\x18\f \x01(\x04R\n" +
-	"unreadable\x1a=\n" +
+	"unreadable\x12I\n" +
+	"\tpositions\x18\r \x03(\v2+.meridian.replication.v1.SubscriptionUpdateR\tpositions\x1a=\n" +
 	"\x0fStreamBaseEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd2\x01\n" +
@@ -1432,18 +1457,19 @@ var file_replpb_repl_proto_depIdxs = []int32{
 	15, // 16: meridian.replication.v1.VerifyResponse.stream_base:type_name -> meridian.replication.v1.VerifyResponse.StreamBaseEntry
 	13, // 17: meridian.replication.v1.VerifyResponse.runs:type_name -> meridian.replication.v1.VerifyRun
 	14, // 18: meridian.replication.v1.VerifyResponse.entries:type_name -> meridian.replication.v1.VerifyEntry
-	6,  // 19: meridian.replication.v1.VerifyRun.first_id:type_name -> meridian.replication.v1.MessageId
-	6,  // 20: meridian.replication.v1.VerifyRun.at:type_name -> meridian.replication.v1.MessageId
-	6,  // 21: meridian.replication.v1.VerifyEntry.id:type_name -> meridian.replication.v1.MessageId
-	1,  // 22: meridian.replication.v1.Replication.Replicate:input_type -> meridian.replication.v1.ReplicateRequest
-	11, // 23: meridian.replication.v1.Replication.Verify:input_type -> meridian.replication.v1.VerifyRequest
-	2,  // 24: meridian.replication.v1.Replication.Replicate:output_type -> meridian.replication.v1.ReplicateResponse
-	12, // 25: meridian.replication.v1.Replication.Verify:output_type -> meridian.replication.v1.VerifyResponse
-	24, // [24:26] is the sub-list for method output_type
-	22, // [22:24] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	10, // 19: meridian.replication.v1.VerifyResponse.positions:type_name -> meridian.replication.v1.SubscriptionUpdate
+	6,  // 20: meridian.replication.v1.VerifyRun.first_id:type_name -> meridian.replication.v1.MessageId
+	6,  // 21: meridian.replication.v1.VerifyRun.at:type_name -> meridian.replication.v1.MessageId
+	6,  // 22: meridian.replication.v1.VerifyEntry.id:type_name -> meridian.replication.v1.MessageId
+	1,  // 23: meridian.replication.v1.Replication.Replicate:input_type -> meridian.replication.v1.ReplicateRequest
+	11, // 24: meridian.replication.v1.Replication.Verify:input_type -> meridian.replication.v1.VerifyRequest
+	2,  // 25: meridian.replication.v1.Replication.Replicate:output_type -> meridian.replication.v1.ReplicateResponse
+	12, // 26: meridian.replication.v1.Replication.Verify:output_type -> meridian.replication.v1.VerifyResponse
+	25, // [25:27] is the sub-list for method output_type
+	23, // [23:25] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_replpb_repl_proto_init() }

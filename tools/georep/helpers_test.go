@@ -32,6 +32,13 @@ type deployment struct {
 
 func startDeployment(t *testing.T, o up.Options) *deployment {
 	t.Helper()
+	return startDeploymentWith(t, o, nil)
+}
+
+// startDeploymentWith is startDeployment calling before with the plan
+// before any process starts (to serve its replication proxies).
+func startDeploymentWith(t *testing.T, o up.Options, before func(*up.Plan)) *deployment {
+	t.Helper()
 	bin := testutil.MeridianBinary(t)
 	o.DataDir = t.TempDir()
 	if o.GossipProfile == "" {
@@ -45,6 +52,9 @@ func startDeployment(t *testing.T, o up.Options) *deployment {
 	plan, err := up.NewPlan(o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(plan)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

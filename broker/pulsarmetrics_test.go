@@ -1,0 +1,270 @@
+package broker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/meridian-mq/meridian/tools/testutil"
+)
+
+// scrape reads a /metrics page with Prometheus's own text parser.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	return mfs
+}
+
+// sample is the value of the one series of family name whose labels
+// include want; it fails when there is none or several.
+func sample(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	t.Helper()
+	var found []float64
+	for _, m := range mfs[name].GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		ok := true
+		for k, v := range want {
+			ok = ok && got[k] == v
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.Gauge != nil:
+			found = append(found, m.Gauge.GetValue())
+		case m.Counter != nil:
+			found = append(found, m.Counter.GetValue())
+		default:
+			t.Fatalf("%s: neither gauge nor counter", name)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s%v: %d series, want 1 (family has %d)", name, want, len(found), len(mfs[name].GetMetric()))
+	}
+	return found[0]
+}
+
+// adminTopicStats is the admin API's GetStats of a topic (the fields compared).
+type adminTopicStats struct {
+	MsgRateIn      float64 `json:"msgRateIn"`
+	MsgInCounter   int64   `json:"msgInCounter"`
+	BytesInCounter int64   `json:"bytesInCounter"`
+	StorageSize    int64   `json:"storageSize"`
+	Subscriptions  map[string]struct {
+		MsgBacklog int64 `json:"msgBacklog"`
+	} `json:"subscriptions"`
+}
+
+func getTopicStats(t *testing.T, adminURL, topic string) adminTopicStats {
+	t.Helper()
+	resp, err := http.Get(adminURL + "/admin/v2/" + strings.Replace(topic, "://", "/", 1) + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st adminTopicStats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// Issue 29: a broker's /metrics carries Pulsar's topic, subscription and
+// namespace metrics under Pulsar's names and labels, with the values the
+// admin API's stats report: pulsar_in_messages_total is what was sent, a
+// subscription's backlog is what it left unacknowledged, the topic's
+// backlog their sum; the Go runtime and process collectors beside them.
+func TestPulsarMetricsMatchWhatWasSent(t *testing.T) {
+	s := testutil.StartStandalone(t, t.TempDir())
+	client := newPulsarClient(t, s.URL)
+	topic := topicName(t)
+	const sent, acked = 50, 20
+	// Subscriptions before the messages: "reader" consumes and acks
+	// some, "idle" none.
+	reader, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "reader", Type: pulsar.Exclusive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	idle, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "idle", Type: pulsar.Shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	prod, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range sent {
+		if _, err := prod.Send(ctx, &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "message-%03d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range acked {
+		m, err := reader.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reader.Ack(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Acks travel asynchronously: wait until the broker's stats show them.
+	testutil.Eventually(t, 20*time.Second, "acks applied", func() bool {
+		return getTopicStats(t, s.AdminURL, topic).Subscriptions["reader"].MsgBacklog == sent-acked
+	})
+
+	// A backlog quota: its limit beside the backlog, for the alert on
+	// a backlog near it.
+	const quota = 1 << 20
+	req, err := http.NewRequest("POST", s.AdminURL+"/admin/v2/namespaces/public/default/backlogQuota",
+		strings.NewReader(fmt.Sprintf(`{"limitSize":%d,"policy":"producer_request_hold"}`, quota)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("set backlog quota: HTTP %d", resp.StatusCode)
+	}
+	testutil.Eventually(t, 20*time.Second, "quota limit exported", func() bool {
+		return len(scrape(t, s.AdminURL+"/metrics")["pulsar_storage_backlog_quota_limit"].GetMetric()) > 0
+	})
+
+	mfs := scrape(t, s.AdminURL+"/metrics")
+	st := getTopicStats(t, s.AdminURL, topic)
+	tl := map[string]string{"cluster": "standalone", "namespace": "public/default", "topic": topic}
+	for name, want := range map[string]float64{
+		"pulsar_in_messages_total":           sent,
+		"pulsar_in_bytes_total":              float64(st.BytesInCounter),
+		"pulsar_storage_size":                float64(st.StorageSize),
+		"pulsar_msg_backlog":                 (sent - acked) + sent,
+		"pulsar_subscriptions_count":         2,
+		"pulsar_producers_count":             1,
+		"pulsar_consumers_count":             2,
+		"pulsar_storage_backlog_quota_limit": quota,
+	} {
+		if got := sample(t, mfs, name, tl); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if st.BytesInCounter < sent*int64(len("message-000")) {
+		t.Errorf("bytesInCounter %d below the payloads sent", st.BytesInCounter)
+	}
+	if got := mfs["pulsar_in_messages_total"].GetType(); got != dto.MetricType_COUNTER {
+		t.Errorf("pulsar_in_messages_total is a %v, want a counter", got)
+	}
+	// The rate is the stats' rate (the same meter, read a moment apart).
+	if got := sample(t, mfs, "pulsar_rate_in", tl); got <= 0 || math.Abs(got-st.MsgRateIn) > 0.25*st.MsgRateIn {
+		t.Errorf("pulsar_rate_in = %v, the stats' msgRateIn %v", got, st.MsgRateIn)
+	}
+	for sub, want := range map[string]float64{"reader": sent - acked, "idle": sent} {
+		sl := map[string]string{"cluster": "standalone", "namespace": "public/default", "topic": topic, "subscription": sub}
+		if got := sample(t, mfs, "pulsar_subscription_back_log", sl); got != want {
+			t.Errorf("pulsar_subscription_back_log{subscription=%q} = %v, want %v", sub, got, want)
+		}
+		if got := sample(t, mfs, "pulsar_subscription_consumers_count", sl); got != 1 {
+			t.Errorf("pulsar_subscription_consumers_count{subscription=%q} = %v, want 1", sub, got)
+		}
+	}
+	if got := sample(t, mfs, "pulsar_subscription_msg_rate_out", map[string]string{"topic": topic, "subscription": "reader"}); got <= 0 {
+		t.Errorf("pulsar_subscription_msg_rate_out{subscription=reader} = %v after dispatching %d", got, sent)
+	}
+	if got := sample(t, mfs, "pulsar_topics_count", map[string]string{"namespace": "public/default"}); got < 1 {
+		t.Errorf("pulsar_topics_count = %v", got)
+	}
+	if got := sample(t, mfs, "meridian_broker_ready", nil); got != 1 {
+		t.Errorf("meridian_broker_ready = %v of a serving broker", got)
+	}
+	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {
+		if len(mfs[name].GetMetric()) == 0 {
+			t.Errorf("%s not exported", name)
+		}
+	}
+}
+
+// Issue 29, Pulsar's exposeTopicLevelMetricsInPrometheus=false: the topic
+// figures are summed per namespace, with no topic or subscription series
+// (of Pulsar's or of meridian_broker_topic_*).
+func TestPulsarMetricsNamespaceLevel(t *testing.T) {
+	s := testutil.StartStandalone(t, t.TempDir(), "--expose-topic-level-metrics=false")
+	client := newPulsarClient(t, s.URL)
+	const topics, each = 3, 7
+	for i := range topics {
+		topic := fmt.Sprintf("%s-%d", topicName(t), i)
+		c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		produce(t, p, each, nil)
+	}
+	mfs := scrape(t, s.AdminURL+"/metrics")
+	nl := map[string]string{"cluster": "standalone", "namespace": "public/default"}
+	for name, want := range map[string]float64{
+		"pulsar_topics_count":        topics,
+		"pulsar_in_messages_total":   topics * each,
+		"pulsar_msg_backlog":         topics * each,
+		"pulsar_subscriptions_count": topics,
+		"pulsar_producers_count":     topics,
+	} {
+		if got := sample(t, mfs, name, nl); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	for name, mf := range mfs {
+		if strings.HasPrefix(name, "meridian_broker_topic_") || name == "meridian_broker_subscription_backlog_messages" {
+			t.Errorf("%s exported at namespace level", name)
+		}
+		if strings.HasPrefix(name, "pulsar_subscription_") {
+			t.Errorf("%s exported at namespace level", name)
+		}
+		if !strings.HasPrefix(name, "pulsar_") {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "topic" {
+					t.Errorf("%s has a topic label at namespace level", name)
+				}
+			}
+		}
+	}
+}
