@@ -21,7 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/meridian-mq/meridian/proto/bookiepb"
@@ -196,6 +198,42 @@ func (s *Server) newHealth() (*healthz.Checker, func()) {
 // beyond the bound wait for a stream to end, they do not fail.
 const maxConcurrentStreams = 4096
 
+// Who may call a bookie over mutual TLS (the handshake admits any
+// certificate of the CA): adds and reads, fencing (ReadLac) included,
+// want a certificate naming RoleBroker or RoleAutorecovery — not a
+// user's certificate from the same CA (the Pulsar listener's "tls"
+// authentication), nor another bookie's or an etcd member's. Info (disk
+// usage, read-only state; `meridian admin bookies list`) is served to
+// any certificate of the CA. Without TLS the bookie serves anyone: a
+// broker with authentication on refuses to start without TLS, so it
+// never writes to such a bookie (cmd/meridian).
+var ledgerRoles = []string{tlsutil.RoleBroker, tlsutil.RoleAutorecovery}
+
+// roleCheck refuses a call whose caller may not make it.
+func roleCheck(ctx context.Context, method string) error {
+	if method == bookiepb.Bookie_Info_FullMethodName {
+		return nil
+	}
+	if err := tlsutil.RoleError(ctx, method, ledgerRoles...); err != nil {
+		return status.Error(codes.PermissionDenied, "bookie: "+err.Error())
+	}
+	return nil
+}
+
+func unaryRoleCheck(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := roleCheck(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func streamRoleCheck(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := roleCheck(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
 // Start listens on cfg.ListenAddr (and cfg.MetricsAddr), serves, and
 // registers the bookie (writable or read-only) in the Registry.
 //
@@ -277,7 +315,8 @@ func (s *Server) listen() error {
 			}
 			return fmt.Errorf("bookie: %w", err)
 		}
-		opts = append(opts, grpc.Creds(tlsSrc.GRPCServer(tlsutil.RequireClientCert)))
+		opts = append(opts, grpc.Creds(tlsSrc.GRPCServer(tlsutil.RequireClientCert)),
+			grpc.UnaryInterceptor(unaryRoleCheck), grpc.StreamInterceptor(streamRoleCheck))
 	}
 	s.grpcSrv = grpc.NewServer(opts...)
 	bookiepb.RegisterBookieServer(s.grpcSrv, s)

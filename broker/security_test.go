@@ -538,7 +538,7 @@ func TestCertificateRotationWithoutRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ca.IssueFiles(dir, "standalone", filepath.Join(dir, "ca.pem"), tlsutil.LocalLeaf("standalone", "standalone")); err != nil {
+	if _, err := ca.IssueFiles(dir, "standalone", filepath.Join(dir, "ca.pem"), tlsutil.LocalLeaf("standalone", "standalone", tlsutil.AllRoles...)); err != nil {
 		t.Fatal(err)
 	}
 	after := serial()

@@ -67,6 +67,12 @@ type EtcdConfig struct {
 	// enables it), a client certificate's common name is its etcd user.
 	// etcd re-reads the certificate and key at each handshake.
 	TLS tlsutil.Files `yaml:"tls,omitempty"`
+	// AllowedClientCNs, with TLS, admits only client certificates with
+	// one of these common names (etcd's --client-cert-allowed-cn): the
+	// standalone's embedded etcd serves the standalone's own certificate
+	// only, not any other certificate of its CA (a user's, for the Pulsar
+	// listener's "tls" authentication). Empty: any certificate of the CA.
+	AllowedClientCNs []string `yaml:"-"`
 	// Logger receives the member's leader changes and its leadership
 	// moves; etcd's own warnings go to stderr (serverZap). Default
 	// slog.Default().
@@ -153,6 +159,7 @@ func StartEtcd(c EtcdConfig) (*Etcd, error) {
 		ti := transport.TLSInfo{CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, TrustedCAFile: c.TLS.CAFile, ClientCertAuth: true}
 		ec.ClientTLSInfo, ec.PeerTLSInfo = ti, ti
 		ec.PeerTLSInfo.ClientCertAuth = true
+		ec.ClientTLSInfo.AllowedCNs = c.AllowedClientCNs
 	}
 	quiet := new(atomic.Bool)
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(serverZap(quiet))

@@ -19,8 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -36,10 +34,10 @@ import (
 //     BrokerServiceUrlTls carry it);
 //   - the admin API is https;
 //   - the replication gRPC service requires client certificates from the
-//     CA and accepts a stream only from a certificate naming a region
-//     (tlsutil.RegionOf) that is the stream's source region
-//     (ReplAuthorize); this broker's replication clients
-//     present its certificate;
+//     CA and accepts a stream only from a broker's certificate
+//     (tlsutil.RoleBroker) naming a region (tlsutil.RegionOf) that is the
+//     stream's source region (ReplAuthorize); this broker's replication
+//     clients present its certificate;
 //   - the certificate files are re-read when they change (tlsutil).
 
 // Config configures TLS, authentication and authorization. Read once by
@@ -293,28 +291,31 @@ func (g *Guard) HandshakeConn(u, host string, timeout time.Duration) (net.Conn, 
 	return net.DialTimeout("tcp", host, timeout)
 }
 
-// ReplAuthorize admits an incoming replication stream from region source:
-// with TLS, the peer's certificate (verified against the CA by the
-// handshake) must name that region. (Replicate then checks that the
-// namespace replicates between source and this region.)
+// ReplAuthorize admits an incoming replication stream (or Verify call)
+// from region source: with TLS, the peer's certificate (verified against
+// the CA by the handshake) must name the role broker
+// (tlsutil.RoleBroker: not a bookie's or an etcd member's certificate of
+// that region) and that region. (Replicate then checks that the
+// namespace replicates between source and this region.) Without TLS
+// every caller is admitted: a broker with authentication on refuses to
+// start without TLS (cmd/meridian).
 func (g *Guard) ReplAuthorize(ctx context.Context, source string) error {
 	if !g.TLSOn() {
 		return nil
 	}
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		g.sec.replRefused.Inc()
-		return status.Error(codes.Unauthenticated, "replication: no peer information")
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.PeerCertificates) == 0 {
+	cert, err := tlsutil.PeerCertificate(ctx)
+	if err != nil {
 		g.sec.replRefused.Inc()
 		return status.Error(codes.Unauthenticated, "replication: the peer presented no certificate")
 	}
-	region, err := tlsutil.RegionOf(ti.State.PeerCertificates[0])
+	region, err := tlsutil.RegionOf(cert)
 	if err != nil || region != source {
 		g.sec.replRefused.Inc()
 		return status.Errorf(codes.PermissionDenied, "replication: the peer's certificate does not speak for region %s (%v; names %q)", source, err, region)
+	}
+	if err := tlsutil.RoleError(ctx, "replication from region "+source, tlsutil.RoleBroker); err != nil {
+		g.sec.replRefused.Inc()
+		return status.Error(codes.PermissionDenied, "replication: "+err.Error())
 	}
 	return nil
 }

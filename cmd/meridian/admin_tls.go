@@ -18,9 +18,9 @@ import (
 func newTLSCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "tls", Short: "A deployment's CA and certificates (as `meridian up --tls` makes them)"}
 	var dir, name, region string
-	var hosts []string
+	var hosts, roles []string
 	create := &cobra.Command{
-		Use:   "create-cert --dir DIR --name NAME [--region REGION] --host HOST...",
+		Use:   "create-cert --dir DIR --name NAME [--region REGION] [--role ROLE...] --host HOST...",
 		Short: "Make DIR/NAME.pem and DIR/NAME-key.pem (0600), signed by DIR/ca.pem (made, with DIR/ca-key.pem, if missing); existing valid files are kept",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -38,7 +38,7 @@ func newTLSCmd() *cobra.Command {
 			if len(hosts) == 0 {
 				return errors.New("--host is required: the names and IPs others dial this process by")
 			}
-			l, err := tlsutil.HostLeaf(name, region, hosts)
+			l, err := tlsutil.HostLeaf(name, region, hosts, roles...)
 			if err != nil {
 				return err
 			}
@@ -56,6 +56,7 @@ func newTLSCmd() *cobra.Command {
 	f.StringVar(&name, "name", "", "the certificate's name: its common name and file names")
 	f.StringVar(&region, "region", "", "the region the holder speaks for on replication links (URI SAN meridian://region/REGION); none for clients and the witness")
 	f.StringArrayVar(&hosts, "host", nil, "a DNS name or IP address the holder is dialled by (repeat, or comma-separate)")
+	f.StringArrayVar(&roles, "role", nil, "a role the holder plays (URI SAN meridian://role/ROLE): broker, bookie, autorecovery, etcd (repeat); a bookie takes ledger operations only from a broker or autorecovery, a replication link only from a broker; none for clients")
 	cmd.AddCommand(create)
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/meridian-mq/meridian/internal/httpserve"
+	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -139,6 +140,9 @@ func newAutorecoveryCmd() *cobra.Command {
 		secfc := sec.settings()
 		tlsSrc, err := secfc.tlsSource()
 		if err != nil {
+			return err
+		}
+		if err := ownRoles(tlsSrc, "autorecovery", tlsutil.RoleAutorecovery, tlsutil.RoleBroker); err != nil {
 			return err
 		}
 		store, err := secfc.connectStore(ctx, md.endpoints(), md.regionPrefix(), tlsSrc)

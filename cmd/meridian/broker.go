@@ -16,6 +16,7 @@ import (
 	"github.com/meridian-mq/meridian/failover"
 	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/meridian-mq/meridian/internal/netaddr"
+	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -118,7 +119,7 @@ func newBrokerCmd() *cobra.Command {
 	withConfig(cmd, func(eff *config.Effective) error {
 		return validateAll(eff, rules(logRules, regionRules, gossipRules, recoveryRules, authRules, brokerRules, verifierRules, map[string]config.Rule{
 			"metadata.global": config.URLList(false),
-		}), quorumCheck, listenerCheck)
+		}), quorumCheck, listenerCheck, authNeedsTLS)
 	}, func(cmd *cobra.Command, _ *config.Effective) error {
 		return runBroker(md, bf, gossip, rf, limits, delayed, sec)
 	})
@@ -158,6 +159,11 @@ var brokerRules = map[string]config.Rule{
 	"broker.max_buffered_frame_bytes":          config.IntMin(-1, "-1: no limit"),
 	"broker.max_connections_per_ip":            config.IntMin(-1, "-1: no limit"),
 	"broker.max_producers_per_topic":           config.IntMin(-1, "-1: no limit"),
+	"broker.admin_read_header_timeout":         config.AnyDuration,
+	"broker.admin_read_timeout":                config.AnyDuration,
+	"broker.admin_write_timeout":               config.AnyDuration,
+	"broker.admin_idle_timeout":                config.AnyDuration,
+	"broker.admin_max_connections":             config.IntMin(-1, "-1: no limit"),
 }
 
 func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryFlags, limits connLimitFlags, delayed delayedFlags, sec securityFlags) error {
@@ -167,6 +173,9 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	secfc := sec.settings()
 	tlsSrc, err := secfc.tlsSource()
 	if err != nil {
+		return err
+	}
+	if err := ownRoles(tlsSrc, "broker", tlsutil.RoleBroker); err != nil {
 		return err
 	}
 	security, err := secfc.brokerSecurity(tlsSrc)

@@ -335,8 +335,11 @@ broker:
   listen_addr: 10.0.0.1:6650    # the flag wins
   admin_addr: 10.0.0.1:8080     # the environment wins
   rack: r2                      # the file wins
+metadata:
+  endpoints: https://10.0.0.1:2379
 security:
   token_secret_key: "`+secret+`"
+  tls: {cert_file: /etc/m/broker.pem, key_file: /etc/m/broker-key.pem, ca_file: /etc/m/ca.pem}
 gossip:
   key: `+gossipKey+`
 `), 0o600); err != nil {

@@ -299,3 +299,69 @@ func ledgerDialOptions(src *tlsutil.Source) []grpc.DialOption {
 	}
 	return []grpc.DialOption{grpc.WithTransportCredentials(src.GRPCClient())}
 }
+
+// authNeedsTLS refuses token authentication without TLS (issue 30): the
+// Pulsar listener and the admin API would check tokens while the
+// bookies' gRPC ports (another tenant's entries; ReadLac fencing a live
+// ledger), the replication port (namespaces and their regions; writes
+// into topics) and etcd (the grants) took callers with no credentials.
+// With TLS each of them authenticates its callers by certificate: the
+// bookies want a broker's (or auto-recovery's) role, the replication
+// port a broker of the stream's source region, etcd a certificate of the
+// CA (and the standalone's embedded etcd the standalone's own). So a
+// broker or a standalone with a token key starts only with TLS on, and a
+// broker only with https:// etcd endpoints (etcd serving mutual TLS).
+func authNeedsTLS(eff *config.Effective) error {
+	get := func(k string) string { s, _ := eff.Get(k); return s.Value }
+	key := "security.token_secret_key"
+	if get(key) == "" {
+		key = "security.token_public_key"
+	}
+	if get(key) == "" {
+		return nil
+	}
+	standalone := false
+	if _, ok := eff.Get("standalone.tls"); ok {
+		standalone = true
+		if get("standalone.tls") == "true" {
+			return nil
+		}
+	}
+	tlsOn := get("security.tls.cert_file") != "" && get("security.tls.key_file") != "" && get("security.tls.ca_file") != ""
+	if !tlsOn {
+		set := "--tls-cert-file, --tls-key-file and --tls-trust-certs-file (security.tls.*), with certificates naming the processes' roles (docs/security.md)"
+		if standalone {
+			set = "--tls (a local CA in DATA-DIR/tls), or " + set
+		}
+		return eff.Errorf(key, "token authentication is on but TLS is off: the bookies' and the replication service's gRPC ports and etcd would serve callers without credentials; set %s", set)
+	}
+	if standalone {
+		return nil
+	}
+	for _, k := range []string{"metadata.endpoints", "metadata.global"} {
+		for _, u := range splitList(get(k)) {
+			if _, url, named := strings.Cut(u, "="); named {
+				u = url
+			}
+			if !strings.HasPrefix(u, "https://") {
+				return eff.Errorf(k, "token authentication is on but etcd endpoint %s is not https://: etcd would serve the grants and the ledgers' metadata to callers without credentials; run etcd with mutual TLS (meridian etcd --tls-cert-file ...) and give https:// endpoints", u)
+			}
+		}
+	}
+	return nil
+}
+
+// ownRoles checks, at start, that this process's certificate names the
+// role the ports it calls want (tlsutil.RolesOf): otherwise every bookie
+// (and other regions' brokers) would refuse it, call after call.
+func ownRoles(src *tlsutil.Source, what string, roles ...string) error {
+	if src == nil {
+		return nil
+	}
+	c := src.Certificate()
+	if tlsutil.HasRole(c, roles...) {
+		return nil
+	}
+	return fmt.Errorf("%s: the certificate of --tls-cert-file (common name %q) names no role %s (the URI SAN %s): bookies refuse its ledger operations; issue it with that URI (docs/security.md)",
+		what, c.Subject.CommonName, strings.Join(roles, " or "), tlsutil.RoleURI(roles[0]))
+}

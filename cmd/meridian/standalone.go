@@ -59,7 +59,7 @@ file > default); --print-config shows the result.`,
 		defer stop()
 		var genFiles tlsutil.Files
 		if genTLS {
-			files, err := tlsutil.LocalPKI(filepath.Join(dataDir, "tls"), map[string]tlsutil.Leaf{"standalone": tlsutil.LocalLeaf("standalone", "standalone")})
+			files, err := tlsutil.LocalPKI(filepath.Join(dataDir, "tls"), map[string]tlsutil.Leaf{"standalone": tlsutil.LocalLeaf("standalone", "standalone", tlsutil.AllRoles...)})
 			if err != nil {
 				return fmt.Errorf("--tls: %w", err)
 			}
@@ -79,6 +79,9 @@ file > default); --print-config shows the result.`,
 		if err != nil {
 			return err
 		}
+		if err := ownRoles(tlsSrc, "standalone", tlsutil.RoleBroker); err != nil {
+			return err
+		}
 		security, err := secfc.brokerSecurity(tlsSrc)
 		if err != nil {
 			return err
@@ -89,6 +92,9 @@ file > default); --print-config shows the result.`,
 		}
 		if tlsSrc != nil {
 			ecfg.TLS = secfc.TLS
+			// The embedded etcd's only client is this process: no other
+			// certificate of the CA (a user's) may read the grants.
+			ecfg.AllowedClientCNs = []string{tlsSrc.Certificate().Subject.CommonName}
 			ecfg.ClientURL = strings.Replace(etcdClient, "http://", "https://", 1)
 			ecfg.PeerURL = strings.Replace(etcdPeer, "http://", "https://", 1)
 		}
@@ -234,7 +240,7 @@ file > default); --print-config shows the result.`,
 	rf.register(f, "recovery-", true)
 	sec.registerBroker(cmd)
 	withConfig(cmd, func(eff *config.Effective) error {
-		return validateAll(eff, rules(logRules, recoveryRules, authRules, standaloneRules), listenerCheck)
+		return validateAll(eff, rules(logRules, recoveryRules, authRules, standaloneRules), listenerCheck, authNeedsTLS)
 	}, run)
 	return cmd
 }
@@ -260,6 +266,11 @@ var standaloneRules = map[string]config.Rule{
 	"broker.max_buffered_frame_bytes":          brokerRules["broker.max_buffered_frame_bytes"],
 	"broker.max_connections_per_ip":            brokerRules["broker.max_connections_per_ip"],
 	"broker.max_producers_per_topic":           brokerRules["broker.max_producers_per_topic"],
+	"broker.admin_read_header_timeout":         brokerRules["broker.admin_read_header_timeout"],
+	"broker.admin_read_timeout":                brokerRules["broker.admin_read_timeout"],
+	"broker.admin_write_timeout":               brokerRules["broker.admin_write_timeout"],
+	"broker.admin_idle_timeout":                brokerRules["broker.admin_idle_timeout"],
+	"broker.admin_max_connections":             brokerRules["broker.admin_max_connections"],
 }
 
 // standaloneMemTableBytes is the standalone bookies' memtable size. They

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Makes deploy/compose/secrets/ (not in git; .gitignore): the deployment's
 # CA and a certificate per container (meridian admin tls create-cert: the
-# code `meridian up --tls` uses), each naming the container's hostname,
+# code `meridian up --tls` uses), each naming the container's role (as
+# `up --tls` issues them: a bookie takes ledger operations only from a
+# broker's certificate), its hostname,
 # localhost and 127.0.0.1 (the brokers' external listener, where the
 # host's clients reach them, and each container's own health probe); the token secret key, a super-user token
 # (admin.token) and the gossip key. Files that are there are kept. They
@@ -18,12 +20,12 @@ mkdir -p "$dir"
 # HEALTHCHECK probes its own https://127.0.0.1:PORT.
 cert() { "$bin" admin tls create-cert --dir "$dir" "$@" --host localhost,127.0.0.1 >/dev/null; }
 for r in east west; do
-  cert --name "$r-etcd" --region "$r" --host "$r-etcd"
-  cert --name "global-$r" --region "$r" --host "global-$r"
-  for i in 1 2 3 4; do cert --name "$r-bookie-$i" --region "$r" --host "$r-bookie-$i"; done
-  for i in 1 2; do cert --name "$r-broker-$i" --region "$r" --host "$r-broker-$i"; done
+  cert --name "$r-etcd" --region "$r" --role etcd --host "$r-etcd"
+  cert --name "global-$r" --region "$r" --role etcd --host "global-$r"
+  for i in 1 2 3 4; do cert --name "$r-bookie-$i" --region "$r" --role bookie --host "$r-bookie-$i"; done
+  for i in 1 2; do cert --name "$r-broker-$i" --region "$r" --role broker --host "$r-broker-$i"; done
 done
-cert --name witness --host witness
+cert --name witness --role etcd --host witness
 cert --name client          # tools: etcd asks every client for a certificate
 [ -s "$dir/token-secret.key" ] || "$bin" admin tokens create-secret-key --output "$dir/token-secret.key"
 [ -s "$dir/admin.token" ] || "$bin" admin tokens create --secret-key "file://$dir/token-secret.key" --subject admin > "$dir/admin.token"

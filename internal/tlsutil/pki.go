@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -106,6 +107,11 @@ type Leaf struct {
 	// Region, if set, adds the URI SAN meridian://region/REGION
 	// (RegionOf): the holder speaks for that region on replication links.
 	Region string
+	// Roles add the URI SANs meridian://role/ROLE (RolesOf): the ports
+	// the holder may use (a bookie's ledger operations want RoleBroker or
+	// RoleAutorecovery, a replication stream RoleBroker). None: a user's
+	// or a tool's certificate.
+	Roles []string
 	// Validity: how long from now. Default one year.
 	Validity time.Duration
 }
@@ -133,6 +139,9 @@ func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
 	}
 	if l.Region != "" {
 		tmpl.URIs = []*url.URL{RegionURI(l.Region)}
+	}
+	for _, r := range l.Roles {
+		tmpl.URIs = append(tmpl.URIs, RoleURI(r))
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
@@ -223,7 +232,7 @@ func LocalPKI(dir string, leaves map[string]Leaf) (map[string]Files, error) {
 	out := map[string]Files{}
 	for name, l := range leaves {
 		f := Files{CertFile: filepath.Join(dir, name+".pem"), KeyFile: filepath.Join(dir, name+"-key.pem"), CAFile: caFile}
-		if _, err := NewSource(f); err == nil && !fresh {
+		if src, err := NewSource(f); err == nil && !fresh && matches(src.Certificate(), l) {
 			out[name] = f
 			continue
 		}
@@ -235,18 +244,35 @@ func LocalPKI(dir string, leaves map[string]Leaf) (map[string]Files, error) {
 	return out, nil
 }
 
+// matches reports whether an issued certificate carries what l asks for:
+// its common name, region and roles (a certificate made before roles
+// existed is issued again).
+func matches(c *x509.Certificate, l Leaf) bool {
+	if c == nil || c.Subject.CommonName != l.CommonName {
+		return false
+	}
+	region, _ := RegionOf(c)
+	return region == l.Region && slices.Equal(RolesOf(c), l.Roles)
+}
+
 // LocalLeaf is a leaf for a process of a deployment on this machine: its
-// name, the local names (LocalNames) and its region.
-func LocalLeaf(name, region string) Leaf {
+// name, the local names (LocalNames), its region and its roles.
+func LocalLeaf(name, region string, roles ...string) Leaf {
 	dns, ips := LocalNames()
-	return Leaf{CommonName: name, DNSNames: dns, IPs: ips, Region: region}
+	return Leaf{CommonName: name, DNSNames: dns, IPs: ips, Region: region, Roles: roles}
 }
 
 // HostLeaf is a leaf for a process on another host or in a container: its
 // name, the DNS names and IP addresses of hosts (each may be a
-// comma-separated list) and its region ("" for none).
-func HostLeaf(name, region string, hosts []string) (Leaf, error) {
-	l := Leaf{CommonName: name, Region: region}
+// comma-separated list), its region ("" for none) and its roles (none for
+// a user's or a tool's certificate).
+func HostLeaf(name, region string, hosts []string, roles ...string) (Leaf, error) {
+	for _, r := range roles {
+		if !slices.Contains(AllRoles, r) {
+			return Leaf{}, fmt.Errorf("tlsutil: role %q: want one of %s", r, strings.Join(AllRoles, ", "))
+		}
+	}
+	l := Leaf{CommonName: name, Region: region, Roles: roles}
 	for _, h := range hosts {
 		for _, s := range strings.Split(h, ",") {
 			s = strings.TrimSpace(s)

@@ -10,9 +10,10 @@ import (
 
 // HostLeaf (meridian admin tls create-cert, deploy/compose/init.sh): each
 // --host becomes a DNS name or an IP SAN, comma-separated lists too, the
-// region a URI SAN; a host that is neither is refused by name.
+// region a URI SAN, each role a role URI; a host that is neither is
+// refused by name, and so is a role Meridian has not.
 func TestHostLeafNamesEveryHost(t *testing.T) {
-	l, err := HostLeaf("east-broker-1", "east", []string{"east-broker-1,localhost", " 127.0.0.1", "::1", "*.east.example.com"})
+	l, err := HostLeaf("east-broker-1", "east", []string{"east-broker-1,localhost", " 127.0.0.1", "::1", "*.east.example.com"}, RoleBroker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +39,12 @@ func TestHostLeafNamesEveryHost(t *testing.T) {
 	}
 	if r, err := RegionOf(c); err != nil || r != "east" {
 		t.Errorf("region %q %v, want east", r, err)
+	}
+	if got := RolesOf(c); !slices.Equal(got, []string{RoleBroker}) {
+		t.Errorf("roles %v, want [broker]", got)
+	}
+	if _, err := HostLeaf("x", "", []string{"x"}, "superuser"); err == nil {
+		t.Error("role \"superuser\" accepted")
 	}
 	for _, bad := range []string{"bad_name", "-x.example.com", "a..b"} {
 		if _, err := HostLeaf("x", "", []string{bad}); err == nil {

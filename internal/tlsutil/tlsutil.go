@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 )
 
 // ErrNoRegion: a peer's certificate names no region (RegionOf).
@@ -313,4 +314,104 @@ func RegionOf(c *x509.Certificate) (string, error) {
 		return "", ErrNoRegion
 	}
 	return region, nil
+}
+
+// Role identities: a Meridian process's certificate carries, beside its
+// region, the URI SAN meridian://role/ROLE for each role it plays, so a
+// port serves only the roles that need it: a bookie's ledger operations
+// take brokers and auto-recovery (not a user's certificate from the same
+// CA, which the Pulsar listener's "tls" authentication accepts, nor
+// another bookie's), a replication stream only a broker of its source
+// region (Leaf's Roles; a certificate may name several, as the
+// standalone's, which is every role at once).
+const roleURIHost = "role"
+
+// The roles a certificate names.
+const (
+	// RoleBroker: a broker (ledger writer and reader, replication
+	// source and target).
+	RoleBroker = "broker"
+	// RoleBookie: a bookie.
+	RoleBookie = "bookie"
+	// RoleAutorecovery: an auto-recovery process (re-replicates ledger
+	// fragments: reads and writes bookies).
+	RoleAutorecovery = "autorecovery"
+	// RoleEtcd: a member of an etcd cluster (a region's, the global
+	// store's, the witness).
+	RoleEtcd = "etcd"
+)
+
+// AllRoles are every role: a process playing them all (the standalone).
+var AllRoles = []string{RoleBroker, RoleBookie, RoleAutorecovery, RoleEtcd}
+
+// RoleURI is the URI SAN naming role.
+func RoleURI(role string) *url.URL {
+	return &url.URL{Scheme: regionURIScheme, Host: roleURIHost, Path: "/" + role}
+}
+
+// RolesOf returns the roles a certificate names, in its order (none: a
+// certificate of a user or a tool).
+func RolesOf(c *x509.Certificate) []string {
+	var out []string
+	for _, u := range c.URIs {
+		if u.Scheme != regionURIScheme || u.Host != roleURIHost {
+			continue
+		}
+		if r := strings.TrimPrefix(u.Path, "/"); r != "" && !strings.Contains(r, "/") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// HasRole reports whether a certificate names one of roles.
+func HasRole(c *x509.Certificate, roles ...string) bool {
+	for _, r := range RolesOf(c) {
+		for _, want := range roles {
+			if r == want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Errors of PeerCertificate.
+var (
+	// ErrNoPeerCertificate: the caller presented no verified certificate
+	// (a connection without TLS, or no client certificate).
+	ErrNoPeerCertificate = errors.New("tlsutil: the caller presented no certificate")
+)
+
+// PeerCertificate returns the verified leaf certificate of a gRPC call's
+// caller (ErrNoPeerCertificate without one).
+func PeerCertificate(ctx context.Context) (*x509.Certificate, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, ErrNoPeerCertificate
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.PeerCertificates) == 0 {
+		return nil, ErrNoPeerCertificate
+	}
+	return ti.State.PeerCertificates[0], nil
+}
+
+// RoleError says why a caller's certificate may not call method (nil
+// when it names one of roles): the message names what is wanted and
+// what the certificate carries.
+func RoleError(ctx context.Context, method string, roles ...string) error {
+	c, err := PeerCertificate(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	if HasRole(c, roles...) {
+		return nil
+	}
+	want := make([]string, len(roles))
+	for i, r := range roles {
+		want[i] = RoleURI(r).String()
+	}
+	return fmt.Errorf("%s needs a certificate naming role %s (%s); the caller's (common name %q) names %v",
+		method, strings.Join(roles, " or "), strings.Join(want, " or "), c.Subject.CommonName, RolesOf(c))
 }

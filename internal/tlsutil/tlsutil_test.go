@@ -2,6 +2,7 @@ package tlsutil
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -13,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 )
 
 func newPKI(t *testing.T, dir string) (*CA, string) {
@@ -233,4 +237,82 @@ func mustCert(t *testing.T, chainPEM []byte) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// A certificate names its roles as URI SANs beside its region; LocalPKI
+// issues again a certificate that does not carry the roles (or region)
+// asked for — one made before roles existed — and keeps one that does.
+func TestRolesAndLocalPKIReissue(t *testing.T) {
+	dir := t.TempDir()
+	files, err := LocalPKI(dir, map[string]Leaf{"b": LocalLeaf("b", "east")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewSource(files["b"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := src.Certificate()
+	if roles := RolesOf(old); len(roles) != 0 || HasRole(old, RoleBroker) {
+		t.Fatalf("a certificate issued without roles names %v", roles)
+	}
+	files, err = LocalPKI(dir, map[string]Leaf{"b": LocalLeaf("b", "east", RoleBroker, RoleAutorecovery)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err = NewSource(files["b"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := src.Certificate()
+	if c.SerialNumber.Cmp(old.SerialNumber) == 0 {
+		t.Fatal("LocalPKI kept a certificate without the roles asked for")
+	}
+	if r, err := RegionOf(c); err != nil || r != "east" {
+		t.Fatalf("region %q %v", r, err)
+	}
+	if got := RolesOf(c); len(got) != 2 || got[0] != RoleBroker || got[1] != RoleAutorecovery || !HasRole(c, RoleAutorecovery, RoleBookie) || HasRole(c, RoleBookie) {
+		t.Fatalf("roles %v", got)
+	}
+	// Asked again for the same: kept.
+	files, _ = LocalPKI(dir, map[string]Leaf{"b": LocalLeaf("b", "east", RoleBroker, RoleAutorecovery)})
+	src, _ = NewSource(files["b"])
+	if src.Certificate().SerialNumber.Cmp(c.SerialNumber) != 0 {
+		t.Fatal("LocalPKI issued again a certificate that carries what is asked")
+	}
+}
+
+// RoleError refuses a gRPC caller without a certificate or without one
+// of the roles, naming what is wanted, and admits one with a role.
+func TestRoleErrorOverGRPCPeer(t *testing.T) {
+	ca, _ := newPKI(t, t.TempDir())
+	leaf := func(l Leaf) *x509.Certificate {
+		p, _, err := ca.Issue(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := pem.Decode(p)
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ctxOf := func(c *x509.Certificate) context.Context {
+		st := tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}, VerifiedChains: [][]*x509.Certificate{{c}}}
+		return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{State: st}})
+	}
+	if err := RoleError(context.Background(), "m", RoleBroker); !errors.Is(err, ErrNoPeerCertificate) {
+		t.Fatalf("no peer: %v", err)
+	}
+	if err := RoleError(peer.NewContext(context.Background(), &peer.Peer{}), "m", RoleBroker); !errors.Is(err, ErrNoPeerCertificate) {
+		t.Fatalf("a peer without TLS: %v", err)
+	}
+	err := RoleError(ctxOf(leaf(LocalLeaf("bk", "east", RoleBookie))), "m", RoleBroker, RoleAutorecovery)
+	if err == nil || !strings.Contains(err.Error(), "role broker or autorecovery") || !strings.Contains(err.Error(), "meridian://role/broker") || !strings.Contains(err.Error(), "[bookie]") {
+		t.Fatalf("a bookie's certificate: %v", err)
+	}
+	if err := RoleError(ctxOf(leaf(LocalLeaf("br", "east", RoleBroker))), "m", RoleBroker, RoleAutorecovery); err != nil {
+		t.Fatalf("a broker's certificate: %v", err)
+	}
 }

@@ -46,11 +46,11 @@ type Stream struct {
 // handshake's; the answer to a Hello is awaited at most 15 s.
 func (d *Dialer) Open(ctx context.Context, addr string, h Hello) (*Stream, error) {
 	for range maxRedirects {
-		conn, err := d.Conn(addr)
+		conn, release, err := d.acquire(addr)
 		if err != nil {
 			return nil, err
 		}
-		sctx, scancel := context.WithCancel(ctx)
+		sctx, scancel := streamContext(ctx, release) // the stream's slot is freed when it ends
 		cs, err := replpb.NewReplicationClient(conn).Replicate(sctx)
 		if err == nil {
 			err = cs.Send(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Hello{Hello: &replpb.Hello{

@@ -163,9 +163,13 @@ func TestFailoverOverTLS(t *testing.T) {
 
 // Security issue test 3: replication across two regions over mutual TLS
 // works; a process with a certificate from another CA can open neither a
-// replication stream nor a bookie add stream; and a certificate from the
+// replication stream nor a bookie add stream; a certificate from the
 // deployment's CA that does not speak for the stream's source region is
-// refused too.
+// refused too, and so is one of that region with another role (a
+// bookie's: the roles of up's certificates, meridian://role/ROLE); a
+// bookie adds entries only for a broker's certificate, not for the
+// deployment's client certificate nor another bookie's (both may still
+// ask it for its disk usage).
 func TestReplicationOverMutualTLS(t *testing.T) {
 	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, TLS: true})
 	d.createNamespace("public/mtls", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-active"})
@@ -223,10 +227,13 @@ func TestReplicationOverMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eastCert, err := ca.IssueFiles(odir, "east-tool", up.CAFile(d.dir), tlsutil.LocalLeaf("east-tool", "east"))
+	eastCert, err := ca.IssueFiles(odir, "east-tool", up.CAFile(d.dir), tlsutil.LocalLeaf("east-tool", "east", tlsutil.RoleBroker))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A bookie of east: its certificate names region east, with the role
+	// bookie.
+	eastBookie := tlsutil.Files{CertFile: filepath.Join(up.TLSDir(d.dir), "east-bookie-1.pem"), KeyFile: filepath.Join(up.TLSDir(d.dir), "east-bookie-1-key.pem"), CAFile: up.CAFile(d.dir)}
 	hello := func(files tlsutil.Files, source string) error {
 		src, err := tlsutil.NewSource(files)
 		if err != nil {
@@ -260,6 +267,7 @@ func TestReplicationOverMutualTLS(t *testing.T) {
 		{"our CA's certificate without a region", clientFiles, "east", codes.PermissionDenied},
 		{"our CA's certificate of region mallory", mallory, "east", codes.PermissionDenied},
 		{"region mallory speaking for itself", mallory, "mallory", codes.PermissionDenied},
+		{"east's bookie's certificate", eastBookie, "east", codes.PermissionDenied},
 	} {
 		err := hello(c.files, c.source)
 		if status.Code(err) != c.code {
@@ -273,8 +281,10 @@ func TestReplicationOverMutualTLS(t *testing.T) {
 	}
 
 	// A bookie add stream with another CA's certificate fails; with the
-	// deployment's it is served.
+	// deployment's client certificate or a bookie's, Info is answered and
+	// the add refused; with a broker's it is served.
 	add := func(files tlsutil.Files) error {
+		t.Helper()
 		src, _ := tlsutil.NewSource(files)
 		cc, err := grpc.NewClient(westBookie, grpc.WithTransportCredentials(src.GRPCClient()))
 		if err != nil {
@@ -285,6 +295,9 @@ func TestReplicationOverMutualTLS(t *testing.T) {
 		defer cancel()
 		_, err = bookiepb.NewBookieClient(cc).Info(ctx, &bookiepb.InfoRequest{})
 		if err != nil {
+			if files != foreign {
+				t.Fatalf("bookie Info with %s: %v", files.CertFile, err)
+			}
 			return err
 		}
 		st, err := bookiepb.NewBookieClient(cc).AddEntries(ctx)
@@ -300,8 +313,14 @@ func TestReplicationOverMutualTLS(t *testing.T) {
 	if err := add(foreign); status.Code(err) != codes.Unavailable {
 		t.Fatalf("bookie add stream with another CA's certificate: %v", err)
 	}
-	if err := add(clientFiles); err != nil {
-		t.Fatalf("bookie with the deployment's certificate: %v", err)
+	for _, f := range []tlsutil.Files{clientFiles, eastBookie} {
+		if err := add(f); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "role broker or autorecovery") {
+			t.Fatalf("bookie add stream with %s: %v, want PermissionDenied naming the role", f.CertFile, err)
+		}
+	}
+	westBroker := tlsutil.Files{CertFile: filepath.Join(up.TLSDir(d.dir), "west-broker-1.pem"), KeyFile: filepath.Join(up.TLSDir(d.dir), "west-broker-1-key.pem"), CAFile: up.CAFile(d.dir)}
+	if err := add(westBroker); err != nil {
+		t.Fatalf("bookie add stream with a broker's certificate: %v", err)
 	}
 
 	// etcd authentication (up --tls turns it on): a certificate of the

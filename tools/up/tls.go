@@ -16,7 +16,9 @@ import (
 // DATA-DIR/tls and a certificate per process, each naming 127.0.0.1,
 // ::1, localhost and this host (tlsutil.LocalNames) and its region (the
 // URI SAN meridian://region/R, which other regions' brokers check on
-// replication streams). As every process listens on 127.0.0.1, the
+// replication streams) and its role (the URI SAN meridian://role/ROLE:
+// a bookie serves ledger operations to brokers only, a broker takes
+// replication streams from other regions' brokers only). As every process listens on 127.0.0.1, the
 // certificates cover the first host of the multi-region service URL,
 // which the Go client checks every broker against (TLSValidateHostname).
 // A "client" certificate (no region) is made for tools and tests.
@@ -59,7 +61,7 @@ func tlsArgs(dataDir, name string) []string {
 func (p *Plan) makePKI() error {
 	leaves := map[string]tlsutil.Leaf{"client": tlsutil.LocalLeaf("client", "")}
 	for _, ps := range p.Procs {
-		leaves[ps.Name] = tlsutil.LocalLeaf(ps.Name, ps.regionOrWitness())
+		leaves[ps.Name] = tlsutil.LocalLeaf(ps.Name, ps.regionOrWitness(), ps.tlsRole())
 	}
 	if _, err := tlsutil.LocalPKI(TLSDir(p.Options.DataDir), leaves); err != nil {
 		return err
@@ -75,6 +77,20 @@ func (p *Plan) makePKI() error {
 		return err
 	}
 	return os.WriteFile(kf, []byte(base64.StdEncoding.EncodeToString(k)+"\n"), 0o600)
+}
+
+// tlsRole is the role a process's certificate names (tlsutil.RolesOf):
+// what the ports it calls check.
+func (ps ProcSpec) tlsRole() string {
+	switch ps.Role {
+	case "broker":
+		return tlsutil.RoleBroker
+	case "bookie":
+		return tlsutil.RoleBookie
+	case "autorecovery":
+		return tlsutil.RoleAutorecovery
+	}
+	return tlsutil.RoleEtcd // etcd, global-etcd, witness
 }
 
 // GossipKeyFile holds a TLS deployment's gossip key (base64).
