@@ -96,6 +96,7 @@ func JoinMembership(cfg MembershipConfig) (*Membership, error) {
 	ml.GossipInterval, ml.GossipNodes = cfg.GossipInterval, cfg.GossipNodes
 	ml.RetransmitMult = cfg.RetransmitMult
 	ml.GossipToTheDeadTime = cfg.GossipToTheDeadTime
+	ml.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime
 	ml.PushPullInterval = cfg.PushPullInterval
 	ml.TCPTimeout = cfg.TCPTimeout
 	// Gossip packets are small (a member's tags, a probe result) and sent

@@ -116,6 +116,17 @@ type MembershipConfig struct {
 	// GossipToTheDeadTime: how long a failed member still receives gossip,
 	// so it can refute a false failure. Default 30 s (LAN).
 	GossipToTheDeadTime time.Duration
+	// DeadNodeReclaimTime: how long after a member is declared failed its
+	// name may come back from another address (a container or pod
+	// restarted with a new IP). memberlist's default, 0, refuses that
+	// until the dead entry is dropped after GossipToTheDeadTime, and every
+	// peer logs "Conflicting address" meanwhile. Default 1 ms, at once:
+	// names are one process's each, so a failed member's name at a new
+	// address is that process restarted; and a longer time refuses the
+	// restarted member's join, which it then repeats only at the next
+	// push/pull (PushPullInterval). Must be >= 0 (0: memberlist's
+	// refusal).
+	DeadNodeReclaimTime time.Duration
 	// PushPullInterval: a full state exchange with one random member over
 	// TCP, the anti-entropy that repairs missed broadcasts. Default 30 s
 	// (LAN). Must be > 0.
@@ -204,6 +215,7 @@ func DefaultMembershipConfig() MembershipConfig {
 		GossipNodes:             3,
 		RetransmitMult:          4,
 		GossipToTheDeadTime:     30 * time.Second,
+		DeadNodeReclaimTime:     time.Millisecond,
 		PushPullInterval:        30 * time.Second,
 		TCPTimeout:              10 * time.Second,
 		ReconnectInterval:       30 * time.Second,
@@ -464,6 +476,8 @@ func (c MembershipConfig) Validate() error {
 		return bad("RetransmitMult %d must be >= 1", c.RetransmitMult)
 	case c.GossipToTheDeadTime < 0:
 		return bad("GossipToTheDeadTime must be >= 0")
+	case c.DeadNodeReclaimTime < 0:
+		return bad("DeadNodeReclaimTime must be >= 0")
 	case c.PushPullInterval <= 0:
 		return bad("PushPullInterval must be > 0 (it repairs missed broadcasts)")
 	case c.TCPTimeout <= 0:

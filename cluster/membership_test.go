@@ -605,3 +605,39 @@ func TestMembershipCrashedMemberRestarts(t *testing.T) {
 	}
 	t.Logf("back alive %s after restart", time.Since(failedAt).Round(time.Millisecond))
 }
+
+// A crashed member that comes back under its name at another address (a
+// container or a pod restarted with a new IP, as `docker start` gives)
+// is alive again at once. memberlist refuses a dead member's name from a
+// new address unless DeadNodeReclaimTime has passed since its death, and
+// its default (0) means never: until the dead entry is dropped after
+// GossipToTheDeadTime (30 s by default) every peer logged "Conflicting
+// address" and kept the member dead — in make test-hosts, east's
+// restarted brokers and bookies could not see each other for that long
+// and a producer timed out.
+func TestMembershipCrashedMemberRestartsAtANewAddress(t *testing.T) {
+	t.Cleanup(noLeaks(t))
+	slow := func(c *MembershipConfig) { c.GossipToTheDeadTime = 30 * time.Second }
+	ms := startCluster(t, fourMembers[:3], nil, slow)
+	victim := ms[2]
+	old := victim.GossipAddr()
+	victim.Shutdown()
+	waitView(t, ms[0], 2*FastLocalConfig().FailureDetectionBound(3), "victim failed", func(v HealthView) bool {
+		return v.IsFailed(fourMembers[2].name)
+	})
+	failedAt := time.Now()
+	cfg := memberConfig(t, fourMembers[2], []string{ms[0].GossipAddr()}, nil)
+	slow(&cfg)
+	cfg.BindPort = 0 // another port: another address
+	back := join(t, cfg)
+	if back.GossipAddr() == old {
+		t.Fatalf("restarted at the same address %s", old)
+	}
+	for _, m := range ms[:2] {
+		waitView(t, m, 5*time.Second, m.LocalName()+" sees the victim back at its new address", func(v HealthView) bool {
+			mem, _ := v.Member(fourMembers[2].name)
+			return mem.State == MemberAlive
+		})
+	}
+	t.Logf("back alive at %s (was %s) %s after the restart", back.GossipAddr(), old, time.Since(failedAt).Round(time.Millisecond))
+}
