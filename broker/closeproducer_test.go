@@ -31,6 +31,7 @@ func testBroker() *Broker {
 	b := &Broker{cfg: Config{Cluster: "east"}.withDefaults(), log: slog.New(slog.NewTextHandler(io.Discard, nil)), topics: map[string]*topicSlot{}}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.metrics = newMetrics("east", b)
+	b.np = newNPRegistry(b)
 	return b
 }
 

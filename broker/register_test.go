@@ -37,6 +37,7 @@ func TestGlobalRegistrationRetriedInTheBackground(t *testing.T) {
 	bctx, bcancel := context.WithCancel(context.Background())
 	defer bcancel()
 	b := &Broker{ctx: bctx, cancel: bcancel, cfg: Config{Cluster: "east", BrokerID: "east-broker-1", OwnershipTTL: 3 * time.Second}, log: slog.Default()}
+	b.np = newNPRegistry(b)
 	g := &ownership{b: b, owned: map[string]bundle{}, info: BrokerInfo{ID: "east-broker-1"}, store: global,
 		regKey: "/stretched/brokers/east/east-broker-1"}
 	rctx, rcancel := context.WithTimeout(bctx, 2*time.Second)
