@@ -90,7 +90,7 @@ type runner struct {
 	start   time.Time
 	stopAt  time.Time // when the producers were told to stop
 	mu      sync.Mutex
-	ledgers map[int64]string // ledger id → the region whose copy holds it (sampled during the run)
+	ledgers ledgerRegions // (topic, ledger id) → the region whose copy holds it (sampled during the run)
 	proxies []*wanproxy.Proxy
 	hit     map[string][]up.ProcSpec // target → the processes its kill or stop hit
 	disks   map[string]*smallDisk    // process → its small data filesystem (disk-full)
@@ -411,14 +411,47 @@ func (r *runner) sampleLedgers(ctx context.Context) {
 			}
 			r.mu.Lock()
 			if r.ledgers == nil {
-				r.ledgers = map[int64]string{}
+				r.ledgers = ledgerRegions{}
 			}
-			for _, l := range ls {
-				if _, ok := r.ledgers[l]; !ok {
-					r.ledgers[l] = reg
-				}
-			}
+			r.ledgers.note(t, reg, ls)
 			r.mu.Unlock()
+		}
+	}
+}
+
+// ledgerKey is one ledger of one of the workload's topics.
+type ledgerKey struct {
+	topic string // as topicKey gives it
+	id    int64
+}
+
+// topicKey names topic as the scenario's producers and consumers may
+// spell it, with or without its scheme or tenant and namespace.
+func topicKey(topic string) string {
+	t := trimScheme(topic)
+	if !strings.Contains(t, "/") {
+		t = "public/default/" + t
+	}
+	return t
+}
+
+// ledgerRegions maps a topic's ledgers to the region whose copy of the
+// topic holds them; "" marks an id found in two regions' copies. Ledger
+// ids are the revisions of each region's own etcd, so two regions can
+// hand out the same id: such a receipt's region cannot be told from its
+// id, and guessing the first region seen would count region switches
+// (ack_region_switches) that did not happen.
+type ledgerRegions map[ledgerKey]string
+
+// note records that region's copy of topic holds the ledgers ids.
+func (m ledgerRegions) note(topic, region string, ids []int64) {
+	for _, id := range ids {
+		k := ledgerKey{topicKey(topic), id}
+		switch had, ok := m[k]; {
+		case !ok:
+			m[k] = region
+		case had != region:
+			m[k] = ""
 		}
 	}
 }
@@ -678,16 +711,17 @@ func (r *runner) owner(topic string) (up.ProcSpec, bool) {
 }
 
 // history assembles the checker's input, each message attributed to the
-// region that acknowledged or delivered it (by its ledger: ledger ids are
-// unique across regions, and each region writes its own).
+// region that acknowledged or delivered it (by its topic's ledger: each
+// region writes its own ledgers, but numbers them itself, so an id both
+// regions' copies of a topic hold says nothing and is left unknown).
 func (r *runner) history(ctx context.Context, end time.Time, subs []check.Sub) check.History {
 	r.sampleLedgers(ctx)
 	r.mu.Lock()
 	region := maps.Clone(r.ledgers)
 	r.mu.Unlock()
-	of := func(id string) string {
+	of := func(topic, id string) string {
 		if l, ok := ledgerOf(id); ok {
-			return region[l]
+			return region[ledgerKey{topicKey(topic), l}]
 		}
 		return ""
 	}
@@ -700,12 +734,12 @@ func (r *runner) history(ctx context.Context, end time.Time, subs []check.Sub) c
 	r.rec.mu.Lock()
 	for _, as := range r.rec.attempts {
 		for _, a := range as {
-			a.Region = of(a.MsgID)
+			a.Region = of(a.Topic, a.MsgID)
 			h.Attempts = append(h.Attempts, a)
 		}
 	}
 	for _, d := range r.rec.deliveries {
-		d.Region = of(d.MsgID)
+		d.Region = of(d.Topic, d.MsgID)
 		h.Deliveries = append(h.Deliveries, d)
 	}
 	r.rec.mu.Unlock()
