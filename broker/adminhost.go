@@ -129,6 +129,17 @@ func (a adminBroker) ReplicationStatus(ctx context.Context, filter string, local
 	return a.b.repl.RegionStatus(ctx, filter)
 }
 
+func (a adminBroker) ReplicationRPO(ctx context.Context, filter string, local bool) (any, error) {
+	if local {
+		out := a.b.repl.RPO(filter)
+		if out == nil {
+			out = []replication.RPOTopic{}
+		}
+		return out, nil
+	}
+	return a.b.repl.RegionRPO(ctx, filter)
+}
+
 func (a adminBroker) VerifyReplication(ctx context.Context, target string, settle time.Duration) (any, error) {
 	return a.b.repl.VerifyReplication(ctx, target, settle)
 }

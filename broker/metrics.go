@@ -140,6 +140,18 @@ func newMetrics(cluster string, b *Broker) *metrics {
 			"Entries of this region's origin the remote region lacks, as the background verifier last found (not compared: within its settle time).", []string{"topic", "remote"}, l),
 		verifyMismatched: prometheus.NewDesc("meridian_replication_verify_mismatched_entries",
 			"Entries of this region's origin the remote region holds with different contents, as the background verifier last found.", []string{"topic", "remote"}, l),
+		rpoSeconds: prometheus.NewDesc("meridian_replication_rpo_at_risk_seconds",
+			"RPO at risk now: the age of the oldest local entry the remote region has not acknowledged (what losing this region now would lose, in time of produce).", []string{"namespace", "topic", "remote"}, l),
+		rpoEntries: prometheus.NewDesc("meridian_replication_rpo_at_risk_messages",
+			"RPO at risk now, in entries: local entries the remote region has not acknowledged (a batch counts once).", []string{"namespace", "topic", "remote"}, l),
+		rpoBytes: prometheus.NewDesc("meridian_replication_rpo_at_risk_bytes",
+			"RPO at risk now, in bytes of local entries the remote region has not acknowledged.", []string{"namespace", "topic", "remote"}, l),
+		rpoExceeded: prometheus.NewDesc("meridian_replication_rpo_budget_exceeded",
+			"1 while the remote region's lag passes the namespace's RPO budget (maxReplicationLagMs/Bytes) and the topic's producers are held or refused; exported for topics with a budget.", []string{"namespace", "topic", "remote"}, l),
+		rpoSuspended: prometheus.NewDesc("meridian_replication_rpo_budget_suspended",
+			"1 while the namespace's RPO budget does not count the remote region: the failover core declares it failed (or it has not caught up since); exported for topics with a budget.", []string{"namespace", "topic", "remote"}, l),
+		rpoGate: prometheus.NewDesc("meridian_replication_rpo_gate_closed",
+			"1 while the RPO budget holds (hold) or refuses (refuse) the topic's producers, by action; exported for topics with a budget.", []string{"namespace", "topic", "action"}, l),
 	})
 	m.reg.MustRegister(m.connections, m.topics, m.producers, m.consumers, m.subscriptions, m.msgsIn, m.bytesIn, m.msgsOut, m.dedupDropped, m.dedupReplayed, m.dedupExpired, m.dedupSnapshots, m.rejectedFrames, m.limitExceeded, m.lookups, m.storageLatency)
 	for _, name := range limitLabels {
@@ -211,6 +223,8 @@ type replCollector struct {
 	b                               *Broker
 	entries, bytes, age, up         *prometheus.Desc
 	verifyMissing, verifyMismatched *prometheus.Desc // exported once a topic was verified
+	// The RPO budget (broker/replication/rpo.go).
+	rpoSeconds, rpoEntries, rpoBytes, rpoExceeded, rpoSuspended, rpoGate *prometheus.Desc
 }
 
 func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -220,6 +234,12 @@ func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.up
 	ch <- c.verifyMissing
 	ch <- c.verifyMismatched
+	ch <- c.rpoSeconds
+	ch <- c.rpoEntries
+	ch <- c.rpoBytes
+	ch <- c.rpoExceeded
+	ch <- c.rpoSuspended
+	ch <- c.rpoGate
 }
 
 func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
@@ -235,6 +255,32 @@ func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
 		if st.VerifiedAt != nil {
 			ch <- prometheus.MustNewConstMetric(c.verifyMissing, prometheus.GaugeValue, float64(st.VerifyMissing), st.Topic, st.Remote)
 			ch <- prometheus.MustNewConstMetric(c.verifyMismatched, prometheus.GaugeValue, float64(st.VerifyMismatched), st.Topic, st.Remote)
+		}
+	}
+	bit := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for _, rt := range c.b.repl.RPO("") {
+		ns := rt.Namespace
+		budget := false
+		for _, r := range rt.Remotes {
+			ch <- prometheus.MustNewConstMetric(c.rpoSeconds, prometheus.GaugeValue, r.AtRiskSeconds, ns, rt.Topic, r.Remote)
+			ch <- prometheus.MustNewConstMetric(c.rpoEntries, prometheus.GaugeValue, float64(r.AtRiskEntries), ns, rt.Topic, r.Remote)
+			ch <- prometheus.MustNewConstMetric(c.rpoBytes, prometheus.GaugeValue, float64(r.AtRiskBytes), ns, rt.Topic, r.Remote)
+			if r.State == "" {
+				continue
+			}
+			budget = true
+			ch <- prometheus.MustNewConstMetric(c.rpoExceeded, prometheus.GaugeValue, bit(r.State == replication.RPOExceeded), ns, rt.Topic, r.Remote)
+			ch <- prometheus.MustNewConstMetric(c.rpoSuspended, prometheus.GaugeValue, bit(r.State == replication.RPOSuspended), ns, rt.Topic, r.Remote)
+		}
+		if budget || rt.Gate != replication.RPOOpen.String() {
+			for _, action := range []string{replication.RPOHold.String(), replication.RPORefuse.String()} {
+				ch <- prometheus.MustNewConstMetric(c.rpoGate, prometheus.GaugeValue, bit(rt.Gate == action), ns, rt.Topic, action)
+			}
 		}
 	}
 }

@@ -90,8 +90,11 @@ func (t *Topic) addProducer(ctx context.Context, p *Producer, topicEpoch *uint64
 		t.mu.Unlock()
 		return admission{}, fmt.Errorf("%w: %s is closing", meta.ErrTopicFenced, t.name)
 	}
-	if t.quotaErr != nil {
+	if t.quotaErr != nil || t.rpoErr != nil {
 		err := t.quotaErr
+		if err == nil {
+			err = t.rpoErr
+		}
 		t.mu.Unlock()
 		return admission{}, err
 	}

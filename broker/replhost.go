@@ -166,6 +166,8 @@ func (a activeRegions) FailedOver(ns string, pol meta.Policies) meta.FailoverRec
 	return a.b.fo.FailedOver(ns, pol)
 }
 
+func (a activeRegions) RegionDown(region string) bool { return a.b.fo.RegionDown(region) }
+
 // replLog is a topic as replication sees it (replication.Log).
 type replLog struct{ t *Topic }
 
@@ -206,6 +208,8 @@ func (l replLog) HasConsumers(sub string) bool {
 	}
 	return s.consumerCount() > 0
 }
+
+func (l replLog) SetRPOGate(g replication.RPOGate) { l.t.setRPOGate(g) }
 
 func (l replLog) InBundle(ctx context.Context, tn meta.TopicName) (bool, error) {
 	bd, err := l.t.b.bundleFor(ctx, l.t.policies(), tn)

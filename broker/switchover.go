@@ -63,7 +63,7 @@ func (t *Topic) gateSend(do func(drop bool)) bool {
 		do(true)
 		return true
 	}
-	if held || t.replaying || len(t.heldSends) > 0 {
+	if held || t.rpoHeld || t.replaying || len(t.heldSends) > 0 {
 		t.heldSends = append(t.heldSends, do)
 		t.mu.Unlock()
 		return true
@@ -79,6 +79,13 @@ func (t *Topic) releaseSends(drop bool) {
 	for {
 		t.mu.Lock()
 		q := t.heldSends
+		if t.rpoHeld && !drop {
+			// The RPO budget holds them still (rpogate.go): its gate
+			// releases them when it opens.
+			t.replaying = false
+			t.mu.Unlock()
+			return
+		}
 		t.heldSends = nil
 		if len(q) == 0 {
 			t.replaying = false

@@ -119,6 +119,10 @@ type Topic struct {
 	heldSends []func(drop bool)
 	replaying bool
 	admitting atomic.Int64
+	// The RPO budget's gate (rpogate.go), under mu: rpoHeld holds sends
+	// in heldSends as a switchover's hold does; rpoErr refuses producers.
+	rpoHeld bool
+	rpoErr  error
 
 	// unloadHook, if set (tests), runs first in an unload's finish: a
 	// hook that never returns is an unload that never finishes.

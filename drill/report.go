@@ -30,7 +30,11 @@ type Report struct {
 	Faults   []check.Fault      `json:"faults"`
 	Markers  []Marker           `json:"events"`
 	Lag      []LagSample        `json:"replication_backlog"`
-	Notes    []string           `json:"notes,omitempty"`
+	// RPOEvents and RPOHolds: the RPO budget's transitions and the
+	// periods its gate was closed (rpo.go); none without a budget.
+	RPOEvents []RPOEvent  `json:"rpo_budget_events,omitempty"`
+	RPOHolds  []RPOPeriod `json:"rpo_budget_closed,omitempty"`
+	Notes     []string    `json:"notes,omitempty"`
 	// DataDir: the deployment's data, kept when the drill failed.
 	DataDir string `json:"data_dir,omitempty"`
 }
@@ -77,6 +81,9 @@ func (rep *Report) timelineInput(start time.Time) timeline.Input {
 		in.Outages = append(in.Outages,
 			timeline.Interval{From: p, To: p + f.ProduceRTO, Label: fmt.Sprintf("produce RTO %.1f s", f.ProduceRTO), Kind: "produce"},
 			timeline.Interval{From: c, To: c + f.ConsumeRTO, Label: fmt.Sprintf("consume RTO %.1f s", f.ConsumeRTO), Kind: "consume"})
+	}
+	for _, h := range rep.RPOHolds {
+		in.Outages = append(in.Outages, timeline.Interval{From: h.From, To: h.To, Label: fmt.Sprintf("RPO %s %.1f s", h.Action, h.To-h.From), Kind: "rpo"})
 	}
 	in.Notes = append(in.Notes, "network faults: "+rep.Network, "a message's region is the one that acknowledged it (its ledger)")
 	return in
@@ -151,6 +158,22 @@ func (rep *Report) Markdown() string {
 			fmt.Fprintf(&b, " — error: %s", m.Err)
 		}
 		b.WriteString("\n")
+	}
+	if len(rep.RPOHolds) > 0 || len(rep.RPOEvents) > 0 {
+		b.WriteString("\n## RPO budget\n\n| region | topic | gate | from | to |\n|---|---|---|---|---|\n")
+		for _, h := range rep.RPOHolds {
+			to := fmt.Sprintf("%.2f s", h.To)
+			if h.Open {
+				to += " (still closed at the region's last answer)"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %.2f s | %s |\n", h.Region, h.Topic, h.Action, h.From, to)
+		}
+		b.WriteString("\nRegions' states under the budget:\n\n")
+		for _, e := range rep.RPOEvents {
+			if e.Remote != "" {
+				fmt.Fprintf(&b, "- %.2f s: %s, %s → %s: %s\n", e.T, e.Topic, e.Region, e.Remote, e.State)
+			}
+		}
 	}
 	list := func(title string, ms []check.Message) {
 		if len(ms) == 0 {

@@ -97,6 +97,11 @@ type runner struct {
 	faults  []check.Fault
 	markers []Marker
 	lag     []LagSample
+	// The RPO budget's transitions (rpo.go): rpoSeen dedups them across
+	// samples, rpoLast is each region's last answer.
+	rpo     []RPOEvent
+	rpoSeen map[string]bool
+	rpoLast map[string]float64
 }
 
 func (r *runner) run(ctx context.Context) (*Report, error) {
@@ -274,6 +279,15 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	r.rep.Faults = r.faults
 	r.rep.Markers = r.markers
 	r.rep.Lag = r.lag
+	r.rep.RPOEvents, r.rep.RPOHolds = r.rpo, rpoPeriods(r.rpo, r.rpoLast)
+	if len(r.budgeted()) > 0 {
+		closed := 0.0
+		for _, p := range r.rep.RPOHolds {
+			closed += p.To - p.From
+		}
+		r.rep.Vars["rpo_gate_closed_seconds"] = closed
+		r.rep.Vars["rpo_gate_closings"] = float64(len(r.rep.RPOHolds))
+	}
 	if !r.rep.Pass {
 		kept = true
 		r.rep.DataDir = dataDir
@@ -390,6 +404,7 @@ func (r *runner) sampleLag(ctx context.Context) {
 			}
 		}
 		r.sampleLedgers(ctx)
+		r.sampleRPO(ctx)
 	}
 }
 

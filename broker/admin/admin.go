@@ -207,6 +207,10 @@ type Replication interface {
 	// persistent://tenant/ns/topic) with what each origin region holds,
 	// leaving out the entries an origin published within settle.
 	VerifyReplication(ctx context.Context, target string, settle time.Duration) (any, error)
+	// ReplicationRPO returns the RPO at risk and the RPO budget's state of
+	// the region's topics, optionally of one namespace or topic (filter);
+	// local: this broker's only.
+	ReplicationRPO(ctx context.Context, filter string, local bool) (any, error)
 }
 
 // Authorizer checks an admin request against its route's pattern
@@ -450,6 +454,16 @@ func (s *Server) Handler() http.Handler {
 	// local=true this broker's only.
 	h("GET /admin/v2/meridian/replication", func(r *http.Request) (any, error) {
 		return s.cfg.Replication.ReplicationStatus(r.Context(), r.URL.Query().Get("filter"), r.URL.Query().Get("local") == "true")
+	})
+	// GET /admin/v2/meridian/replication/rpo[?filter=NAMESPACE|TOPIC][&local=true]
+	// and .../rpo/{tenant}/{ns}: `meridian admin replication rpo`, the RPO
+	// at risk per topic and remote region and the RPO budget's state
+	// (broker/replication/rpo.go).
+	h("GET /admin/v2/meridian/replication/rpo", func(r *http.Request) (any, error) {
+		return s.cfg.Replication.ReplicationRPO(r.Context(), r.URL.Query().Get("filter"), r.URL.Query().Get("local") == "true")
+	})
+	h("GET /admin/v2/meridian/replication/rpo/{tenant}/{ns}", func(r *http.Request) (any, error) {
+		return s.cfg.Replication.ReplicationRPO(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"), false)
 	})
 	// GET /admin/v2/meridian/replication/verify/{tenant}/{ns}[/{topic}][?settle=DURATION]:
 	// `meridian admin replication verify` (broker/replication/verify.go).

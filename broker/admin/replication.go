@@ -40,6 +40,9 @@ type ReplicationUpdate struct {
 	MinRegions        *int      `json:"minRegions"`
 	StartAt           *string   `json:"startAt"`
 	BacklogQuotaBytes *int64    `json:"backlogQuotaBytes"`
+	MaxLagMs          *int64    `json:"maxReplicationLagMs"`
+	MaxLagBytes       *int64    `json:"maxReplicationLagBytes"`
+	MaxLagAction      *string   `json:"maxReplicationLagAction"`
 	RateBytesPerSec   *int64    `json:"rateBytesPerSecond"`
 	FailoverDelayMs   *int64    `json:"failoverDelayMs"`
 	SwitchBackDelayMs *int64    `json:"switchBackDelayMs"`
@@ -66,6 +69,13 @@ func (u ReplicationUpdate) Apply(p *meta.Policies) {
 	set(&rp.SyncOnUnreachable, u.SyncOnUnreachable)
 	set(&rp.StartAt, u.StartAt)
 	set(&rp.Orphans, u.Orphans)
+	set(&rp.MaxLagAction, u.MaxLagAction)
+	if u.MaxLagMs != nil {
+		rp.MaxLagMs = *u.MaxLagMs
+	}
+	if u.MaxLagBytes != nil {
+		rp.MaxLagBytes = *u.MaxLagBytes
+	}
 	if u.SyncTimeoutMs != nil {
 		rp.SyncTimeoutMs = *u.SyncTimeoutMs
 	}

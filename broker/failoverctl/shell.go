@@ -219,6 +219,20 @@ func (sh *Shell) DeclaredFailed() map[string]bool {
 	return declared
 }
 
+// RegionDown reports whether the failover core declares region failed as
+// this broker sees it now: its condition in this broker's health view is
+// down (failover.StatusOf: failed or unknown members, or a failed write
+// probe; a suspected region is not down). False without a health view
+// (no automatic failover): nothing is declared failed. The RPO budget
+// does not count such a region (broker/replication/rpo.go). Unlike
+// DeclaredFailed, it ends when the region is seen up again.
+func (sh *Shell) RegionDown(region string) bool {
+	if sh == nil || sh.cfg.HealthView == nil {
+		return false
+	}
+	return failover.StatusOf(sh.cfg.HealthView(), region, false).Condition() == failover.Down
+}
+
 // CheckActive refuses (meta.ErrServiceNotReady, retriable) a producer or
 // subscription of tn outside the namespace's active region, or while
 // this region does not hold its lease.

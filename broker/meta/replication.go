@@ -27,6 +27,9 @@ import (
 //     1 with sync or stretched (the receipt would wait for no other
 //     region: that is async);
 //   - a negative syncTimeoutMs or backlogQuotaBytes;
+//   - a negative maxReplicationLagMs or maxReplicationLagBytes, an
+//     unknown maxReplicationLagAction (hold, refuse), an action without a
+//     budget, or a budget with a mode other than async;
 //   - stretched with a persistence policy whose write quorum is below the
 //     number of regions each entry must reach (one copy per region at
 //     least), or whose ack quorum exceeds its write quorum;
@@ -46,6 +49,9 @@ const (
 
 	StartAtEarliest = "earliest"
 	StartAtLatest   = "latest"
+
+	LagHold   = "hold"
+	LagRefuse = "refuse"
 
 	OrphansReplicate  = "replicate"
 	OrphansQuarantine = "quarantine"
@@ -174,6 +180,23 @@ func ValidateReplication(p Policies, known []string) error {
 	}
 	if rp.BacklogQuotaBytes < 0 {
 		return bad("replication: backlogQuotaBytes %d: must be >= 0 (0 = no quota)", rp.BacklogQuotaBytes)
+	}
+	if rp.MaxLagMs < 0 {
+		return bad("replication: maxReplicationLagMs %d: must be >= 0 (0 = no RPO budget)", rp.MaxLagMs)
+	}
+	if rp.MaxLagBytes < 0 {
+		return bad("replication: maxReplicationLagBytes %d: must be >= 0 (0 = no RPO budget in bytes)", rp.MaxLagBytes)
+	}
+	switch rp.MaxLagAction {
+	case "", LagHold, LagRefuse:
+	default:
+		return bad("replication: maxReplicationLagAction %q: want hold or refuse", rp.MaxLagAction)
+	}
+	if rp.MaxLagAction != "" && rp.MaxLagMs == 0 && rp.MaxLagBytes == 0 {
+		return bad("replication: maxReplicationLagAction %s without a budget: set maxReplicationLagMs or maxReplicationLagBytes", rp.MaxLagAction)
+	}
+	if (rp.MaxLagMs > 0 || rp.MaxLagBytes > 0) && mode != ReplicationAsync {
+		return bad("replication: an RPO budget (maxReplicationLag*) needs mode async: %s acknowledges only what the other regions persisted", mode)
 	}
 	if mode != ReplicationAsync && len(regions) < 2 {
 		return bad("replication: mode %s needs at least 2 regions, the namespace has %d (%v)", mode, len(regions), regions)

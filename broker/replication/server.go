@@ -64,6 +64,8 @@ func (svc *Service) Start(pulsarAddr, serviceURL string) error {
 		defer svc.wg.Done()
 		transport.Register(svc.ctx, svc.cfg.GlobalStore, svc.cfg.OwnershipTTL, kvs, svc.log)
 	}()
+	svc.wg.Add(1)
+	go svc.rpoLoop()
 	if svc.cfg.Verifier.Period > 0 {
 		svc.wg.Add(1)
 		go svc.verifierLoop(svc.cfg.Verifier)

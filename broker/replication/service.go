@@ -142,6 +142,11 @@ type ActiveRegions interface {
 	// FailedOver returns the record when this region became active by an
 	// unplanned move, else a record with no Previous.
 	FailedOver(ns string, pol meta.Policies) meta.FailoverRecord
+	// RegionDown reports whether the failover core declares region failed
+	// as this broker sees it (down in its health view, or the previous
+	// active region of an unplanned move): the RPO budget does not count
+	// it (rpo.go). Cheap: called every rpoCheckEvery per topic and remote.
+	RegionDown(region string) bool
 }
 
 // Log is a topic as replication sees it: the narrow interface the
@@ -174,6 +179,12 @@ type Log interface {
 	// InBundle reports whether topic tn falls in the bundle the topic was
 	// loaded under (this broker owns it too).
 	InBundle(ctx context.Context, tn meta.TopicName) (bool, error)
+	// SetRPOGate applies the RPO budget's decision to the topic's
+	// producers (rpo.go): RPOHold holds their sends, RPORefuse closes them
+	// and refuses new ones, RPOOpen lets everything through again (held
+	// sends go on, in order). Called on changes only, from the budget's
+	// goroutine, never under a lock of this package.
+	SetRPOGate(g RPOGate)
 }
 
 // Service is a broker's side of geo-replication: the gRPC service for
@@ -199,6 +210,8 @@ type Service struct {
 	dialer *transport.Dialer // the client connections to other regions
 
 	limiters sync.Map // namespace + remote region → *nsLimiter
+
+	rpoTopics sync.Map // *Topic → struct{}: the topics with an RPO budget (rpo.go)
 
 	stageObs map[string]prometheus.Observer // metrics.Stages by stage
 
@@ -282,6 +295,9 @@ type Topic struct {
 	// verified: the last background verification, by remote region.
 	verifyMu sync.Mutex
 	verified map[string]verifyResult
+
+	// rpo: the RPO budget's state (rpo.go).
+	rpo rpoState
 }
 
 // EntryArrived is told, under the topic's lock and in log order, that a
@@ -300,12 +316,16 @@ func (t *Topic) EntryArrived() {
 // none and stops (and deletes the cursor of) those no longer listed, and
 // keeps the sync receipts' state in step with the policies. Called after
 // load and when policies change.
-func (t *Topic) Sync(ctx context.Context) { t.syncReplication(ctx) }
+func (t *Topic) Sync(ctx context.Context) {
+	t.syncReplication(ctx)
+	t.trackRPO()
+}
 
 // Stop stops every sender and the sync receipts' clock (on unload; the
 // senders' cursors stay; held receipts are not released: their producers
 // resend to the next owner). It waits for the senders no longer than ctx.
 func (t *Topic) Stop(ctx context.Context) {
+	t.untrackRPO()
 	t.stopReplication(ctx)
 	t.stopSync()
 }

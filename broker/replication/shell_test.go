@@ -50,6 +50,7 @@ type noActive struct{}
 func (noActive) ActiveRegion(string, meta.Policies) string            { return "" }
 func (noActive) Record(string, meta.Policies) meta.FailoverRecord     { return meta.FailoverRecord{} }
 func (noActive) FailedOver(string, meta.Policies) meta.FailoverRecord { return meta.FailoverRecord{} }
+func (noActive) RegionDown(string) bool                               { return false }
 
 // memLog is a sender's topic in memory: local entries of region east in
 // ledger 1.

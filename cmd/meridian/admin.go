@@ -152,7 +152,7 @@ func newAdminCmd() *cobra.Command {
 				body["regions"] = *u.Regions
 			}
 			if len(body) == 0 {
-				return fmt.Errorf("nothing to update: give at least one of --regions, --replication, --failover, --primary, --sync-on-unreachable, --sync-timeout, --min-regions, --start-at, --replication-backlog-quota, --replication-rate, --failover-delay, --switch-back-delay, --orphans")
+				return fmt.Errorf("nothing to update: give at least one of --regions, --replication, --failover, --primary, --sync-on-unreachable, --sync-timeout, --min-regions, --start-at, --replication-backlog-quota, --replication-rate, --failover-delay, --switch-back-delay, --orphans, --max-replication-lag, --max-replication-lag-bytes, --max-replication-lag-action")
 			}
 			return call("POST", "/admin/v2/namespaces/"+a[0]+"/meridian-replication", body)
 		},
@@ -363,8 +363,98 @@ matches all its partitions.`,
 		},
 	}
 	status.Flags().BoolVar(&raw, "json", false, "print the raw JSON answer")
-	repl.AddCommand(status, newVerifyCmd(do))
+	repl.AddCommand(status, newVerifyCmd(do), newRPOCmd(do))
 	return repl
+}
+
+// newRPOCmd is `admin replication rpo TENANT/NS`: per topic and remote
+// region the RPO at risk and the RPO budget's state
+// (GET /admin/v2/meridian/replication/rpo/TENANT/NS).
+func newRPOCmd(do func(method, path string, body any) ([]byte, error)) *cobra.Command {
+	var raw bool
+	c := &cobra.Command{
+		Use:   "rpo TENANT/NS",
+		Short: "Show, for the region of --url, the RPO at risk per topic and remote region and the RPO budget's state",
+		Long: `rpo shows one row per (topic, remote region) of the namespace in the region
+whose broker --url names: AT RISK (the age of the oldest local entry the
+remote has not acknowledged — what losing this region now would lose),
+ENTRIES and BYTES (those entries), the namespace's BUDGET
+(--max-replication-lag, --max-replication-lag-bytes) and ACTION, the
+remote's STATE under it (under, exceeded, suspended: declared failed, not
+counted) and the topic's GATE (open, hold, refuse), with CLOSED (seconds
+the gate was closed since the topic loaded).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, a []string) error {
+			if strings.Count(a[0], "/") != 1 {
+				return fmt.Errorf("rpo %q: want TENANT/NS", a[0])
+			}
+			out, err := do("GET", "/admin/v2/meridian/replication/rpo/"+a[0], nil)
+			if err != nil {
+				return err
+			}
+			if raw {
+				os.Stdout.Write(out)
+				if len(out) > 0 && out[len(out)-1] != '\n' {
+					fmt.Println()
+				}
+				return nil
+			}
+			var rows []rpoRow
+			if err := json.Unmarshal(out, &rows); err != nil {
+				return fmt.Errorf("replication rpo: %w", err)
+			}
+			printRPOTable(os.Stdout, rows)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&raw, "json", false, "print the raw JSON answer")
+	return c
+}
+
+// rpoRow is one topic of the RPO read (the broker's replication.RPOTopic).
+type rpoRow struct {
+	Topic         string  `json:"topic"`
+	MaxLagMs      int64   `json:"maxReplicationLagMs"`
+	MaxLagBytes   int64   `json:"maxReplicationLagBytes"`
+	Action        string  `json:"action"`
+	Gate          string  `json:"gate"`
+	ClosedSeconds float64 `json:"closedSeconds"`
+	Remotes       []struct {
+		Remote        string  `json:"remote"`
+		State         string  `json:"state"`
+		AtRiskSeconds float64 `json:"atRiskSeconds"`
+		AtRiskEntries int64   `json:"atRiskEntries"`
+		AtRiskBytes   int64   `json:"atRiskBytes"`
+	} `json:"remotes"`
+}
+
+func printRPOTable(w io.Writer, rows []rpoRow) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "no replicating topics loaded (a replicator runs only while its topic is loaded on its owner broker)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tREMOTE\tAT RISK\tENTRIES\tBYTES\tBUDGET\tACTION\tSTATE\tGATE\tCLOSED")
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	for _, r := range rows {
+		var budget []string
+		if r.MaxLagMs > 0 {
+			budget = append(budget, (time.Duration(r.MaxLagMs) * time.Millisecond).String())
+		}
+		if r.MaxLagBytes > 0 {
+			budget = append(budget, fmt.Sprintf("%dB", r.MaxLagBytes))
+		}
+		for _, rm := range r.Remotes {
+			fmt.Fprintf(tw, "%s\t%s\t%.1fs\t%d\t%d\t%s\t%s\t%s\t%s\t%.1fs\n", r.Topic, rm.Remote, rm.AtRiskSeconds, rm.AtRiskEntries, rm.AtRiskBytes,
+				dash(strings.Join(budget, ",")), dash(r.Action), dash(rm.State), r.Gate, r.ClosedSeconds)
+		}
+	}
+	tw.Flush()
 }
 
 // replFilter turns a NAMESPACE or TOPIC argument into the broker's filter:
@@ -442,6 +532,9 @@ type replFlags struct {
 	failoverDelay     time.Duration
 	switchBackDelay   time.Duration
 	orphans           string
+	maxLag            time.Duration
+	maxLagBytes       string
+	maxLagAction      string
 }
 
 func (f *replFlags) register(c *cobra.Command) {
@@ -458,6 +551,9 @@ func (f *replFlags) register(c *cobra.Command) {
 	fl.StringVar(&f.backlogQuota, "replication-backlog-quota", "", "bound on each remote region's replication backlog, in bytes or with a unit (10GiB, 500MB); 0 = none")
 	fl.DurationVar(&f.failoverDelay, "failover-delay", 0, "active-standby: how long the active region must be seen down before another takes over (default 2s)")
 	fl.DurationVar(&f.switchBackDelay, "switch-back-delay", 0, "active-standby: how long a more preferred region that returned must be up and caught up before the namespace moves back (default 30s; 0 = never on its own)")
+	fl.DurationVar(&f.maxLag, "max-replication-lag", 0, "async: the RPO budget — past this age of the oldest entry a remote region (not declared failed) has not acknowledged, the topic's producers are held or refused (--max-replication-lag-action) until it is back under, e.g. 2s; 0 = none")
+	fl.StringVar(&f.maxLagBytes, "max-replication-lag-bytes", "", "async: the RPO budget in bytes of local entries a remote region has not acknowledged, or with a unit (64MiB); 0 = none")
+	fl.StringVar(&f.maxLagAction, "max-replication-lag-action", "", "past the RPO budget: hold (sends wait, as producer_request_hold) | refuse (producers refused with ProducerBlockedQuotaExceededException, as producer_exception) (default hold)")
 	fl.StringVar(&f.orphans, "orphans", "", "active-standby: the async tail of a failover, when the old region returns: replicate | quarantine (default replicate; listed either way)")
 }
 
@@ -498,6 +594,20 @@ func (f *replFlags) update(c *cobra.Command) (replUpdate, error) {
 	str("sync-on-unreachable", "syncOnUnreachable", f.syncOnUnreachable)
 	str("start-at", "startAt", f.startAt)
 	str("orphans", "orphans", f.orphans)
+	str("max-replication-lag-action", "maxReplicationLagAction", f.maxLagAction)
+	if changed("max-replication-lag") {
+		if f.maxLag < 0 || f.maxLag > 0 && f.maxLag < time.Millisecond {
+			return u, fmt.Errorf("--max-replication-lag %s: 0 (none) or at least 1ms", f.maxLag)
+		}
+		u.fields["maxReplicationLagMs"] = f.maxLag.Milliseconds()
+	}
+	if changed("max-replication-lag-bytes") {
+		n, err := parseByteSize(f.maxLagBytes)
+		if err != nil {
+			return u, fmt.Errorf("--max-replication-lag-bytes: %w", err)
+		}
+		u.fields["maxReplicationLagBytes"] = n
+	}
 	if changed("failover-delay") {
 		if f.failoverDelay < time.Millisecond {
 			return u, fmt.Errorf("--failover-delay %s: at least 1ms", f.failoverDelay)
