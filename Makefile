@@ -64,11 +64,13 @@ test-image:
 	scripts/test-image.sh
 
 # Not in CI: two regions and the witness as 17 containers
-# (deploy/compose/), TLS and tokens on; from the host, with pulsar-client-go
-# through the external listener: east -> west replication, docker kill
-# of east, docker pause of east, a rolling restart of west (RTO, lost,
-# duplicates printed). Starts and stops dockerd if none runs. 9-11 minutes
-# with a warm build cache (docs/deploy.md, "Compose").
+# (deploy/compose/: a network per region and an inter-region one), TLS and
+# tokens on; from the host, with pulsar-client-go through the external
+# listener: east -> west replication, docker kill of east, a partition of
+# east from west and the witness then the heal and failback, docker pause
+# of east, a rolling restart of west (RTO, lost, duplicates printed).
+# HOSTS_RUN='TestHosts/3-' runs one step. Starts and stops dockerd if none
+# runs. Duration: docs/deploy.md, "Compose".
 test-hosts:
 	scripts/test-hosts.sh
 

@@ -641,3 +641,58 @@ func TestMembershipCrashedMemberRestartsAtANewAddress(t *testing.T) {
 	}
 	t.Logf("back alive at %s (was %s) %s after the restart", back.GossipAddr(), old, time.Since(failedAt).Round(time.Millisecond))
 }
+
+// A member bound to every address (0.0.0.0, as in a container on several
+// networks) that sets AdvertiseAddr is known to its peers at that address,
+// not at the first private IP memberlist would pick, and is reached there:
+// a third member joins through the advertised address alone, and neither
+// peer declares it failed while probing it there for a failure-detection
+// bound. (A container on a region network and an inter-region network
+// must advertise the inter-region IP: docs/deploy.md, "Compose".) Every
+// address is on loopback: the member binds 0.0.0.0 and advertises
+// 127.0.0.2, which reaches it.
+func TestMembershipPeersReachAMemberAtItsAdvertiseAddress(t *testing.T) {
+	t.Cleanup(noLeaks(t))
+	a := join(t, memberConfig(t, fourMembers[0], nil, nil))
+	bcfg := memberConfig(t, fourMembers[2], []string{a.GossipAddr()}, nil)
+	bcfg.BindAddr, bcfg.AdvertiseAddr = "0.0.0.0", "127.0.0.2"
+	b := join(t, bcfg)
+	host, port, _ := net.SplitHostPort(b.GossipAddr())
+	if host != "127.0.0.2" || port == "0" {
+		t.Fatalf("b gossips at %s, want 127.0.0.2:PORT", b.GossipAddr())
+	}
+	want := b.GossipAddr()
+	// c knows b only by its advertised address.
+	c := join(t, memberConfig(t, fourMembers[3], []string{want}, nil))
+	for _, m := range []*Membership{a, c} {
+		v := waitView(t, m, 10*time.Second, m.LocalName()+" sees 3 alive", func(v HealthView) bool {
+			return countState(v, MemberAlive) == 3
+		})
+		if mem, _ := v.Member(fourMembers[2].name); mem.GossipAddr != want {
+			t.Fatalf("%s sees %s at %s, want its advertised address %s", m.LocalName(), mem.Name, mem.GossipAddr, want)
+		}
+	}
+	// a and c probe b at 127.0.0.2: had it been unreachable there, it
+	// would have been declared failed within this bound.
+	bound := 2 * FastLocalConfig().FailureDetectionBound(3)
+	chA, cancelA := a.Subscribe()
+	defer cancelA()
+	chC, cancelC := c.Subscribe()
+	defer cancelC()
+	end := time.NewTimer(bound)
+	defer end.Stop()
+	for {
+		select {
+		case v := <-chA:
+			if v.IsFailed(fourMembers[2].name) {
+				t.Fatalf("%s declared b failed at %s", a.LocalName(), want)
+			}
+		case v := <-chC:
+			if v.IsFailed(fourMembers[2].name) {
+				t.Fatalf("%s declared b failed at %s", c.LocalName(), want)
+			}
+		case <-end.C:
+			return
+		}
+	}
+}

@@ -30,7 +30,7 @@ deploy/compose/init.sh bin/meridian >/dev/null
 "${compose[@]}" up -d
 mkdir -p bin
 rm -f bin/test-hosts-results.txt
-if ! HOSTS_RESULTS=$PWD/bin/test-hosts-results.txt go test -tags hosts -count=1 -v -timeout 30m ./deploy/compose/; then
+if ! HOSTS_RESULTS=$PWD/bin/test-hosts-results.txt go test -tags hosts -count=1 -v -timeout 30m -run "${HOSTS_RUN:-TestHosts}" ./deploy/compose/; then
   for c in $("${compose[@]}" ps -q); do n=$(docker inspect -f '{{.Name}}' "$c"); echo "== ${n#/}"; docker logs --tail 20 "$c" 2>&1; done
   exit 1
 fi

@@ -10,18 +10,24 @@
 //  2. docker kill of every east container under load (sync,
 //     active-standby, east active): the producer and the consumer on the
 //     multi-region URL carry on in west, nothing acknowledged lost, RTO;
+//  3. a network partition: east's containers disconnected from the
+//     inter-region network (async, active-standby, east active), the
+//     host's clients still reaching both regions: east stops
+//     acknowledging once its lease lapses, west takes over, no receipts
+//     from both regions in one epoch (split brain), nothing acknowledged
+//     lost; then the heal, and the namespace back in east after its
+//     switch-back delay (failback);
 //  4. docker pause of east (the silent outage) with the README's client
 //     settings: RTO, nothing acknowledged lost;
 //  5. a rolling restart of west's bookies and brokers, one at a time,
 //     under load: nothing acknowledged lost, no send error.
 //
-// Step 3 of issue 28 (a network partition between the regions) is not
-// here: the deployment has one network (docs/deploy.md says why).
-//
 // scripts/test-hosts.sh starts the deployment and runs this; it can run
 // alone against a running deployment:
 //
 //	go test -tags hosts -count=1 -v -timeout 30m ./deploy/compose/
+//
+// or one step alone (the steps' setup is their own): -run 'TestHosts/3-'.
 package compose
 
 import (
@@ -192,6 +198,33 @@ func (a *adminClient) active(region, ns string) string {
 		}
 	}
 	return ""
+}
+
+// record is ns's failover record as region's brokers see it (ok false
+// when none answers).
+func (a *adminClient) record(region, ns string) (rec epochRecord, ok bool) {
+	var recs []epochRecord
+	if err := a.call(region, "GET", "/admin/v2/meridian/failover/"+ns, nil, &recs); err != nil {
+		return rec, false
+	}
+	for _, r := range recs {
+		if r.Namespace == ns || len(recs) == 1 {
+			return r, r.Epoch > 0
+		}
+	}
+	return rec, false
+}
+
+// epochRecord is the part of a failover record the partition step uses:
+// SinceMs is the proposer's wall clock at the proposal, before the epoch
+// was committed and before its region could acknowledge anything in it;
+// the previous region's lease was gone from the store before that, and
+// it had stopped acknowledging before its lease could expire.
+type epochRecord struct {
+	Namespace string `json:"namespace"`
+	Active    string `json:"active"`
+	Epoch     uint64 `json:"epoch"`
+	SinceMs   int64  `json:"sinceMs"`
 }
 
 // ledgers lists region's ledgers of topic (persistent://...).
@@ -437,11 +470,7 @@ func (l *load) stop(drain time.Duration) check.Result {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := check.History{Start: l.start, End: time.Now(), StopAt: l.stopAt, Faults: l.faults, Subscriptions: []check.Sub{{Topic: l.topic, Name: "s"}}}
-	region := func(id string) string {
-		led, _, _ := strings.Cut(id, ":")
-		n, _ := strconv.ParseInt(led, 10, 64)
-		return l.ledger[n]
-	}
+	region := l.regionOf
 	for _, a := range l.attempts {
 		a.Region = region(a.MsgID)
 		h.Attempts = append(h.Attempts, a)
@@ -451,6 +480,112 @@ func (l *load) stop(drain time.Duration) check.Result {
 		h.Deliveries = append(h.Deliveries, d)
 	}
 	return check.Check(h)
+}
+
+// regionOf is the region of a message id: its ledger's ("" when unknown
+// or both regions have that ledger id). The caller holds l.mu.
+func (l *load) regionOf(id string) string {
+	led, _, _ := strings.Cut(id, ":")
+	n, _ := strconv.ParseInt(led, 10, 64)
+	return l.ledger[n]
+}
+
+// receipt is an acknowledged send: when the client got the receipt, and
+// from which region.
+type receipt struct {
+	at     time.Time
+	region string
+}
+
+// receipts lists the acknowledged sends, after stop.
+func (l *load) receipts() []receipt {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []receipt
+	for _, a := range l.attempts {
+		if !a.AckedAt.IsZero() {
+			out = append(out, receipt{a.AckedAt, l.regionOf(a.MsgID)})
+		}
+	}
+	return out
+}
+
+// epochSampler records every epoch of ns's failover record that either
+// region's brokers show, polled every 250 ms (an epoch lasts seconds
+// here: none is missed).
+type epochSampler struct {
+	mu   sync.Mutex
+	seen map[uint64]epochRecord
+	stop chan struct{}
+	done chan struct{}
+}
+
+func sampleEpochs(adm *adminClient, ns string) *epochSampler {
+	e := &epochSampler{seen: map[uint64]epochRecord{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		for {
+			for _, r := range []string{"east", "west"} {
+				if rec, ok := adm.record(r, ns); ok {
+					e.mu.Lock()
+					e.seen[rec.Epoch] = rec
+					e.mu.Unlock()
+				}
+			}
+			select {
+			case <-e.stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return e
+}
+
+// epochs stops sampling and returns the epochs seen, in order.
+func (e *epochSampler) epochs() []epochRecord {
+	close(e.stop)
+	<-e.done
+	var out []epochRecord
+	for _, r := range e.seen {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b epochRecord) int { return int(a.Epoch) - int(b.Epoch) })
+	return out
+}
+
+// since returns when epoch n began (zero when not seen).
+func since(eps []epochRecord, n uint64) time.Time {
+	for _, e := range eps {
+		if e.Epoch == n {
+			return time.UnixMilli(e.SinceMs)
+		}
+	}
+	return time.Time{}
+}
+
+// splitBrain checks receipts against the epochs: a receipt received at
+// time T is of the last epoch that began at or before T, and must come
+// from that epoch's active region. It returns, per epoch, the receipts
+// from each region, and the violations.
+func splitBrain(eps []epochRecord, rs []receipt) (per map[uint64]map[string]int, bad []string) {
+	per = map[uint64]map[string]int{}
+	for _, r := range rs {
+		var e epochRecord
+		for _, x := range eps {
+			if !time.UnixMilli(x.SinceMs).After(r.at) {
+				e = x
+			}
+		}
+		if per[e.Epoch] == nil {
+			per[e.Epoch] = map[string]int{}
+		}
+		per[e.Epoch][r.region]++
+		if r.region != "" && r.region != e.Active {
+			bad = append(bad, fmt.Sprintf("receipt at %s from %s in epoch %d (active %q)", r.at.Format("15:04:05.000"), r.region, e.Epoch, e.Active))
+		}
+	}
+	return per, bad
 }
 
 func report(t *testing.T, step string, r check.Result) {
@@ -589,6 +724,10 @@ func TestHosts(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	t.Run("3-partition-east", func(t *testing.T) { partition(t, adm, run) })
+	if t.Failed() {
+		return
+	}
 	t.Run("4-pause-east", func(t *testing.T) { outage(t, "4 docker pause east (sync, active-standby)", "pause", "unpause") })
 	if t.Failed() {
 		return
@@ -607,8 +746,17 @@ func TestHosts(t *testing.T) {
 			}
 		}
 		for _, n := range order {
-			l.fault("restart "+n, func() { docker(t, "restart", "-t", "30", n) })
+			// How long docker restart takes (the stop: SIGTERM, up to 30 s
+			// before SIGKILL) and then the container's way to healthy, as
+			// evidence for the stalls some restarts show.
+			var stopped time.Duration
+			f := l.fault("restart "+n, func() {
+				t0 := time.Now()
+				docker(t, "restart", "-t", "30", n)
+				stopped = time.Since(t0)
+			})
 			healthy(t, 3*time.Minute, n)
+			t.Logf("%s: docker restart returned after %.1fs, healthy %.1fs after the restart began", n, stopped.Seconds(), time.Since(f.At).Seconds())
 			l.healed("restart " + n)
 			time.Sleep(5 * time.Second) // load on the restarted process before the next
 		}
@@ -624,4 +772,126 @@ func TestHosts(t *testing.T) {
 			t.Errorf("no recovery: %+v", r.Faults)
 		}
 	})
+}
+
+// The inter-region network (docker-compose.yml) and east's containers on
+// it with their fixed addresses there.
+const wan = "meridian-wan"
+
+var eastWAN = map[string]string{
+	"global-east": "10.28.0.11", "east-bookie-1": "10.28.0.21", "east-bookie-2": "10.28.0.22",
+	"east-bookie-3": "10.28.0.23", "east-bookie-4": "10.28.0.24", "east-broker-1": "10.28.0.31", "east-broker-2": "10.28.0.32",
+}
+
+// partition is step 3. A DR partition: east keeps running, whole inside
+// (its containers still share its region network), but is cut from west
+// and from the witness (disconnected from the inter-region network): its
+// member of the global store loses its quorum, so east cannot renew its
+// lease, and gossip across regions stops both ways. The host's clients
+// still reach east's brokers (published ports, on east's network), as
+// clients in east's data centre would. East must fence itself, west take
+// over, and after the heal the namespace move back to east after its
+// switch-back delay.
+func partition(t *testing.T, adm *adminClient, run string) {
+	const switchBack = 5 * time.Second
+	ns := "public/part-" + run
+	adm.createNamespace(t, ns, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east",
+		"switchBackDelayMs": switchBack.Milliseconds()}, "east")
+	eps := sampleEpochs(adm, ns)
+	cl := newClient(t, serviceURL("east", "west"))
+	l := startLoad(t, cl, adm, "persistent://"+ns+"/transfers", 10*time.Millisecond)
+	time.Sleep(5 * time.Second)
+	if a, _ := l.ackedSince(time.Time{}); a == 0 {
+		t.Fatal("nothing acknowledged in east before the partition")
+	}
+	cut := func() {
+		for c := range eastWAN {
+			docker(t, "network", "disconnect", wan, c)
+		}
+	}
+	healed := false
+	heal := func() {
+		if healed {
+			return
+		}
+		healed = true
+		for c, ip := range eastWAN { // not Fatal: also deferred
+			if out, err := exec.Command("docker", "network", "connect", "--ip", ip, wan, c).CombinedOutput(); err != nil {
+				t.Errorf("docker network connect %s: %v\n%s", c, err, out)
+			}
+		}
+	}
+	defer heal() // the next steps need east whole
+	f := l.fault("partition region:east", cut)
+	cutAt := f.At
+	eventually(t, 3*time.Minute, "west active and 200 messages sent after the partition acknowledged and received", func() bool {
+		a, r := l.ackedSince(cutAt)
+		return a >= 200 && r >= 200 && adm.active("west", ns) == "west"
+	})
+	time.Sleep(5 * time.Second) // west serving, east cut off and fenced
+	heal()
+	l.healed("partition region:east")
+	healAt := time.Now()
+	eventually(t, 3*time.Minute, "the namespace back in east (failback) as both regions see it", func() bool {
+		return adm.active("east", ns) == "east" && adm.active("west", ns) == "east"
+	})
+	backAt := time.Now()
+	eventually(t, 3*time.Minute, "200 messages sent after the failback acknowledged and received", func() bool {
+		a, r := l.ackedSince(backAt)
+		return a >= 200 && r >= 200
+	})
+	r := l.stop(90 * time.Second)
+	es := eps.epochs()
+	per, bad := splitBrain(es, l.receipts())
+
+	var takeover, failback time.Duration
+	var hist []string
+	for _, e := range es {
+		hist = append(hist, fmt.Sprintf("epoch %d %s %v", e.Epoch, e.Active, per[e.Epoch]))
+		at := time.UnixMilli(e.SinceMs)
+		switch {
+		case e.Active == "west" && at.After(cutAt) && takeover == 0:
+			takeover = at.Sub(cutAt)
+		case e.Active == "east" && at.After(healAt) && failback == 0:
+			failback = at.Sub(healAt)
+		}
+	}
+	report(t, "3 partition of east from west and the witness, heal, failback (async, active-standby)", r)
+	line := fmt.Sprintf("RESULT 3 epochs: %s; west's epoch began %.1fs after the cut; failback epoch began %.1fs after the heal (switch-back delay %s); split-brain receipts %d",
+		strings.Join(hist, "; "), takeover.Seconds(), failback.Seconds(), switchBack, len(bad))
+	writeResult(t, line)
+	for i, b := range bad {
+		if i == 10 {
+			t.Errorf("... %d more", len(bad)-10)
+			break
+		}
+		t.Errorf("split brain: %s", b)
+	}
+	if takeover == 0 {
+		t.Errorf("west never became active after the cut: %v", hist)
+	}
+	if failback == 0 {
+		t.Errorf("east never became active again after the heal: %v", hist)
+	}
+	if r.Lost > 0 {
+		t.Errorf("%d acknowledged messages lost", r.Lost)
+	}
+	if r.AckRegionSwitches > 2 {
+		t.Errorf("receipts changed region %d times, want at most 2 (east, west, east)", r.AckRegionSwitches)
+	}
+	if len(r.Faults) != 1 || !r.Faults[0].ProduceRecovered || !r.Faults[0].ConsumeRecovered {
+		t.Errorf("not recovered: %+v", r.Faults)
+	}
+	healthy(t, 3*time.Minute, containers("east")...)
+}
+
+func writeResult(t *testing.T, line string) {
+	t.Helper()
+	t.Log(line)
+	if p := os.Getenv("HOSTS_RESULTS"); p != "" {
+		if f, err := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintln(f, line)
+			f.Close()
+		}
+	}
 }
