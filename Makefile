@@ -46,7 +46,7 @@ RACE_PKGS += ./internal/healthz/
 RACE_PKGS += ./internal/config/
 RACE_PKGS += ./internal/netaddr/
 RACE_PKGS += ./deploy/monitoring/
-PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./tools/netfault/ ./tools/testutil/ ./tools/up/ ./cmd/... ./tools/georep/
+PROC_PKGS := ./bookie/ledger/ ./bookie/autorecovery/ ./broker/ ./broker/mledger/... ./tools/netfault/ ./tools/testutil/ ./tools/up/ ./cmd/... ./tools/georep/ ./deploy/monitoring/livetest/
 
 .PHONY: docs bench-delayed image test-image test-hosts test-helm build run test test-race test-integration bench bench-scale bench-failover bench-client-rto proto proto-tools lint drill drill-all fuzz soak print-test-pkgs clean
 
