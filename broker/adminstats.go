@@ -101,7 +101,7 @@ func (t *Topic) stats() admin.TopicStats {
 		active, hasActive := s.core.Active()
 		hasActive = hasActive && (typ == pb.CommandSubscribe_Exclusive || typ == pb.CommandSubscribe_Failover)
 		unacked := s.core.Unacked()
-		ss.MsgDelayed, ss.DelayedIndexBytes = s.delayedStatsLocked()
+		ss.MsgDelayed, ss.DelayedIndexBytes, ss.DelayedIndexBuckets, ss.DelayedIndexMerges = s.delayedStatsLocked()
 		for _, cv := range s.core.Consumers() {
 			if hasActive && cv.ID == active {
 				ss.ActiveConsumerName = cv.Name

@@ -196,6 +196,16 @@ type Config struct {
 	// DelayedSegmentEntries: entries per segment of a sealed bucket, the
 	// unit loaded back into memory when due. 0 means the default, 1,000.
 	DelayedSegmentEntries int
+	// DelayedMaxBuckets: once a subscription's index has more sealed
+	// buckets than this, 2 to 4 adjacent ones are merged into one (Pulsar's
+	// delayedDeliveryMaxNumBuckets, off by default there): it bounds the
+	// segments in memory (about one a bucket) and the buckets looked at
+	// for each delayed entry read. 0 means the default, 50 (with 50,000
+	// entries a bucket, merging starts past 2,500,000 held); -1 never
+	// merges. A merge reads its buckets' segments not yet loaded and
+	// writes them again as one bucket (up to 4 × 50,000 entries, ~5 MB
+	// in memory meanwhile).
+	DelayedMaxBuckets int
 
 	// BrokerID identifies this broker in the region (its registration and
 	// the bundles it owns). Default: the advertised address.
@@ -393,6 +403,10 @@ func (c Config) Validate() error {
 	}
 	if n := c.MaxBufferedFrameBytes; n != 0 && n != -1 && n < maxFrame {
 		return fmt.Errorf("broker: MaxBufferedFrameBytes %d must be 0 (default), -1 (none) or at least MaxMessageSize + 10 KiB = %d (a frame of the largest size must fit)", n, maxFrame)
+	}
+	if c.DelayedBucketEntries < -1 || c.DelayedSegmentEntries < 0 || c.DelayedMaxBuckets < -1 {
+		return fmt.Errorf("broker: DelayedBucketEntries %d and DelayedMaxBuckets %d must be 0 (default), -1 (never) or positive, DelayedSegmentEntries %d 0 (default) or positive",
+			c.DelayedBucketEntries, c.DelayedMaxBuckets, c.DelayedSegmentEntries)
 	}
 	if n := c.MaxUnauthenticatedConnections; n < -1 {
 		return fmt.Errorf("broker: MaxUnauthenticatedConnections %d must be 0 (default), -1 (none) or positive", n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -57,7 +58,7 @@ func delayedPrefix(sub string) string { return "delayed/" + mledger.EscapeName(s
 
 func (s *Subscription) delayedConfig() dispatch.DelayedConfig {
 	cfg := s.topic.b.cfg
-	c := dispatch.DelayedConfig{BucketMax: cfg.DelayedBucketEntries, SegmentMax: cfg.DelayedSegmentEntries}
+	c := dispatch.DelayedConfig{BucketMax: cfg.DelayedBucketEntries, SegmentMax: cfg.DelayedSegmentEntries, MaxBuckets: cfg.DelayedMaxBuckets}
 	if !s.durable {
 		c.BucketMax = -1
 	}
@@ -346,11 +347,52 @@ func (s *Subscription) delayedIO(ctx context.Context) {
 				s.cursor.Rewind()
 			}
 		}
+		if w.Merge != nil && !s.mergeDelayed(ctx, log, w.Gen, w.Merge) {
+			failed = true
+		}
 		if failed {
 			s.delayedBackoff()
 			return
 		}
 	}
+}
+
+// mergeDelayed reads the segments a merge of buckets needs and hands them
+// to the index (dispatch.Delayed.Merged), which seals the merged bucket;
+// the next Work writes it. It reports false after a failed read (the
+// merge is abandoned; back off).
+func (s *Subscription) mergeDelayed(ctx context.Context, log *slog.Logger, gen uint64, m *dispatch.MergeWork) bool {
+	data := make([][]byte, len(m.Read))
+	for i, ref := range m.Read {
+		b, err := s.bucketSnapshot(ctx, ref.Bucket)
+		if err == nil {
+			data[i], err = b.ReadSegment(ctx, ref.Entry)
+		}
+		if err != nil {
+			corrupt := errors.Is(err, mledger.ErrSnapshotCorrupt) || errors.Is(err, mledger.ErrNoSnapshot)
+			s.mu.Lock()
+			rewind := s.dl.idx.MergeFailed(gen, ref, corrupt)
+			s.mu.Unlock()
+			if rewind {
+				log.Error("delayed-delivery bucket unreadable; its entries are read from the log again", "bucket", ref.Bucket, "entry", ref.Entry, "err", err)
+				s.cursor.Rewind()
+				return true
+			}
+			log.Warn("delayed-delivery buckets not merged; retrying", "buckets", m.Buckets, "err", err)
+			return false
+		}
+	}
+	s.mu.Lock()
+	rewind := s.dl.idx.Merged(gen, data)
+	buckets, merges := s.dl.idx.Buckets(), s.dl.idx.Merges()
+	s.mu.Unlock()
+	if rewind {
+		log.Error("delayed-delivery bucket unreadable while merging; its entries are read from the log again", "buckets", m.Buckets)
+		s.cursor.Rewind()
+		return true
+	}
+	log.Info("delayed-delivery buckets merged", "merged", m.Buckets, "segments", len(m.Read), "buckets", buckets, "merges", merges)
+	return true
 }
 
 // clearDelayedLocked forgets the index (a seek; the subscription became
@@ -393,10 +435,11 @@ func (s *Subscription) deleteDelayed(ctx context.Context) error {
 	return nil
 }
 
-// delayedStats returns the entries held and the index's memory, about.
-func (s *Subscription) delayedStatsLocked() (held, bytes int64) {
+// delayedStatsLocked returns the entries held, the index's memory (about),
+// its sealed buckets and the merges it did since the subscription loaded.
+func (s *Subscription) delayedStatsLocked() (held, bytes int64, buckets int, merges int64) {
 	if s.dl.idx == nil {
-		return 0, 0
+		return 0, 0, 0, 0
 	}
-	return s.dl.idx.Len(), s.dl.idx.MemoryBytes()
+	return s.dl.idx.Len(), s.dl.idx.MemoryBytes(), s.dl.idx.Buckets(), s.dl.idx.Merges()
 }

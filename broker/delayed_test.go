@@ -20,6 +20,8 @@ type delayedStats struct {
 		MsgBacklog          int64 `json:"msgBacklog"`
 		MsgBacklogNoDelayed int64 `json:"msgBacklogNoDelayed"`
 		MsgDelayed          int64 `json:"msgDelayed"`
+		DelayedIndexBuckets int   `json:"delayedIndexBuckets"`
+		DelayedIndexMerges  int64 `json:"delayedIndexBucketMerges"`
 	} `json:"subscriptions"`
 }
 
@@ -183,13 +185,18 @@ func TestDelayedDeliveryHoldsSharedAndKeySharedOnly(t *testing.T) {
 }
 
 // Issue 35: a delayed message is delivered at its time — not before, and
-// not lost — across a kill -9 of the broker. The index is small
-// (--delayed-bucket-entries 20) so most messages are in sealed buckets,
-// persisted as ledger snapshots, when the broker dies; the restarted one
-// restores them, and reads the rest from the log again.
+// not lost — across a kill -9 of the broker, while the index merges its
+// buckets. The index is small (--delayed-bucket-entries 10) so most
+// messages are in sealed buckets, persisted as ledger snapshots, when the
+// broker dies, and bounded to 2 buckets (--delayed-max-buckets 2) so the
+// ten it seals are merged (Pulsar's delayedDeliveryMaxNumBuckets); the
+// restarted broker restores the buckets its list names, and reads the
+// rest from the log again.
 func TestDelayedDeliverySurvivesKill9(t *testing.T) {
 	dir := t.TempDir()
-	s := testutil.StartStandalone(t, dir, "--delayed-bucket-entries", "20", "--delayed-segment-entries", "5", "--log-level", "info")
+	const maxBuckets = 2
+	s := testutil.StartStandalone(t, dir, "--delayed-bucket-entries", "10", "--delayed-segment-entries", "2",
+		"--delayed-max-buckets", strconv.Itoa(maxBuckets), "--log-level", "info")
 	client := newPulsarClient(t, s.URL)
 	topic := topicName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -217,10 +224,16 @@ func TestDelayedDeliverySurvivesKill9(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testutil.Eventually(t, time.Until(start), "every message held", func() bool {
-		return topicStats(t, s.AdminURL, topic).Subscriptions["delayed"].MsgDelayed == n
+	// Ten buckets sealed, merged down to the bound before the first is
+	// due (their segments are then all still unloaded).
+	var merges int64
+	testutil.Eventually(t, time.Until(start), "every message held, the buckets merged down to the bound", func() bool {
+		ss := topicStats(t, s.AdminURL, topic).Subscriptions["delayed"]
+		merges = ss.DelayedIndexMerges
+		return ss.MsgDelayed == n && ss.DelayedIndexBuckets <= maxBuckets && ss.DelayedIndexMerges >= 3
 	})
-	// Kill once some were delivered: the rest are in five sealed buckets
+	t.Logf("%d merges of buckets before the first message's time", merges)
+	// Kill once some were delivered: the rest are in the merged buckets
 	// and the open one.
 	testutil.Eventually(t, time.Minute, "the first messages delivered", func() bool { return len(got()) >= 10 })
 	killed := time.Now()

@@ -76,8 +76,13 @@ type SubscriptionStats struct {
 	// MsgDelayed: entries held by the delayed-delivery index (Shared and
 	// Key_Shared) until their deliver_at_time; DelayedIndexBytes: the
 	// index's memory, about (its persisted buckets not counted).
-	MsgDelayed                         int64           `json:"msgDelayed"`
-	DelayedIndexBytes                  int64           `json:"delayedMessageIndexSizeInBytes"`
+	MsgDelayed        int64 `json:"msgDelayed"`
+	DelayedIndexBytes int64 `json:"delayedMessageIndexSizeInBytes"`
+	// DelayedIndexBuckets (Meridian's): the index's sealed buckets now;
+	// DelayedIndexMerges: the merges of buckets since the subscription
+	// was loaded (docs/broker.md, "Delayed delivery").
+	DelayedIndexBuckets                int             `json:"delayedIndexBuckets"`
+	DelayedIndexMerges                 int64           `json:"delayedIndexBucketMerges"`
 	BacklogSize                        int64           `json:"backlogSize"`
 	UnackedMessages                    int             `json:"unackedMessages"`
 	IsDurable                          bool            `json:"isDurable"`

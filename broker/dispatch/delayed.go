@@ -24,7 +24,13 @@ import (
 //     within LookaheadMs; the set stays (to tell, when the log is read
 //     again after a restart, which entries the bucket already holds);
 //   - a small list (which buckets, their ranges, each segment's first time
-//     and size, how many segments were released) is a snapshot of its own.
+//     and size, how many segments were released) is a snapshot of its own;
+//   - beyond DelayedConfig.MaxBuckets sealed buckets, 2 to 4 adjacent ones
+//     are merged into one (Pulsar's delayedDeliveryMaxNumBuckets): what
+//     they hold not yet released — their loaded segments and the segments
+//     read back for the merge — is sealed as a new bucket, which the list
+//     names instead of them once it is persisted; until then the list
+//     keeps naming them, so a crash at any step restores one or the other.
 //
 // Durability without losing or advancing anything: an entry held here is
 // not acknowledged on the cursor, so after a restart dispatch reads it
@@ -47,8 +53,9 @@ import (
 //  5. After every change run Work(now) and do what it asks, unlocked, in
 //     order, one Work at a time: Seal (write the bucket), then List (write
 //     the list), then Delete (the buckets the written list no longer
-//     names), then Load (read one segment); report each with Sealed,
-//     ListWritten, Loaded or LoadFailed, passing Work's Gen. A failed
+//     names), then Load (read one segment), then Merge (read the segments
+//     it names); report each with Sealed, ListWritten, Loaded or
+//     LoadFailed, Merged or MergeFailed, passing Work's Gen. A failed
 //     write is retried by a later Work (back off).
 //  6. Sleep until WakeAt, or an input.
 //  7. On a seek, or when the subscription becomes Exclusive or Failover:
@@ -66,6 +73,8 @@ type Delayed struct {
 	listDone uint64 // the version last written
 	deletes  []pendingDelete
 	restored bool
+	merge    *MergeWork // the merge out, if any (one at a time)
+	merges   int64      // merges completed
 }
 
 // DelayedConfig configures a Delayed index. Zero fields take defaults.
@@ -85,6 +94,18 @@ type DelayedConfig struct {
 	// this many milliseconds, so a load's latency does not make it late.
 	// Default 10,000.
 	LookaheadMs int64
+	// MaxBuckets: once there are more sealed buckets than this, 2 to 4
+	// adjacent ones are merged into one, one merge at a time (Pulsar's
+	// delayedDeliveryMaxNumBuckets, which Pulsar leaves off, -1, by
+	// default). It bounds what grows with the count: the segments in
+	// memory (one due a bucket, ~24 KB each), and the buckets Contains and
+	// Due look at for each entry. Default 50: a subscription holding
+	// 2,500,000 entries in buckets of 50,000 starts merging; 1,000,000
+	// (20 buckets) never do. A merge reads its buckets' segments back,
+	// holds up to 4 buckets' entries in memory (4 × 50,000 × 24 B ≈ 5 MB)
+	// until the merged bucket is written, and writes them again. -1:
+	// never merge.
+	MaxBuckets int
 }
 
 func (c DelayedConfig) withDefaults() DelayedConfig {
@@ -96,6 +117,9 @@ func (c DelayedConfig) withDefaults() DelayedConfig {
 	}
 	if c.LookaheadMs <= 0 {
 		c.LookaheadMs = 10_000
+	}
+	if c.MaxBuckets == 0 {
+		c.MaxBuckets = 50
 	}
 	return c
 }
@@ -140,6 +164,11 @@ type bucket struct {
 	persisted bool
 	sealing   bool // a Seal of it is out
 	loading   bool // a Load of it is out
+	merging   bool // it is a source of the merge out
+	// replaces: of a merged bucket not yet persisted, the list entries of
+	// the persisted buckets it replaces. The list names them instead of
+	// it until it is persisted; then they are deleted after the list.
+	replaces []delayedEntry
 }
 
 // done is the number of segments wholly released.
@@ -238,7 +267,15 @@ func (d *Delayed) seal() {
 		}
 		return 0
 	})
-	b := &bucket{id: d.nextID, set: newPosSet(d.openSet), left: int64(len(items))}
+	d.addBucket(d.newBucket(items, d.openSet))
+	d.open = nil
+	d.openSet = map[int64][]int64{}
+}
+
+// newBucket returns a sealed bucket, not persisted, of items (by time)
+// whose positions are set (ledger → ascending entries).
+func (d *Delayed) newBucket(items []delayedItem, set map[int64][]int64) *bucket {
+	b := &bucket{id: d.nextID, set: newPosSet(set), left: int64(len(items))}
 	d.nextID++
 	b.first, b.last = b.set.bounds()
 	for off := 0; off < len(items); off += d.cfg.SegmentMax {
@@ -247,8 +284,17 @@ func (d *Delayed) seal() {
 		b.segFirst = append(b.segFirst, seg[0].at)
 		b.segLen = append(b.segLen, len(seg))
 	}
+	return b
+}
+
+// addBucket adds a sealed bucket, keeping them ascending by position.
+func (d *Delayed) addBucket(b *bucket) {
 	d.buckets = append(d.buckets, b)
-	slices.SortFunc(d.buckets, func(x, y *bucket) int {
+	sortBuckets(d.buckets)
+}
+
+func sortBuckets(bs []*bucket) {
+	slices.SortStableFunc(bs, func(x, y *bucket) int {
 		if x.first.Less(y.first) {
 			return -1
 		}
@@ -257,8 +303,6 @@ func (d *Delayed) seal() {
 		}
 		return 0
 	})
-	d.open = nil
-	d.openSet = map[int64][]int64{}
 }
 
 // advance loads b's next segment from memory when it is due within the
@@ -331,12 +375,22 @@ func (d *Delayed) collect() {
 		if b.left > 0 || b.sealing || b.loading {
 			return false
 		}
-		if b.persisted {
+		if b.persisted || len(b.replaces) > 0 {
 			d.listVer++
-			d.deletes = append(d.deletes, pendingDelete{id: b.id, afterList: d.listVer})
+			d.deleteAfterList(b)
 		}
 		return true
 	})
+}
+
+// deleteAfterList queues the deletion of b's snapshot and of those it
+// replaces, once the list of the current version is written.
+func (d *Delayed) deleteAfterList(b *bucket) {
+	d.deletes = append(d.deletes, pendingDelete{id: b.id, afterList: d.listVer})
+	for _, r := range b.replaces {
+		d.deletes = append(d.deletes, pendingDelete{id: r.ID, afterList: d.listVer})
+	}
+	b.replaces = nil
 }
 
 // WakeAt returns when Due or Work next has something to do by time alone
@@ -373,8 +427,9 @@ func (d *Delayed) Clear() {
 		d.listVer++
 	}
 	for _, b := range d.buckets {
-		d.deletes = append(d.deletes, pendingDelete{id: b.id, afterList: d.listVer})
+		d.deleteAfterList(b)
 	}
+	d.merge = nil
 	d.buckets = nil
 	d.open = nil
 	d.openSet = map[int64][]int64{}
@@ -403,11 +458,21 @@ type DelayedWork struct {
 	ListVersion uint64
 	Delete      []uint64 // buckets whose snapshots to delete
 	Load        []SegmentRef
+	// Merge, when not nil, is a merge to read for: report it with Merged
+	// (the data of every Read, in order) or MergeFailed.
+	Merge *MergeWork
+}
+
+// MergeWork names adjacent sealed buckets to merge and the segments of
+// theirs, not loaded yet, to read back for it.
+type MergeWork struct {
+	Buckets []uint64
+	Read    []SegmentRef
 }
 
 // Empty reports whether there is nothing to do.
 func (w DelayedWork) Empty() bool {
-	return len(w.Seal) == 0 && w.List == nil && len(w.Delete) == 0 && len(w.Load) == 0
+	return len(w.Seal) == 0 && w.List == nil && len(w.Delete) == 0 && len(w.Load) == 0 && w.Merge == nil
 }
 
 // Work returns the I/O to do now, marking seals and loads as out (a later
@@ -449,6 +514,7 @@ func (d *Delayed) Work(nowMs int64) DelayedWork {
 			w.Load = append(w.Load, SegmentRef{Bucket: b.id, Entry: int64(b.next) + 1})
 		}
 	}
+	w.Merge = d.startMerge()
 	return w
 }
 
@@ -476,6 +542,12 @@ func (d *Delayed) Sealed(gen, id uint64, ok bool) {
 	b.persisted = true
 	b.all = nil
 	d.listVer++
+	// The list of this version names b, not the buckets it merged: they
+	// are deleted once it is written.
+	for _, r := range b.replaces {
+		d.deletes = append(d.deletes, pendingDelete{id: r.ID, afterList: d.listVer})
+	}
+	b.replaces = nil
 	d.collect()
 }
 
@@ -547,6 +619,13 @@ func (d *Delayed) Referenced(id uint64) bool {
 	if d.find(id) != nil {
 		return true
 	}
+	for _, b := range d.buckets {
+		for _, r := range b.replaces {
+			if r.ID == id {
+				return true
+			}
+		}
+	}
 	for _, pd := range d.deletes {
 		if pd.id == id {
 			return true
@@ -581,6 +660,7 @@ func (d *Delayed) Restore(list []byte) error {
 		d.held += b.left
 		d.buckets = append(d.buckets, b)
 	}
+	sortBuckets(d.buckets)
 	return nil
 }
 

@@ -29,11 +29,37 @@ type delayedSim struct {
 	noAck     bool
 	failSeals int // the next n seals fail
 	loads     int
+	merges    int // merges reported with Merged
+	// opsLeft: the I/O operations (a seal, a list write, a delete, a
+	// load, a merge) done before the process dies (halted); -1 no limit.
+	opsLeft int
+	halted  bool
+	// holdMerge: a merge's reads are done at once but reported only by
+	// finishMerge, so the index goes on meanwhile.
+	holdMerge bool
+	held      *heldMerge
+}
+
+type heldMerge struct {
+	gen  uint64
+	data [][]byte
+}
+
+// op reports whether the process is still alive to do one more operation.
+func (s *delayedSim) op() bool {
+	if s.opsLeft == 0 {
+		s.halted = true
+		return false
+	}
+	if s.opsLeft > 0 {
+		s.opsLeft--
+	}
+	return true
 }
 
 func newDelayedSim(t *testing.T, cfg DelayedConfig) *delayedSim {
 	return &delayedSim{t: t, cfg: cfg, d: NewDelayed(cfg), store: map[uint64][][]byte{},
-		delivered: map[Position]int{}, late: map[Position]int64{}, acked: map[Position]bool{}}
+		delivered: map[Position]int{}, late: map[Position]int64{}, acked: map[Position]bool{}, opsLeft: -1}
 }
 
 func (s *delayedSim) publish(n int, maxDelay int64, rng *rand.Rand) {
@@ -88,11 +114,17 @@ func (s *delayedSim) at(p Position) delayedItem {
 func (s *delayedSim) work() {
 	s.t.Helper()
 	for range 1000 {
+		if s.halted {
+			return
+		}
 		w := s.d.Work(s.now)
 		if w.Empty() {
 			return
 		}
 		for _, sw := range w.Seal {
+			if !s.op() {
+				return
+			}
 			if s.failSeals > 0 {
 				s.failSeals--
 				s.d.Sealed(w.Gen, sw.Bucket, false)
@@ -102,13 +134,22 @@ func (s *delayedSim) work() {
 			s.d.Sealed(w.Gen, sw.Bucket, true)
 		}
 		if w.List != nil {
+			if !s.op() {
+				return
+			}
 			s.list = slices.Clone(w.List)
 			s.d.ListWritten(w.ListVersion)
 		}
 		for _, id := range w.Delete {
+			if !s.op() {
+				return
+			}
 			delete(s.store, id)
 		}
 		for _, ref := range w.Load {
+			if !s.op() {
+				return
+			}
 			s.loads++
 			segs, ok := s.store[ref.Bucket]
 			if !ok || ref.Entry >= int64(len(segs)) {
@@ -121,8 +162,48 @@ func (s *delayedSim) work() {
 				s.read = 0
 			}
 		}
+		if m := w.Merge; m != nil {
+			if !s.op() {
+				return
+			}
+			data := make([][]byte, len(m.Read))
+			for i, ref := range m.Read {
+				segs, ok := s.store[ref.Bucket]
+				if !ok || ref.Entry >= int64(len(segs)) {
+					if s.d.MergeFailed(w.Gen, ref, true) {
+						s.read = 0
+					}
+					data = nil
+					break
+				}
+				data[i] = segs[ref.Entry]
+			}
+			switch {
+			case data == nil:
+			case s.holdMerge:
+				s.held = &heldMerge{gen: w.Gen, data: data}
+			default:
+				if s.d.Merged(w.Gen, data) {
+					s.read = 0
+				}
+				s.merges++
+			}
+		}
 	}
 	s.t.Fatal("Work did not settle")
+}
+
+// finishMerge reports the merge held back by holdMerge.
+func (s *delayedSim) finishMerge() {
+	s.t.Helper()
+	if s.held == nil {
+		s.t.Fatal("no merge was held")
+	}
+	if s.d.Merged(s.held.gen, s.held.data) {
+		s.read = 0
+	}
+	s.held = nil
+	s.merges++
 }
 
 // step advances time to now, releases what is due, and does the I/O.
@@ -131,7 +212,7 @@ func (s *delayedSim) step(now int64) {
 	s.now = now
 	s.readLog()
 	s.work()
-	for {
+	for !s.halted {
 		due := s.d.Due(s.now, 1<<30)
 		for _, p := range due {
 			if !s.acked[p] {
@@ -151,6 +232,7 @@ func (s *delayedSim) step(now int64) {
 // garbage deleted, the cursor back at its first unacknowledged entry.
 func (s *delayedSim) crash() {
 	s.t.Helper()
+	s.halted, s.opsLeft, s.held = false, -1, nil
 	s.d = NewDelayed(s.cfg)
 	if err := s.d.Restore(s.list); err != nil {
 		s.t.Fatal(err)
@@ -215,6 +297,9 @@ func TestDelayedCrashLosesNothingAndReleasesNothingEarly(t *testing.T) {
 		seed := rand.Uint64()
 		rng := rand.New(rand.NewPCG(seed, uint64(round)))
 		cfg := DelayedConfig{BucketMax: 50, SegmentMax: 7, LookaheadMs: 30}
+		if round%4 >= 2 {
+			cfg.MaxBuckets = 2 // merging while crashing
+		}
 		s := newDelayedSim(t, cfg)
 		s.noAck = round%2 == 0 // unacknowledged deliveries come again
 		s.publish(300, 2_000, rng)

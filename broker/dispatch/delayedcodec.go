@@ -351,9 +351,12 @@ func (d *Delayed) encodeList() []byte {
 	l := delayedList{Format: delayedFormat, NextID: d.nextID, Buckets: []delayedEntry{}}
 	for _, b := range d.buckets {
 		if !b.persisted {
+			// A merged bucket not yet persisted: the buckets it replaces
+			// hold its entries until it is.
+			l.Buckets = append(l.Buckets, b.replaces...)
 			continue
 		}
-		l.Buckets = append(l.Buckets, delayedEntry{ID: b.id, First: b.first, Last: b.last, SegFirst: b.segFirst, SegLen: b.segLen, Done: b.done()})
+		l.Buckets = append(l.Buckets, b.listEntry())
 	}
 	out, _ := json.Marshal(l)
 	return out
