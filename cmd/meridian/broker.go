@@ -261,7 +261,7 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 		}
 		rctx, rstop := context.WithCancel(ctx)
 		defer rstop()
-		if waitRecovery, err = runAutorecovery(rctx, rcfg, "broker-"+name, rf.workers, lc); err != nil {
+		if waitRecovery, err = runAutorecovery(rctx, rcfg, "broker-"+name, rf.workers, lc, nil); err != nil {
 			return err
 		}
 		bc.ExtraMetrics = append(bc.ExtraMetrics, metrics.Gatherer())
