@@ -118,7 +118,12 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	b.lst = lst
-	b.health, b.policyTurned = newHealth(cfg, b.registered.Load)
+	b.health, b.policyTurned = newHealth(cfg, b.registered.Load, func() []failoverctl.NamespaceLease {
+		if !b.foStarted.Load() {
+			return nil
+		}
+		return b.fo.Leases()
+	})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
