@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/admin"
@@ -16,6 +18,7 @@ import (
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/broker/replication"
+	"github.com/meridian-mq/meridian/internal/netaddr"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -80,11 +83,36 @@ func (b *Broker) newAdmin() *admin.Server {
 
 // AdminURL returns http://admin-address (https:// with TLS), or "" when
 // the API is off.
+//
+// The host is the one the admin API listens on, or — listening on every
+// interface (0.0.0.0:8080, as in a container) — the broker's advertised
+// host (its internal listener's, or AdvertisedAddr's), as Pulsar's broker
+// id is its advertised address and web service port: the address other
+// brokers and the brokers list give, never a wildcard no one can dial.
 func (b *Broker) AdminURL() string {
 	if b.admin == nil {
 		return ""
 	}
-	return b.admin.URL()
+	return advertisedAdminURL(b.admin.URL(), b.serverURL)
+}
+
+// advertisedAdminURL is adminURL (scheme://host:port, the socket's) with
+// a wildcard host replaced by serviceURL's host.
+func advertisedAdminURL(adminURL, serviceURL string) string {
+	scheme, hp, ok := strings.Cut(adminURL, "://")
+	if !ok {
+		return adminURL
+	}
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil || !netaddr.IsWildcard(host) {
+		return adminURL
+	}
+	_, shp, _ := strings.Cut(serviceURL, "://")
+	sh, _, err := net.SplitHostPort(shp)
+	if err != nil || netaddr.IsWildcard(sh) {
+		return adminURL
+	}
+	return scheme + "://" + net.JoinHostPort(sh, port)
 }
 
 // AdminHandler returns the admin API's handler.
@@ -215,7 +243,7 @@ func (a adminBroker) LoadedTopics(ns string) []admin.Topic {
 }
 
 func (a adminBroker) Self() admin.BrokerInfo {
-	return admin.BrokerInfo{ID: a.b.cfg.BrokerID, ServiceURL: a.b.serverURL, AdminURL: a.b.AdminURL()}
+	return admin.BrokerInfo{ID: a.b.cfg.BrokerID, ServiceURL: a.b.serverURL, AdminURL: a.b.AdminURL(), Listeners: a.b.lst.byName}
 }
 
 func (a adminBroker) Brokers(ctx context.Context) ([]admin.BrokerInfo, error) {
@@ -228,32 +256,52 @@ func (a adminBroker) Brokers(ctx context.Context) ([]admin.BrokerInfo, error) {
 	}
 	out := make([]admin.BrokerInfo, 0, len(bs))
 	for _, bi := range bs {
-		out = append(out, admin.BrokerInfo{ID: bi.ID, ServiceURL: bi.ServiceURL, AdminURL: bi.AdminURL})
+		out = append(out, admin.BrokerInfo{ID: bi.ID, ServiceURL: bi.ServiceURL, AdminURL: bi.AdminURL, Listeners: bi.Listeners})
 	}
 	return out, nil
 }
 
-// Lookup answers as a client's lookup would (it may acquire the bundle
-// for this broker, as a lookup does), with the broker's admin URL found
-// in the region's registrations.
-func (a adminBroker) Lookup(ctx context.Context, tn meta.TopicName) (admin.BrokerInfo, error) {
-	url, _, err := a.b.lookup(ctx, tn.String(), false, "")
+// Lookup answers as a client's lookup would, in listener ("": the
+// internal one): a broker of the region the namespace is active in when
+// that is another (as a binary LOOKUP is redirected), else the bundle's
+// owner in this region (it may acquire the bundle for this broker, as a
+// lookup does), with its admin URL found in the region's registrations.
+func (a adminBroker) Lookup(ctx context.Context, tn meta.TopicName, listener string) (admin.BrokerInfo, error) {
+	if listener == a.b.lst.internal {
+		listener = ""
+	}
+	if a.b.fo != nil {
+		other, err := a.b.fo.CrossRegionLookup(ctx, tn.String(), listener)
+		if err != nil {
+			return admin.BrokerInfo{}, err
+		}
+		if other != "" {
+			return admin.BrokerInfo{ServiceURL: other}, nil // another region's broker
+		}
+	}
+	url, _, err := a.b.lookup(ctx, tn.String(), false, listener)
 	if err != nil {
 		return admin.BrokerInfo{}, err
 	}
-	if url == a.b.serverURL {
-		return a.Self(), nil
+	in := func(bi admin.BrokerInfo) bool {
+		u, err := meta.Listeners(bi.Listeners).URLFor(bi.ServiceURL, listener)
+		return err == nil && u == url
+	}
+	if self := a.Self(); in(self) {
+		self.ServiceURL = url
+		return self, nil
 	}
 	bs, err := a.Brokers(ctx)
 	if err != nil {
 		return admin.BrokerInfo{}, err
 	}
 	for _, bi := range bs {
-		if bi.ServiceURL == url {
+		if in(bi) {
+			bi.ServiceURL = url
 			return bi, nil
 		}
 	}
-	return admin.BrokerInfo{ServiceURL: url}, nil // another region's broker
+	return admin.BrokerInfo{ServiceURL: url}, nil
 }
 
 func (a adminBroker) HealthCheck(ctx context.Context) error {

@@ -118,7 +118,12 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	b.lst = lst
-	b.health, b.policyTurned = newHealth(cfg, b.registered.Load)
+	b.health, b.policyTurned = newHealth(cfg, b.registered.Load, func() []failoverctl.NamespaceLease {
+		if !b.foStarted.Load() {
+			return nil
+		}
+		return b.fo.Leases()
+	})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -276,6 +281,16 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.health.Drain("stopping")
 	}
 	b.mu.Unlock()
+	// Serve on while the prober sees it and the load balancer takes the
+	// broker out (a Kubernetes endpoint update takes seconds): clients
+	// stop being sent here before their topics move.
+	if d := b.cfg.ShutdownDrainDelay; d > 0 {
+		b.log.Info("broker draining: not ready, serving on before the hand-off", "delay", d)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
 	conns := b.conns.close()
 	if b.lis != nil {
 		b.lis.Close()

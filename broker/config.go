@@ -25,6 +25,8 @@ const (
 	DefaultListenAddr      = "127.0.0.1:6650"
 	DefaultAdminAddr       = "127.0.0.1:8080"
 	DefaultReplicationAddr = "127.0.0.1:6660"
+	// DefaultShutdownDrainDelay is meridian broker's ShutdownDrainDelay.
+	DefaultShutdownDrainDelay = 5 * time.Second
 )
 
 // MaxMessageSizeMax bounds Config.MaxMessageSize: 100 MiB.
@@ -215,6 +217,14 @@ type Config struct {
 	// long. Shorter moves topics sooner after a crash; too short and a GC
 	// pause or a busy machine moves them needlessly. Default 10s.
 	OwnershipTTL time.Duration
+	// ShutdownDrainDelay: how long a stopping broker (Close: SIGTERM)
+	// reports not ready while it still serves, before it hands its bundles
+	// over — what a load balancer or a Kubernetes Service needs to take it
+	// out of rotation (its probe period × failure threshold, plus the
+	// endpoint update: a readiness probe every 1 s failing twice takes
+	// about 2–3 s). 0: hand over at once (library default; meridian broker
+	// defaults to 5s). It adds to the stop time, within the grace period.
+	ShutdownDrainDelay time.Duration
 
 	// PolicyCheckInterval: how often message TTL and backlog quotas are
 	// enforced on loaded topics. Default 5s (Pulsar checks TTL every 5 min;

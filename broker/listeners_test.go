@@ -2,9 +2,14 @@ package broker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,6 +17,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsaradmin"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
@@ -188,5 +194,150 @@ func TestAdvertisedListenersSendEachClientToItsListener(t *testing.T) {
 			t.Fatalf("receive %d: %v", i, err)
 		}
 		cons.Ack(m)
+	}
+}
+
+// wildListenerBroker is addListenerBroker with the admin API listening on
+// every interface (0.0.0.0, as in a container): reachable at 127.0.0.1
+// and at 127.0.0.2, the external listener's host.
+func wildListenerBroker(t *testing.T, r *testutil.Region, id string) (listenerBroker, string) {
+	t.Helper()
+	internal := testutil.FreeAddr(t)
+	external := "127.0.0.2:" + strconv.Itoa(testutil.FreePort(t))
+	port := strconv.Itoa(testutil.FreePort(t))
+	p := testutil.StartProc(t, id, testutil.MeridianBinary(t), "broker", "--region", r.Name, "--etcd", r.EtcdURL, "--id", id,
+		"--listen", internal, "--admin", "0.0.0.0:"+port, "--replication-listen", testutil.FreeAddr(t), "--log-level", "warn",
+		"--advertised-listeners", "internal:pulsar://"+internal+",external:pulsar://"+external,
+		"--bind-addresses", "external:pulsar://"+external, "--internal-listener-name", "internal", "--shutdown-drain-delay", "0s")
+	b := &testutil.BrokerProc{Proc: p, ID: id, Addr: internal, AdminAddr: "127.0.0.1:" + port}
+	testutil.WaitHTTP(t, b.AdminURL()+"/admin/v2/tenants", 60*time.Second)
+	return listenerBroker{b, internal, external}, port
+}
+
+// Requirement (issue 28, advertised listeners over HTTP): an HTTP lookup
+// (/lookup/v2/topic/...) is answered in the listener the client asks for
+// — Pulsar's listenerName query parameter or X-Pulsar-ListenerName
+// header — or, naming none, in the listener whose host the client reached
+// the broker by: the unmodified pulsar-client-go given an http:// service
+// URL on the brokers' external host and ListenerName "external" (it sends
+// no listener name over HTTP) produces through the owner's external
+// address, never an internal one; one given the internal host consumes
+// through the internal one. The admin API, listening on 0.0.0.0, names
+// every broker by its advertised host (the brokers list, the lookup's
+// httpUrl), never a wildcard.
+func TestHTTPLookupAnswersInTheClientsListener(t *testing.T) {
+	r := testutil.StartRegion(t, "east", "r1", "r2", "r3")
+	b1, port1 := wildListenerBroker(t, r, "broker-1")
+	b2, port2 := wildListenerBroker(t, r, "broker-2")
+	brokers := map[string]listenerBroker{b1.ID: b1, b2.ID: b2}
+	topic := topicName(t)
+
+	ext, err := pulsar.NewClient(pulsar.ClientOptions{URL: "http://127.0.0.2:" + port1, ListenerName: "external", OperationTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	p, err := ext.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	owner := brokers[ownerOf(t, r)]
+	other := b1
+	if owner.ID == b1.ID {
+		other = b2
+	}
+	if n := established(t, owner.external); n == 0 {
+		t.Fatalf("the external HTTP-lookup client has no connection to the owner %s's external address %s", owner.ID, owner.external)
+	}
+	for _, b := range brokers {
+		if n := established(t, b.internal); n != 0 {
+			t.Fatalf("the external HTTP-lookup client has %d connections to %s's internal address %s", n, b.ID, b.internal)
+		}
+	}
+
+	in, err := pulsar.NewClient(pulsar.ClientOptions{URL: "http://127.0.0.1:" + port2, OperationTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	cons, err := in.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s", SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	if m, err := cons.Receive(ctx); err != nil || string(m.Payload()) != "0" {
+		t.Fatalf("receive: %v", err)
+	}
+	if n := established(t, owner.internal); n == 0 {
+		t.Fatalf("the internal HTTP-lookup client has no connection to the owner's internal address %s", owner.internal)
+	}
+
+	// The raw lookups, at the other broker (the owner is found in etcd).
+	otherPort := port1
+	if other.ID == b2.ID {
+		otherPort = port2
+	}
+	ownerAdmin := "http://127.0.0.1:" + port1
+	if owner.ID == b2.ID {
+		ownerAdmin = "http://127.0.0.1:" + port2
+	}
+	path := "/lookup/v2/topic/persistent/" + strings.TrimPrefix(topic, "persistent://")
+	for _, c := range []struct{ host, query, header, want string }{
+		{"127.0.0.1", "", "", owner.internal},
+		{"127.0.0.2", "", "", owner.external},
+		{"127.0.0.1", "?listenerName=external", "", owner.external},
+		{"127.0.0.1", "", "external", owner.external},
+		{"127.0.0.2", "?listenerName=internal", "", owner.internal},
+		{"127.0.0.2", "", "internal", owner.internal},
+	} {
+		req, _ := http.NewRequest("GET", "http://"+c.host+":"+otherPort+path+c.query, nil)
+		if c.header != "" {
+			req.Header.Set("X-Pulsar-ListenerName", c.header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ld struct {
+			BrokerURL string `json:"brokerUrl"`
+			HTTPURL   string `json:"httpUrl"`
+		}
+		json.NewDecoder(resp.Body).Decode(&ld)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || ld.BrokerURL != "pulsar://"+c.want || ld.HTTPURL != ownerAdmin {
+			t.Errorf("HTTP lookup at %s%s (header %q): %d %+v, want brokerUrl pulsar://%s httpUrl %s", c.host, c.query, c.header, resp.StatusCode, ld, c.want, ownerAdmin)
+		}
+	}
+	resp, err := http.Get("http://127.0.0.1:" + otherPort + path + "?listenerName=public")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == 200 || !strings.Contains(string(body), "the broker do not have public listener") {
+		t.Errorf("HTTP lookup naming listener public: %d %s, want Pulsar's error", resp.StatusCode, body)
+	}
+
+	// The brokers list (pulsaradmin's Brokers().GetActiveBrokers): the
+	// advertised host and the admin port, never 0.0.0.0 or [::].
+	adm, err := pulsaradmin.NewClient(&pulsaradmin.Config{WebServiceURL: "http://127.0.0.1:" + port1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := adm.Brokers().GetActiveBrokers("east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(got)
+	want := []string{"127.0.0.1:" + port1, "127.0.0.1:" + port2}
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("active brokers %v, want %v", got, want)
 	}
 }

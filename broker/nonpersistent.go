@@ -986,7 +986,7 @@ func (a adminBroker) NonPersistentStats(ctx context.Context, tn meta.TopicName) 
 	if t := a.b.np.lookup(tn.String()); t != nil {
 		return t.stats(), nil
 	}
-	bi, err := a.Lookup(ctx, tn)
+	bi, err := a.Lookup(ctx, tn, "")
 	if err != nil {
 		return admin.NonPersistentTopicStats{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/tools/testutil"
 )
@@ -114,5 +115,54 @@ func TestStandaloneAnswersMeridianHealth(t *testing.T) {
 	out, err := exec.Command(testutil.MeridianBinary(t), "health", "--url", s.AdminURL+"/nothing").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "404") {
 		t.Fatalf("meridian health on a wrong path: err %v, output %s", err, out)
+	}
+}
+
+// Issue 28 §2, "On SIGTERM a broker reports not-ready first, then hands
+// its bundles over": with --shutdown-drain-delay 3s a broker sent SIGTERM
+// answers /readyz 503 "stopping" at once and still serves its topics (a
+// producer's send is acknowledged after the 503 was seen), then stops.
+func TestSIGTERMReportsNotReadyBeforeItStopsServing(t *testing.T) {
+	r := testutil.StartRegion(t, "east", "r1", "r2", "r3")
+	b := r.AddBroker("east-broker-1", "--shutdown-drain-delay", "3s")
+	waitProbe(t, b.AdminURL()+"/readyz", 200, "ok", 30*time.Second)
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: b.URL(), OperationTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topicName(t), DisableBatching: true, SendTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	send := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("m")})
+		return err
+	}
+	if err := send(); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	b.Signal(syscall.SIGTERM)
+	waitProbe(t, b.AdminURL()+"/readyz", 503, "not ready: stopping", 2*time.Second)
+	notReady := time.Since(start)
+	if err := send(); err != nil {
+		t.Fatalf("a send after /readyz went 503 (%s after SIGTERM): %v, want it served during the drain delay", notReady, err)
+	}
+	if d := time.Since(start); d >= 3*time.Second {
+		t.Fatalf("the send after the 503 was acknowledged %s after SIGTERM: not within the 3s drain delay", d)
+	}
+	if exited, _ := b.Exited(); exited {
+		t.Fatal("the broker exited before its drain delay ended")
+	}
+	if !b.Wait(40 * time.Second) {
+		t.Fatal("the broker did not stop after its drain delay")
+	}
+	if d := time.Since(start); d < 3*time.Second {
+		t.Fatalf("the broker stopped %s after SIGTERM, before its 3s drain delay", d)
 	}
 }

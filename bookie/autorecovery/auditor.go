@@ -30,6 +30,7 @@ type Auditor struct {
 
 	mu        sync.Mutex
 	leader    bool
+	standby   bool // in the election with a live session, not elected
 	lost      []string
 	draining_ []string
 	absent    map[string]int64 // unregistered, not yet lost: since (Unix ms)
@@ -58,6 +59,15 @@ func NewAuditor(cfg Config, id string) (*Auditor, error) {
 // Leader reports whether this auditor is the elected one now.
 func (a *Auditor) Leader() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.leader }
 
+// InElection reports whether this auditor takes part in the election
+// now: elected, or standing by with a live session (false between terms:
+// no session, e.g. etcd unreachable).
+func (a *Auditor) InElection() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.leader || a.standby
+}
+
 // Lost returns the bookies currently declared lost (as leader).
 func (a *Auditor) Lost() []string { a.mu.Lock(); defer a.mu.Unlock(); return slices.Clone(a.lost) }
 
@@ -78,6 +88,7 @@ func (a *Auditor) Status() AuditorStatus { a.mu.Lock(); defer a.mu.Unlock(); ret
 // ends. It re-campaigns after losing its session.
 func (a *Auditor) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
+		a.cfg.beat("auditor")
 		err := a.term(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -91,15 +102,54 @@ func (a *Auditor) Run(ctx context.Context) error {
 	return nil
 }
 
+// beatWhile calls the heartbeat every CheckInterval until stop is closed:
+// a campaign waits, it does not turn.
+func (a *Auditor) beatWhile(stop <-chan struct{}) {
+	t := time.NewTicker(a.cfg.CheckInterval)
+	defer t.Stop()
+	for {
+		a.cfg.beat("auditor")
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // term campaigns once, then audits until the session is lost or ctx ends.
 func (a *Auditor) term(ctx context.Context) error {
+	// Getting a session and campaigning wait (on etcd, on the leader):
+	// beat meanwhile; lead beats on each of its own turns.
+	stopBeat := make(chan struct{})
+	go a.beatWhile(stopBeat)
+	var once sync.Once
+	endWait := func() { once.Do(func() { close(stopBeat) }) }
+	defer endWait()
 	sess, err := concurrency.NewSession(a.cfg.Store.Client(), concurrency.WithTTL(int((a.cfg.ElectionTTL+time.Second-1)/time.Second)), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("autorecovery: election session: %w", err)
 	}
 	defer sess.Close()
 	el := concurrency.NewElection(sess, a.cfg.Store.Prefix()+electionKey)
-	if err := el.Campaign(ctx, a.id); err != nil {
+	a.mu.Lock()
+	a.standby = true
+	a.mu.Unlock()
+	go func() {
+		select {
+		case <-sess.Done():
+			a.mu.Lock()
+			a.standby = false
+			a.mu.Unlock()
+		case <-stopBeat:
+		}
+	}()
+	err = el.Campaign(ctx, a.id)
+	endWait()
+	a.mu.Lock()
+	a.standby = false
+	a.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("autorecovery: campaign: %w", err)
 	}
 	a.cfg.Logger.Info("auditor elected", "id", a.id)
@@ -201,6 +251,7 @@ func (a *Auditor) lead(ctx context.Context) error {
 	tick := time.NewTicker(a.cfg.CheckInterval)
 	defer tick.Stop()
 	for first := true; ; first = false {
+		a.cfg.beat("auditor")
 		d, rm, err := a.decommissions(ctx)
 		switch {
 		case err == nil:

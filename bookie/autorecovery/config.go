@@ -94,6 +94,14 @@ type Config struct {
 	// Logger receives decisions (bookie lost, marker written, fragment
 	// re-replicated). Default: discard.
 	Logger *slog.Logger
+	// Heartbeat, when set, is called on every turn of the auditor's loop
+	// (with "auditor": each detection step while elected, every
+	// CheckInterval while it stands by in the election or waits to
+	// campaign again) and of each worker's (with the worker's id: each
+	// pass, each entry copied, each retry of its lease), so a prober can
+	// tell a wedged loop from a waiting one (internal/healthz). Must be
+	// safe for concurrent use and return at once.
+	Heartbeat func(loop string)
 
 	// testHookCopied runs after each entry is copied (tests: kill a worker
 	// mid-copy, detect concurrent copies of one ledger).
@@ -104,6 +112,12 @@ type Config struct {
 	// scrubReadTimeout bounds each scrub read, whatever ScrubReader's own
 	// ReadTimeout. Default defaultScrubReadTimeout.
 	scrubReadTimeout time.Duration
+}
+
+func (c Config) beat(loop string) {
+	if c.Heartbeat != nil {
+		c.Heartbeat(loop)
+	}
 }
 
 // defaultScrubReadTimeout bounds one scrub read from one bookie (the

@@ -37,10 +37,11 @@ type Worker struct {
 	// flood the log and hide what explains it).
 	rlog *ratelog.Logger
 
-	mu      sync.Mutex
-	stats   WorkerStats
-	backoff map[int64]time.Time
-	current int64
+	mu       sync.Mutex
+	stats    WorkerStats
+	backoff  map[int64]time.Time
+	current  int64
+	hasLease bool
 }
 
 // WorkerStats counts what a worker did.
@@ -77,10 +78,18 @@ func (w *Worker) ID() string { return w.id }
 // Stats returns the counters.
 func (w *Worker) Stats() WorkerStats { w.mu.Lock(); defer w.mu.Unlock(); return w.stats }
 
+// HasLease reports whether the worker holds its etcd lease now (its
+// claims live under it): false before its first session and between
+// sessions (etcd unreachable).
+func (w *Worker) HasLease() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.hasLease }
+
+func (w *Worker) setLease(v bool) { w.mu.Lock(); w.hasLease = v; w.mu.Unlock() }
+
 // Run claims and repairs marked ledgers until ctx ends. Its claims live as
 // long as its lease: when the process dies they expire after LockTTL.
 func (w *Worker) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
+		w.cfg.beat(w.id)
 		err := w.session(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -108,15 +117,19 @@ func (w *Worker) session(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	w.setLease(true)
+	defer w.setLease(false)
 	go func() {
 		select {
 		case <-lease.Lost():
+			w.setLease(false)
 			cancel()
 		case <-sctx.Done():
 		}
 	}()
 	go w.publishLoop(sctx, lease)
 	for sctx.Err() == nil {
+		w.cfg.beat(w.id)
 		did, err := w.pass(sctx, lease)
 		if err != nil && sctx.Err() == nil {
 			w.rlog.Warn("worker pass failed", "worker", w.id, "err", err)
@@ -600,6 +613,7 @@ func (w *Worker) copyEntries(ctx context.Context, ledgerID int64, frag *metapb.F
 				w.mu.Unlock()
 				w.cfg.Metrics.copiedEntries.Inc()
 				w.cfg.Metrics.copiedBytes.Add(float64(len(src.Payload)))
+				w.cfg.beat(w.id)
 				if h := w.cfg.testHookCopied; h != nil {
 					h(w, ledgerID, id)
 				}

@@ -53,8 +53,11 @@ type Broker interface {
 	Self() BrokerInfo
 	Brokers(ctx context.Context) ([]BrokerInfo, error)
 	// Lookup returns the broker that serves the topic (the owner of its
-	// bundle, or the one a client's lookup would be sent to).
-	Lookup(ctx context.Context, tn meta.TopicName) (BrokerInfo, error)
+	// bundle, the one a client's lookup would be sent to, or a broker of
+	// the region the namespace is active in), its ServiceURL in listener
+	// ("": the internal one; a listener the broker lacks:
+	// meta.ErrNoListener).
+	Lookup(ctx context.Context, tn meta.TopicName, listener string) (BrokerInfo, error)
 	// HealthCheck reports whether this broker serves: registered, its
 	// metadata readable.
 	HealthCheck(ctx context.Context) error
@@ -93,6 +96,8 @@ type BrokerInfo struct {
 	ID         string // its broker id
 	ServiceURL string // pulsar://host:port (pulsar+ssl:// with TLS)
 	AdminURL   string // http://host:port (https:// with TLS)
+	// Listeners are its advertised listeners, name → URL (nil: none).
+	Listeners map[string]string
 }
 
 // Bundle is a namespace bundle: the hash range [Lower, Upper), the last

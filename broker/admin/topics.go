@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +40,53 @@ func newLookupData(bi BrokerInfo) lookupData {
 		ld.HTTPURL = bi.AdminURL
 	}
 	return ld
+}
+
+// ListenerNameHeader is Pulsar's header naming the listener an HTTP
+// lookup is answered in (its listenerName query parameter does the same).
+const ListenerNameHeader = "X-Pulsar-ListenerName"
+
+// httpLookupListener is the listener an HTTP lookup is answered in
+// (self being this broker): Pulsar's listenerName query parameter, else
+// its X-Pulsar-ListenerName header (what Pulsar's Java client and
+// pulsar-admin send); else, for a client that sends neither, the
+// listener of self whose host is the one the client reached this broker
+// by (the request's Host) — pulsar-client-go v0.19.0 sends no listener
+// name over HTTP whatever its ListenerName (its httpLookupService asks
+// /lookup/v2/topic/... with no parameter or header of it), and a client
+// that dialled the broker's external name is outside and is sent the
+// owner's external address. "" (the internal listener) when self has no
+// listeners, or none or several of them have that host.
+func httpLookupListener(r *http.Request, self BrokerInfo) string {
+	if n := r.URL.Query().Get("listenerName"); n != "" {
+		return n
+	}
+	if n := r.Header.Get(ListenerNameHeader); n != "" {
+		return n
+	}
+	return listenerOfHost(self.Listeners, r.Host)
+}
+
+// listenerOfHost is the one listener of ls whose URL's host is the host
+// of hostport (a Host header: host or host:port), "" when none or several.
+func listenerOfHost(ls map[string]string, hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	found := ""
+	for name, u := range ls {
+		pu, err := url.Parse(u)
+		if err != nil || !strings.EqualFold(pu.Hostname(), host) {
+			continue
+		}
+		if found != "" {
+			return ""
+		}
+		found = name
+	}
+	return found
 }
 
 // rawAnswer is an answer that is not JSON (writeAdmin lets it write
@@ -175,7 +224,7 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 		if err != nil {
 			return nil, err
 		}
-		bi, err := s.cfg.Broker.Lookup(r.Context(), tn)
+		bi, err := s.cfg.Broker.Lookup(r.Context(), tn, httpLookupListener(r, s.cfg.Broker.Self()))
 		if err != nil {
 			return nil, err
 		}

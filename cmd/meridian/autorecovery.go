@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,7 +16,9 @@ import (
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/config"
+	"github.com/meridian-mq/meridian/internal/healthz"
 	"github.com/meridian-mq/meridian/internal/httpserve"
+	"github.com/meridian-mq/meridian/internal/ratelog"
 	"github.com/meridian-mq/meridian/internal/tlsutil"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -76,20 +80,31 @@ func (r recoveryFlags) config(store *cluster.Store, view *cluster.BookieView, al
 }
 
 // runAutorecovery starts an auditor candidate and the workers on ctx; wait
-// blocks until they stopped (after ctx ends).
-func runAutorecovery(ctx context.Context, cfg autorecovery.Config, id string, workers int, client *ledger.Client) (wait func(), err error) {
+// blocks until they stopped (after ctx ends). health, if set, gets their
+// loops and readiness checks.
+func runAutorecovery(ctx context.Context, cfg autorecovery.Config, id string, workers int, client *ledger.Client, health *healthz.Checker) (wait func(), err error) {
 	cfg.ScrubReader = client // the scrub samples each replica's data too
+	ids := []string{"auditor"}
+	for i := range max(workers, 1) {
+		ids = append(ids, fmt.Sprintf("%s/w%d", id, i))
+	}
+	if health != nil {
+		cfg.Heartbeat = recoveryLoops(health, cfg, ids)
+	}
 	aud, err := autorecovery.NewAuditor(cfg, id)
 	if err != nil {
 		return nil, err
 	}
 	var ws []*autorecovery.Worker
-	for i := range max(workers, 1) {
-		w, err := autorecovery.NewWorker(cfg, fmt.Sprintf("%s/w%d", id, i), client)
+	for _, wid := range ids[1:] {
+		w, err := autorecovery.NewWorker(cfg, wid, client)
 		if err != nil {
 			return nil, err
 		}
 		ws = append(ws, w)
+	}
+	if health != nil {
+		recoveryReadiness(health, cfg.Store, aud, ws)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { aud.Run(ctx) })
@@ -97,6 +112,58 @@ func runAutorecovery(ctx context.Context, cfg autorecovery.Config, id string, wo
 		wg.Go(func() { w.Run(ctx) })
 	}
 	return wg.Wait, nil
+}
+
+// recoveryLoops registers the auditor's loop and each worker's (named
+// ids: "auditor", then the workers' ids) on h, and returns the heartbeat
+// that turns them. The bounds leave room for what a turn may wait on: the
+// auditor's detection step every CheckInterval, an etcd call bounded by
+// the election session (ElectionTTL); a worker's pass, an entry copy
+// bounded by the ledger client's read and add timeouts, and a lease
+// bounded by LockTTL.
+func recoveryLoops(h *healthz.Checker, cfg autorecovery.Config, ids []string) func(string) {
+	d := autorecovery.DefaultConfig()
+	check, election, lock := cmp.Or(cfg.CheckInterval, d.CheckInterval), cmp.Or(cfg.ElectionTTL, d.ElectionTTL), cmp.Or(cfg.LockTTL, d.LockTTL)
+	turns := map[string]func(){}
+	for i, id := range ids {
+		name, bound := fmt.Sprintf("worker-loop-%d", i-1), lock+2*time.Minute
+		if id == "auditor" {
+			name, bound = "auditor-loop", 2*check+election+30*time.Second
+		}
+		turns[id] = h.Loop(name, bound)
+	}
+	return func(loop string) {
+		if turn := turns[loop]; turn != nil {
+			turn()
+		}
+	}
+}
+
+// recoveryReadiness: ready when the region's etcd answers a read, the
+// auditor takes part in the election (elected, or standing by with a live
+// session) and every worker holds its lease.
+func recoveryReadiness(h *healthz.Checker, store *cluster.Store, aud *autorecovery.Auditor, ws []*autorecovery.Worker) {
+	h.Ready("metadata-store", func(ctx context.Context) error {
+		_, err := store.Get(ctx, "/healthz-probe")
+		if errors.Is(err, cluster.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	h.Ready("election", func(context.Context) error {
+		if !aud.InElection() {
+			return errors.New("the auditor has no election session")
+		}
+		return nil
+	})
+	h.Ready("worker-lease", func(context.Context) error {
+		for _, w := range ws {
+			if !w.HasLease() {
+				return fmt.Errorf("worker %s holds no lease", w.ID())
+			}
+		}
+		return nil
+	})
 }
 
 func processID() string {
@@ -119,7 +186,7 @@ func newAutorecoveryCmd() *cobra.Command {
 	md.register(f, "region whose bookies and ledgers to look after", false)
 	config.Group(f, "autorecovery", func() {
 		f.StringVar(&id, "id", "", "name of this process in the auditor election (default: host-pid)")
-		f.StringVar(&metricsAddr, "metrics", autorecovery.DefaultMetricsAddr, "HTTP listen address of Prometheus /metrics (empty: off)")
+		f.StringVar(&metricsAddr, "metrics", autorecovery.DefaultMetricsAddr, "HTTP listen address of Prometheus /metrics and the probes /healthz (the auditor's and workers' loops turn), /readyz (etcd answers, the auditor is in the election, every worker holds its lease) and /status.html (empty: off)")
 	})
 	config.Bind(f, "metrics", "autorecovery.metrics_addr")
 	rf.register(f, "", false)
@@ -170,6 +237,7 @@ func newAutorecoveryCmd() *cobra.Command {
 		}
 		defer client.Close()
 		metrics := autorecovery.NewMetrics(region)
+		health := healthz.New()
 		if metricsAddr != "" {
 			lis, err := net.Listen("tcp", metricsAddr)
 			if err != nil {
@@ -177,6 +245,10 @@ func newAutorecoveryCmd() *cobra.Command {
 			}
 			mux := http.NewServeMux()
 			mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics.Gatherer(), processMetrics()}, promhttp.HandlerOpts{}))
+			rl := ratelog.New(log, time.Minute)
+			health.Register(mux, func(endpoint string, err error) {
+				rl.Log(slog.LevelWarn, endpoint, "autorecovery: health probe answered red", "endpoint", endpoint, "err", err)
+			})
 			srv := httpserve.New(mux, httpserve.Options{Logger: log})
 			go srv.Serve(lis)
 			defer srv.Close()
@@ -185,11 +257,13 @@ func newAutorecoveryCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		wait, err := runAutorecovery(ctx, cfg, id, rf.workers, client)
+		wait, err := runAutorecovery(ctx, cfg, id, rf.workers, client, health)
 		if err != nil {
 			return err
 		}
 		log.Info("autorecovery running", "id", id, "region", region, "lost_bookie_delay", rf.delay, "throttle_mbps", rf.mbps, "workers", rf.workers, "gossip", m != nil)
+		<-ctx.Done()
+		health.Drain("stopping")
 		wait()
 		if m != nil {
 			lctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

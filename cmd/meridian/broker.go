@@ -35,6 +35,7 @@ type brokerFlags struct {
 	ExposeTopicLevelMetrics        bool
 	OwnershipTTL                   time.Duration
 	FailoverLeaseTTL               time.Duration
+	ShutdownDrainDelay             time.Duration
 	EnsembleSize                   int
 	WriteQuorum                    int
 	AckQuorum                      int
@@ -94,6 +95,7 @@ func newBrokerCmd() *cobra.Command {
 		f.StringVar(&bf.Rack, "rack", "", "rack of this broker (read locality)")
 		f.DurationVar(&bf.FailoverLeaseTTL, "failover-lease-ttl", 0, "TTL of a region's lease on an active-standby namespace (0: 5s); a dead active region's namespaces move after about this long at least")
 		f.DurationVar(&bf.OwnershipTTL, "ownership-ttl", 10*time.Second, "lease behind bundle ownership: how long a dead broker's topics stay unowned")
+		f.DurationVar(&bf.ShutdownDrainDelay, "shutdown-drain-delay", broker.DefaultShutdownDrainDelay, "on SIGTERM, how long the broker answers /readyz 503 while it still serves, before it hands its bundles over (a load balancer's or Kubernetes' time to take it out of rotation; 0: at once)")
 		f.IntVar(&bf.BundleSplitTopics, "bundle-split-topics", 1000, "split a bundle holding more loaded topics than this (-1: never)")
 		f.DurationVar(&bf.PolicyCheckInterval, "policy-check-interval", 5*time.Second, "how often TTL, backlog quotas, bundle splits and balancing run")
 		f.DurationVar(&bf.DedupProducerInactivityTimeout, "dedup-producer-inactivity-timeout", 0, "how long a producer name with no producer connected keeps its deduplication state (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; 0: the broker default, 6h; negative: never expires)")
@@ -145,6 +147,7 @@ var brokerRules = map[string]config.Rule{
 	"broker.replication_advertised_addr":       config.HostPort(true),
 	"broker.failover_lease_ttl":                config.DurationMin(0, "0: 5s"),
 	"broker.ownership_ttl":                     config.Positive,
+	"broker.shutdown_drain_delay":              config.DurationMin(0, "0: hand over at once"),
 	"broker.bundle_split_topics":               config.IntMin(-1, "-1: never split"),
 	"broker.policy_check_interval":             config.Positive,
 	"broker.dedup_producer_inactivity_timeout": config.AnyDuration,
@@ -235,7 +238,8 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	bc := broker.Config{
 		ReplicationFaults: faults,
 		Cluster:           md.region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
-		MaxMessageSize: c.MaxMessageSize, NamespaceLevelMetrics: !c.ExposeTopicLevelMetrics, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
+		ShutdownDrainDelay: c.ShutdownDrainDelay,
+		MaxMessageSize:     c.MaxMessageSize, NamespaceLevelMetrics: !c.ExposeTopicLevelMetrics, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
 		BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
 		DedupProducerInactivityTimeout: dedupTimeout(c.DedupProducerInactivityTimeout),
 		ReplicationAddr:                c.ReplicationAddr, ReplicationAdvertisedAddr: c.ReplicationAdvAddr,
@@ -261,7 +265,7 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 		}
 		rctx, rstop := context.WithCancel(ctx)
 		defer rstop()
-		if waitRecovery, err = runAutorecovery(rctx, rcfg, "broker-"+name, rf.workers, lc); err != nil {
+		if waitRecovery, err = runAutorecovery(rctx, rcfg, "broker-"+name, rf.workers, lc, nil); err != nil {
 			return err
 		}
 		bc.ExtraMetrics = append(bc.ExtraMetrics, metrics.Gatherer())
@@ -293,7 +297,7 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	}
 	<-ctx.Done()
 	log.Info("broker stopping: handing bundles to other brokers")
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+c.ShutdownDrainDelay)
 	defer cancel()
 	err = b.Close(cctx)
 	if waitRecovery != nil {

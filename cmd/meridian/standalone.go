@@ -175,7 +175,7 @@ file > default); --print-config shows the result.`,
 				return err
 			}
 			rctx, rstop := context.WithCancel(ctx)
-			wait, err := runAutorecovery(rctx, rcfg, "standalone", rf.workers, lc)
+			wait, err := runAutorecovery(rctx, rcfg, "standalone", rf.workers, lc, nil)
 			if err != nil {
 				rstop()
 				return err

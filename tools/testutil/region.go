@@ -127,9 +127,11 @@ func (r *Region) AddBrokerAt(id, addr string, extra ...string) *BrokerProc {
 	admin := FreeAddr(r.t)
 	// Every listener on a port of its own (the defaults, 6650, 8080 and
 	// 6660, are one broker's per host); a test's --replication-listen in
-	// extra comes later and wins.
+	// extra comes later and wins. No load balancer to wait for: a SIGTERM
+	// hands over at once unless the test's --shutdown-drain-delay says.
 	args := append([]string{"broker", "--region", r.Name, "--etcd", r.EtcdURL, "--id", id,
-		"--listen", addr, "--admin", admin, "--replication-listen", FreeAddr(r.t), "--log-level", "warn"}, extra...)
+		"--listen", addr, "--admin", admin, "--replication-listen", FreeAddr(r.t), "--log-level", "warn",
+		"--shutdown-drain-delay", "0s"}, extra...)
 	p := StartProc(r.t, id, MeridianBinary(r.t), args...)
 	b := &BrokerProc{Proc: p, ID: id, Addr: addr, AdminAddr: admin}
 	WaitHTTP(r.t, b.AdminURL()+"/admin/v2/tenants", 60*time.Second)

@@ -188,7 +188,10 @@ func NewPlan(o Options) (*Plan, error) {
 			}
 			name := fmt.Sprintf("%s-broker-%d", r, i)
 			args := []string{"broker", "--region", r, "--etcd", h + etcd.Addr, "--id", name,
-				"--listen", a[0], "--admin", a[1], "--replication-listen", a[3], "--global-etcd", globalURLs(globals, r, h)}
+				"--listen", a[0], "--admin", a[1], "--replication-listen", a[3], "--global-etcd", globalURLs(globals, r, h),
+				// One host, no load balancer to take a stopping broker out
+				// of rotation: hand over at once (drills time SIGTERMs).
+				"--shutdown-drain-delay", "0s"}
 			if o.OwnershipTTL != "" {
 				args = append(args, "--ownership-ttl", o.OwnershipTTL)
 			}
