@@ -51,19 +51,11 @@ func RunAB(ctx context.Context, o ABOptions, out io.Writer) error {
 	if o.LagRate == 0 {
 		o.LagRate = 10000
 	}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp(".", ".bench-ab-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	dir, err := filepath.Abs(dir)
+	dir, cleanup, err := workDir(o.Dir, "ab")
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	sides := map[string]*abSide{"A": {hists: lagHists{}}, "B": {hists: lagHists{}}}
 	bins := map[string]string{"A": o.A, "B": o.B}
 	for round := range o.Rounds {

@@ -157,18 +157,11 @@ func settle(ctx context.Context, sa *standaloneProc) (waited time.Duration, saSh
 // every later step.
 func RunBroker(ctx context.Context, o BrokerOptions, out io.Writer) (sum BrokerSummary, err error) {
 	o.defaults()
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp(".", ".bench-broker-")
-		if err != nil {
-			return sum, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	if dir, err = filepath.Abs(dir); err != nil {
+	dir, cleanup, err := workDir(o.Dir, "broker")
+	if err != nil {
 		return sum, err
 	}
+	defer cleanup()
 	bin := o.MeridianBin
 	if bin == "" {
 		fmt.Fprintf(out, "building meridian ...\n")

@@ -291,18 +291,11 @@ func RunGeorep(ctx context.Context, o GeorepOptions, out io.Writer) (sum GeorepS
 			return sum, fmt.Errorf("bench: mode %q: want async, sync or stretched", m)
 		}
 	}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp(".", ".bench-georep-")
-		if err != nil {
-			return sum, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	if dir, err = filepath.Abs(dir); err != nil {
+	dir, cleanup, err := workDir(o.Dir, "georep")
+	if err != nil {
 		return sum, err
 	}
+	defer cleanup()
 	bin := o.MeridianBin
 	if bin == "" {
 		fmt.Fprintf(out, "building meridian ...\n")

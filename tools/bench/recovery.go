@@ -101,15 +101,11 @@ type recoveryRun struct {
 // ThrottleMiBps and once unthrottled, on fresh rigs, and prints one table.
 func RunRecovery(ctx context.Context, o RecoveryOptions, out io.Writer) error {
 	o.defaults()
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp(".", ".bench-recovery-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, cleanup, err := workDir(o.Dir, "recovery")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	var runs []recoveryRun
 	for round := range o.Rounds {
 		order := []float64{o.ThrottleMiBps, -1}

@@ -291,19 +291,11 @@ func RunScale(ctx context.Context, o ScaleOptions, out io.Writer) error {
 	if o.TimeBox == 0 {
 		o.TimeBox = 25 * time.Minute
 	}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp(".", ".bench-scale-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	dir, err := filepath.Abs(dir)
+	dir, cleanup, err := workDir(o.Dir, "scale")
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	pprofDir := filepath.Join(dir, "pprof")
 	if err := os.MkdirAll(pprofDir, 0o755); err != nil {
 		return err

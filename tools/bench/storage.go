@@ -327,15 +327,11 @@ func RunStorage(ctx context.Context, o StorageOptions, out io.Writer) (sum Stora
 	if o.Rounds == 0 {
 		o.Rounds = 2
 	}
-	dir := o.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp(".", ".bench-storage-")
-		if err != nil {
-			return sum, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, cleanup, err := workDir(o.Dir, "storage")
+	if err != nil {
+		return sum, err
 	}
+	defer cleanup()
 	rig, err := startRig(ctx, dir)
 	if err != nil {
 		return sum, err
