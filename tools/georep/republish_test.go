@@ -80,12 +80,17 @@ func TestRepublishQuarantinedOrphansOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		if count() > 0 {
-			// The burst arrives in a few batches: wait for east's
-			// replicator to have nothing left.
+			// The burst arrives in a few batches (one send each 2 s):
+			// wait for east's replicator to have nothing left and the
+			// listing to stay the same over more than a send's delay.
 			d.waitReplicated("east", topic, []string{"west"}, 30*time.Second)
-			listed = nil
-			if err := d.admin("west", "GET", "/admin/v2/meridian/failover/public/rp/orphans", nil, &listed); err != nil {
-				t.Fatal(err)
+			for prev := -1; count() != prev; {
+				prev = count()
+				time.Sleep(4500 * time.Millisecond)
+				listed = nil
+				if err := d.admin("west", "GET", "/admin/v2/meridian/failover/public/rp/orphans", nil, &listed); err != nil {
+					t.Fatal(err)
+				}
 			}
 			break
 		}
