@@ -146,6 +146,10 @@ func (a adminBroker) Orphans(ctx context.Context, ns string) (any, error) {
 	return a.b.repl.Orphans(ctx, ns)
 }
 
+func (a adminBroker) RepublishOrphans(ctx context.Context, ns, topic string) (any, error) {
+	return a.b.repl.RepublishOrphans(ctx, ns, topic)
+}
+
 func (a adminBroker) ReplicationStatus(ctx context.Context, filter string, local bool) (any, error) {
 	if local {
 		out := a.b.repl.Status(filter)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,32 +123,122 @@ func (h replHost) Peers(ctx context.Context) ([]replication.Peer, error) {
 
 // Quarantine appends the orphans (entries[idx]) to the quarantine topic
 // name, as the messages they are (their producer's name and sequence ids
-// kept), and waits until every one is persisted.
-func (h replHost) Quarantine(ctx context.Context, name string, entries []replicator.Entry, idx []int) error {
+// kept), waits until every one is persisted and returns where each is.
+func (h replHost) Quarantine(ctx context.Context, name string, entries []replicator.Entry, idx []int) ([]mledger.Position, error) {
 	qt, err := h.b.getTopic(ctx, name, true)
 	if err != nil {
-		return fmt.Errorf("quarantine topic %s: %w", name, err)
+		return nil, fmt.Errorf("quarantine topic %s: %w", name, err)
 	}
-	errs := make(chan error, len(idx))
-	for _, i := range idx {
+	type result struct {
+		k   int
+		pos mledger.Position
+		err error
+	}
+	results := make(chan result, len(idx))
+	for k, i := range idx {
 		e := entries[i]
 		meta, err := entry.ParseMeta(entry.Encode(e.PublishMs, entry.Origin{}, e.Data))
 		if err != nil {
-			return fmt.Errorf("orphan %d: %w", e.OriginSeq, err)
+			return nil, fmt.Errorf("orphan %d: %w", e.OriginSeq, err)
 		}
-		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, meta.Completes(), entry.Unframed(e.Data), func(_ mledger.Position, err error) {
+		qt.publish(meta.ProducerName, meta.SequenceID, meta.NumMessages, meta.Completes(), entry.Unframed(e.Data), func(pos mledger.Position, err error) {
 			if errors.Is(err, errDropSilently) {
 				err = fmt.Errorf("quarantine topic %s closed", name)
 			}
-			errs <- err
+			results <- result{k, pos, err}
 		})
 	}
+	pos := make([]mledger.Position, len(idx))
+	var first error
 	for range idx {
-		if err := <-errs; err != nil {
-			return err
+		r := <-results
+		if r.err != nil && first == nil {
+			first = r.err
 		}
+		pos[r.k] = r.pos
 	}
-	return nil
+	return pos, first
+}
+
+// Republish appends the orphan r (the message the quarantine topic holds
+// at r.At) to its topic once (broker/replication/republish.go): by the
+// producer name RepublishProducer(origin) and the sequence id
+// RepublishSeq(originSeq), unless the topic's deduplication state says
+// that name persisted that sequence id already (whatever the namespace's
+// deduplication policy: this is the idempotence key). It returns once
+// the new entry is persisted.
+func (h replHost) Republish(ctx context.Context, r replication.RepublishRequest) (mledger.Position, bool, error) {
+	none := mledger.Position{Ledger: -1, Entry: -1}
+	qt, err := h.b.getTopic(ctx, r.Quarantine, false)
+	if err != nil {
+		return none, false, fmt.Errorf("quarantine topic %s: %w", r.Quarantine, err)
+	}
+	t, err := h.b.getTopic(ctx, r.Topic, false)
+	if err != nil {
+		return none, false, err
+	}
+	// What can never be republished first: an orphan passed over must
+	// not look appended to the next call (nor this one's check below).
+	seq, err := replication.RepublishSeq(r.OriginSeq)
+	if err != nil {
+		return none, false, fmt.Errorf("%w: %v", replication.ErrNotRepublishable, err)
+	}
+	es, err := qt.ml.ReadEntries(ctx, r.At, 1, 0)
+	if err != nil {
+		return none, false, fmt.Errorf("reading %s at %d:%d: %w", r.Quarantine, r.At.Ledger, r.At.Entry, err)
+	}
+	if len(es) == 0 || es[0].Pos != r.At {
+		return none, false, fmt.Errorf("%w: %s no longer holds it at %d:%d (trimmed by its retention?)", replication.ErrNotRepublishable, r.Quarantine, r.At.Ledger, r.At.Entry)
+	}
+	d, err := entry.Decode(es[0].Data)
+	if err != nil {
+		return none, false, fmt.Errorf("%w: %s at %d:%d: %v", replication.ErrNotRepublishable, r.Quarantine, r.At.Ledger, r.At.Entry, err)
+	}
+	was, err := entry.ParseMeta(es[0].Data)
+	if err != nil {
+		return none, false, fmt.Errorf("%w: %s at %d:%d: %v", replication.ErrNotRepublishable, r.Quarantine, r.At.Ledger, r.At.Entry, err)
+	}
+	name := replication.RepublishProducer(r.Origin)
+	msg, n, err := entry.Republish(d.Msg, name, seq, func(i, n int) map[string]string {
+		id := r.OriginID
+		if n > 1 && i >= 0 {
+			id += ":" + strconv.Itoa(i)
+		}
+		return map[string]string{replication.PropOriginID: id, replication.PropOriginRegion: r.Origin, replication.PropOriginProducer: was.ProducerName}
+	})
+	if err != nil {
+		return none, false, fmt.Errorf("%w: %s at %d:%d: %v", replication.ErrNotRepublishable, r.Quarantine, r.At.Ledger, r.At.Entry, err)
+	}
+	t.mu.Lock()
+	st := t.dedup[name]
+	switch {
+	case st != nil && st.lastPersisted >= seq:
+		pos, _ := st.find(seq) // none when no longer remembered
+		t.mu.Unlock()
+		return pos, true, nil
+	case st != nil && st.lastPushed >= seq:
+		t.mu.Unlock()
+		return none, false, fmt.Errorf("%w: orphan %s of %s is being appended already", meta.ErrServiceNotReady, r.OriginID, r.Topic)
+	}
+	t.mu.Unlock()
+	type result struct {
+		pos mledger.Position
+		err error
+	}
+	done := make(chan result, 1)
+	t.publish(name, seq, n, true, entry.Unframed(msg), func(pos mledger.Position, err error) {
+		if errors.Is(err, errDropSilently) {
+			err = fmt.Errorf("%w: %s closed", meta.ErrServiceNotReady, r.Topic)
+		}
+		done <- result{pos, err}
+	})
+	select {
+	case res := <-done:
+		return res.pos, false, res.err
+	case <-ctx.Done():
+		// Persisted or not, the next call knows (the dedup state).
+		return none, false, fmt.Errorf("%w: orphan %s of %s: %v", meta.ErrServiceNotReady, r.OriginID, r.Topic, ctx.Err())
+	}
 }
 
 // activeRegions is the failover shell as replication sees it: read when

@@ -192,6 +192,10 @@ type Failover interface {
 	FailoverStatus(ctx context.Context, ns string) (any, error)
 	// Orphans lists a namespace's recorded orphan batches.
 	Orphans(ctx context.Context, ns string) (any, error)
+	// RepublishOrphans appends the namespace's quarantined orphans (of
+	// topic only, if not "") to their topics, once each, with new message
+	// ids (broker/replication/republish.go), and returns its report.
+	RepublishOrphans(ctx context.Context, ns, topic string) (any, error)
 	// Switchover runs a planned switchover of the namespace to region
 	// (its drain bounded by timeout; 0: the default), or with dryRun its
 	// pre-flight, and returns its report.
@@ -495,6 +499,12 @@ func (s *Server) Handler() http.Handler {
 	})
 	h("GET /admin/v2/meridian/failover/{tenant}/{ns}/orphans", func(r *http.Request) (any, error) {
 		return s.cfg.Failover.Orphans(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"))
+	})
+	// POST …/orphans/republish[?topic=TOPIC]: the quarantined orphans back
+	// in their topics, once (a broker of the active region; 409 elsewhere,
+	// a 307 to the topic's owner for one topic).
+	h("POST /admin/v2/meridian/failover/{tenant}/{ns}/orphans/republish", func(r *http.Request) (any, error) {
+		return s.cfg.Failover.RepublishOrphans(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"), r.URL.Query().Get("topic"))
 	})
 	// POST …/failover/{tenant}/{ns} {to, reason[, planned, dryRun, timeoutMs]}:
 	// a manual failover (a compare-and-swap of the record), or with planned

@@ -30,6 +30,9 @@ func (f *slowFailover) Failover(ctx context.Context, ns, region, reason string) 
 }
 func (f *slowFailover) FailoverStatus(context.Context, string) (any, error) { return nil, nil }
 func (f *slowFailover) Orphans(context.Context, string) (any, error)        { return nil, nil }
+func (f *slowFailover) RepublishOrphans(context.Context, string, string) (any, error) {
+	return nil, nil
+}
 func (f *slowFailover) Switchover(context.Context, string, string, time.Duration, bool, string) (any, error) {
 	return nil, nil
 }

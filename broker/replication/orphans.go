@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/replicator"
 )
 
@@ -43,6 +44,13 @@ type Orphan struct {
 	OriginID  string `json:"originId"` // ledger:entry in the origin region
 	OriginSeq uint64 `json:"originSeq"`
 	PublishMs int64  `json:"publishMs"`
+	// QuarantineID is where the quarantine topic holds it (ledger:entry;
+	// "" when not quarantined, or recorded by an older version).
+	QuarantineID string `json:"quarantineId,omitempty"`
+	// RepublishedID is its new message id in the topic once republished
+	// (ledger:entry, republish.go), RepublishedMs when; "": not (yet).
+	RepublishedID string `json:"republishedId,omitempty"`
+	RepublishedMs int64  `json:"republishedMs,omitempty"`
 }
 
 // OrphanBatch is the orphans of one applied batch.
@@ -87,16 +95,21 @@ func findOrphans(rec meta.FailoverRecord, entries []replicator.Entry) []int {
 // recordOrphans lists the orphans among entries (the indexes idx) in the
 // global store; quarantine names the topic they were kept aside in ("":
 // replicated late).
-func (t *Topic) recordOrphans(rec meta.FailoverRecord, entries []replicator.Entry, idx []int, quarantine string) {
+// qpos: where the quarantine topic holds each (nil: not quarantined).
+func (t *Topic) recordOrphans(rec meta.FailoverRecord, entries []replicator.Entry, idx []int, quarantine string, qpos []mledger.Position) {
 	if len(idx) == 0 {
 		return
 	}
 	ns := t.name.NamespaceName()
 	ob := OrphanBatch{Namespace: ns, Topic: t.name.String(), Origin: rec.Previous, Epoch: rec.Epoch, FailoverMs: rec.SinceMs,
 		AppliedMs: time.Now().UnixMilli(), Quarantine: quarantine}
-	for _, i := range idx {
+	for k, i := range idx {
 		e := entries[i]
-		ob.Orphans = append(ob.Orphans, Orphan{OriginID: fmt.Sprintf("%d:%d", e.OriginID.Ledger, e.OriginID.Entry), OriginSeq: e.OriginSeq, PublishMs: e.PublishMs})
+		o := Orphan{OriginID: fmt.Sprintf("%d:%d", e.OriginID.Ledger, e.OriginID.Entry), OriginSeq: e.OriginSeq, PublishMs: e.PublishMs}
+		if k < len(qpos) {
+			o.QuarantineID = fmt.Sprintf("%d:%d", qpos[k].Ledger, qpos[k].Entry)
+		}
+		ob.Orphans = append(ob.Orphans, o)
 	}
 	t.svc.metrics.Orphans.Add(float64(len(ob.Orphans)))
 	how := "replicated late"
@@ -120,18 +133,20 @@ func (t *Topic) recordOrphans(rec meta.FailoverRecord, entries []replicator.Entr
 
 // quarantine appends the orphans (entries[idx]) to the topic's quarantine
 // topic, as the messages they are (their producer's name and sequence
-// ids kept), and waits until every one is persisted. The quarantine topic
+// ids kept), waits until every one is persisted and returns where each
+// is (in idx's order). The quarantine topic
 // is TOPIC-orphans, or TOPIC-orphans-N for the first N that falls in the
 // same bundle, so this broker owns it too.
-func (t *Topic) quarantine(ctx context.Context, entries []replicator.Entry, idx []int) (string, error) {
+func (t *Topic) quarantine(ctx context.Context, entries []replicator.Entry, idx []int) (string, []mledger.Position, error) {
 	name, err := t.quarantineName(ctx)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	if err := t.svc.host.Quarantine(ctx, name, entries, idx); err != nil {
-		return "", err
+	pos, err := t.svc.host.Quarantine(ctx, name, entries, idx)
+	if err != nil {
+		return "", nil, err
 	}
-	return name, nil
+	return name, pos, nil
 }
 
 func (t *Topic) quarantineName(ctx context.Context) (string, error) {

@@ -121,8 +121,14 @@ type Host interface {
 	NonPersistentTarget(ctx context.Context, tn meta.TopicName, pol meta.Policies) (deliver func(origin string, entries []replicator.Entry), redirect string, err error)
 	// Quarantine appends the entries idx of entries to topic name, as the
 	// messages they are (their producer's name and sequence ids kept),
-	// and returns once every one is persisted.
-	Quarantine(ctx context.Context, name string, entries []replicator.Entry, idx []int) error
+	// and returns once every one is persisted, with where each is (in
+	// idx's order).
+	Quarantine(ctx context.Context, name string, entries []replicator.Entry, idx []int) ([]mledger.Position, error)
+	// Republish appends the message the quarantine topic holds at
+	// r.Quarantined to topic r.Topic once (republish.go): already
+	// reports that an earlier call appended it (its position returned).
+	// Both topics must be this broker's (meta.NotOwnerError otherwise).
+	Republish(ctx context.Context, r RepublishRequest) (pos mledger.Position, already bool, err error)
 }
 
 // Peer is a broker of the region.
@@ -211,7 +217,8 @@ type Service struct {
 
 	limiters sync.Map // namespace + remote region → *nsLimiter
 
-	rpoTopics sync.Map // *Topic → struct{}: the topics with an RPO budget (rpo.go)
+	rpoTopics   sync.Map   // *Topic → struct{}: the topics with an RPO budget (rpo.go)
+	republishMu sync.Mutex // one orphan republish at a time (republish.go)
 
 	stageObs map[string]prometheus.Observer // metrics.Stages by stage
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
+	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/replicator"
 	"github.com/meridian-mq/meridian/replicator/transport"
 )
@@ -143,9 +144,10 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
 		orphans = findOrphans(rec, w.Entries)
 	}
 	quarantine := ""
+	var qpos []mledger.Position
 	if len(orphans) > 0 && t.policies().Effective().Orphans == meta.OrphansQuarantine {
 		ctx, cancel := context.WithTimeout(t.svc.ctx, 30*time.Second)
-		quarantine, err = t.quarantine(ctx, w.Entries, orphans)
+		quarantine, qpos, err = t.quarantine(ctx, w.Entries, orphans)
 		cancel()
 		if err != nil {
 			failed(fmt.Errorf("quarantine the orphans of the failover: %w", err))
@@ -181,7 +183,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
 			return
 		}
 		t.svc.metrics.Applied.Add(float64(len(w.Entries)))
-		t.recordOrphans(rec, w.Entries, orphans, quarantine)
+		t.recordOrphans(rec, w.Entries, orphans, quarantine, qpos)
 		r.Done(append(out, ack), nil)
 	})
 	return nil

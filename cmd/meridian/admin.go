@@ -304,11 +304,30 @@ pre-flight instead.`,
 			}
 			return call("GET", "/admin/v2/meridian/failover", nil)
 		}})
-	failover.AddCommand(&cobra.Command{Use: "orphans TENANT/NS",
-		Short: "List the messages an old active region acknowledged and had not replicated at a failover (the async tail), replicated late",
+	var republish bool
+	var orphanTopic string
+	orphans := &cobra.Command{Use: "orphans TENANT/NS",
+		Short: "List the messages an old active region acknowledged and had not replicated at a failover (the async tail), replicated late; or put the quarantined ones back in their topics (--republish)",
 		Args:  cobra.ExactArgs(1), RunE: func(_ *cobra.Command, a []string) error {
-			return call("GET", "/admin/v2/meridian/failover/"+a[0]+"/orphans", nil)
-		}})
+			if !republish {
+				if orphanTopic != "" {
+					return fmt.Errorf("--topic goes with --republish")
+				}
+				return call("GET", "/admin/v2/meridian/failover/"+a[0]+"/orphans", nil)
+			}
+			path := "/admin/v2/meridian/failover/" + a[0] + "/orphans/republish"
+			if orphanTopic != "" {
+				t := orphanTopic
+				if !strings.Contains(t, "/") {
+					t = "persistent://" + a[0] + "/" + t
+				}
+				path += "?topic=" + neturl.QueryEscape(t)
+			}
+			return call("POST", path, nil)
+		}}
+	orphans.Flags().BoolVar(&republish, "republish", false, "append every quarantined orphan to its topic once, with a new message id in the current epoch and its origin id in the property meridian-origin-id (a second run appends nothing); run it against a broker of the active region")
+	orphans.Flags().StringVar(&orphanTopic, "topic", "", "with --republish: only this topic's orphans (a name in the namespace, or persistent://tenant/ns/topic)")
+	failover.AddCommand(orphans)
 	cmd.AddCommand(tenants, namespaces, topics, subs, regions, failover, newReplicationCmd(do))
 	cmd.AddCommand(newAdminStorageCmds()...)
 	cmd.AddCommand(newTokensCmd(), newTLSCmd(), newGossipKeysCmd(do))
