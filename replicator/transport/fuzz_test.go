@@ -52,7 +52,7 @@ func FuzzReplicateRequest(f *testing.F) {
 	add(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Subscription{Subscription: &replpb.SubscriptionUpdate{Name: strings.Repeat("s", 2000)}}})
 	add(&replpb.ReplicateRequest{Msg: &replpb.ReplicateRequest_Hello{Hello: &replpb.Hello{Version: 1, Source: source, Target: local, Topic: "persistent://a/b/c"}}})
 	add(&replpb.ReplicateRequest{})
-	f.Add([]byte{0x12, 0x02, 0x32, 0x00})       // a batch holding one empty entry
+	f.Add([]byte{0x12, 0x02, 0x32, 0x00})                // a batch holding one empty entry
 	f.Add([]byte{0x12, 0x05, 0x12, 0x03, 'e', 'a', 's'}) // a truncated origin
 	f.Add([]byte{0xff, 0xff, 0xff})
 
