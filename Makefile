@@ -114,6 +114,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlace$$' -fuzztime $(FUZZN) ./rack/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZN) ./broker/codec/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminJSON$$' -fuzztime $(FUZZN) ./broker/admin/
+	$(GO) test -run '^$$' -fuzz '^FuzzNamespacePolicyBodies$$' -fuzztime $(FUZZN) ./broker/admin/
+	$(GO) test -run '^$$' -fuzz '^FuzzReplicateRequest$$' -fuzztime $(FUZZN) ./replicator/transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEntryMeta$$' -fuzztime $(FUZZN) ./broker/entry/
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZN) ./internal/authtoken/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMetadata$$' -fuzztime $(FUZZN) ./bookie/ledger/

@@ -535,18 +535,8 @@ func (b *Broker) loadTopic(ctx context.Context, tn meta.TopicName, create bool) 
 		}
 	}
 	mlc := b.cfg.ManagedLedger
-	if p := pol.Persistence; p != nil && p.EnsembleSize > 0 {
-		mlc.EnsembleSize, mlc.WriteQuorum, mlc.AckQuorum = p.EnsembleSize, p.WriteQuorum, p.AckQuorum
-	}
-	if r := pol.Retention; r != nil {
-		mlc.RetentionTime = time.Duration(r.RetentionTimeInMinutes) * time.Minute
-		if r.RetentionTimeInMinutes < 0 {
-			mlc.RetentionTime = -1
-		}
-		mlc.RetentionSizeBytes = r.RetentionSizeInMB << 20
-		if r.RetentionSizeInMB < 0 {
-			mlc.RetentionSizeBytes = -1
-		}
+	for _, err := range applyLedgerPolicies(&mlc, pol) {
+		b.log.Warn("topic load: a stored namespace policy is out of range and not applied (the broker's default is)", "topic", tn.String(), "err", err)
 	}
 	if pol.Effective().Mode == meta.ReplicationStretched {
 		if err := b.stretchedLedgerConfig(&mlc, pol); err != nil {

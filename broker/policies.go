@@ -26,6 +26,37 @@ import (
 //     forward, dropping their oldest entries, so a consumer that fell far
 //     behind cannot fill the region's disks.
 
+// applyLedgerPolicies sets a namespace's persistence and retention on a
+// topic's managed-ledger config. A stored value the admin API would refuse
+// (meta.ValidatePersistence, meta.ValidateRetention: one written before
+// they checked it, or into etcd by hand) is not applied — the broker's
+// setting stays — and returned, so the topic still loads: a retention of
+// max int64 minutes overflowed time.Duration and failed every topic load
+// of the namespace.
+func applyLedgerPolicies(mlc *mledger.Config, pol meta.Policies) (ignored []error) {
+	if p := pol.Persistence; p != nil && p.EnsembleSize > 0 {
+		if err := meta.ValidatePersistence(*p); err != nil {
+			ignored = append(ignored, err)
+		} else {
+			mlc.EnsembleSize, mlc.WriteQuorum, mlc.AckQuorum = p.EnsembleSize, p.WriteQuorum, p.AckQuorum
+		}
+	}
+	if r := pol.Retention; r != nil {
+		if err := meta.ValidateRetention(*r); err != nil {
+			return append(ignored, err)
+		}
+		mlc.RetentionTime = time.Duration(r.RetentionTimeInMinutes) * time.Minute
+		if r.RetentionTimeInMinutes < 0 {
+			mlc.RetentionTime = -1
+		}
+		mlc.RetentionSizeBytes = r.RetentionSizeInMB << 20
+		if r.RetentionSizeInMB < 0 {
+			mlc.RetentionSizeBytes = -1
+		}
+	}
+	return ignored
+}
+
 func (b *Broker) policyLoop() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.cfg.PolicyCheckInterval)
@@ -98,8 +129,10 @@ func (t *Topic) enforcePolicies(ctx context.Context, now time.Time, pass map[str
 	if err := t.ml.Trim(ctx); err != nil {
 		t.b.log.Debug("trim", "topic", t.name.String(), "err", err)
 	}
-	if pol.MessageTTLInSeconds > 0 {
-		cutoff := now.Add(-time.Duration(pol.MessageTTLInSeconds) * time.Second).UnixMilli()
+	// A stored TTL out of range is not applied (meta.MessageTTL): its
+	// Duration would overflow and expire everything.
+	if ttl := meta.MessageTTL(pol.MessageTTLInSeconds); ttl > 0 {
+		cutoff := now.Add(-ttl).UnixMilli()
 		for _, s := range t.subscriptions() {
 			t.expire(ctx, s, cutoff)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -543,9 +542,9 @@ func (s *Server) Handler() http.Handler {
 			if r.URL.Query().Get("local") != "true" {
 				return nil, meta.BadRequest(errors.New("a switchover's broker-to-broker call: local=true only"))
 			}
-			body, err := io.ReadAll(r.Body)
+			body, err := readBody(r)
 			if err != nil {
-				return nil, meta.BadRequest(err)
+				return nil, err
 			}
 			return s.cfg.Failover.SwitchoverLocal(r.Context(), r.PathValue("tenant")+"/"+r.PathValue("ns"), what, r.URL.Query(), body)
 		}
@@ -562,11 +561,17 @@ func (s *Server) Handler() http.Handler {
 		if err := readJSON(r, &ti, true); err != nil {
 			return nil, err
 		}
+		if err := meta.ValidateTenantInfo(ti); err != nil {
+			return nil, err
+		}
 		return nil, s.cfg.Meta.CreateTenant(r.Context(), r.PathValue("tenant"), ti)
 	})
 	h("POST /admin/v2/tenants/{tenant}", func(r *http.Request) (any, error) {
 		var ti meta.TenantInfo
 		if err := readJSON(r, &ti, false); err != nil {
+			return nil, err
+		}
+		if err := meta.ValidateTenantInfo(ti); err != nil {
 			return nil, err
 		}
 		return nil, s.cfg.Meta.UpdateTenant(r.Context(), r.PathValue("tenant"), ti)
@@ -613,7 +618,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	s.replicationHandlers(h, ns)
 	s.securityHandlers(h, ns)
-	policy := func(path string, apply func(*meta.Policies, []byte) error, clear func(*meta.Policies), get func(meta.Policies) any) {
+	policy := func(path string, apply func(*meta.Policies, []byte, url.Values) error, clear func(*meta.Policies), get func(meta.Policies) any) {
 		if get != nil {
 			h("GET /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 				p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
@@ -624,14 +629,14 @@ func (s *Server) Handler() http.Handler {
 			})
 		}
 		h("POST /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
-			body, err := io.ReadAll(r.Body)
+			body, err := readBody(r)
 			if err != nil {
 				return nil, err
 			}
 			var known []string
 			// A refused change (apply's error) writes nothing.
 			return nil, s.cfg.Meta.UpdatePoliciesErr(r.Context(), ns(r), func(p *meta.Policies) error {
-				if err := apply(p, body); err != nil {
+				if err := apply(p, body, r.URL.Query()); err != nil {
 					return err
 				}
 				if p.Replication == nil {
@@ -651,80 +656,31 @@ func (s *Server) Handler() http.Handler {
 			return nil, s.cfg.Meta.UpdatePolicies(r.Context(), ns(r), clear)
 		})
 	}
-	policy("retention", func(p *meta.Policies, body []byte) error {
-		var rt meta.Retention
-		if err := json.Unmarshal(body, &rt); err != nil {
-			return meta.BadRequest(err)
-		}
-		if err := meta.ValidateRetention(rt); err != nil {
-			return err
-		}
-		p.Retention = &rt
-		return nil
-	}, func(p *meta.Policies) { p.Retention = nil }, func(p meta.Policies) any {
+	policy("retention", applyRetention, func(p *meta.Policies) { p.Retention = nil }, func(p meta.Policies) any {
 		// Unset: the broker's default, as Pulsar answers.
 		if p.Retention == nil {
 			return s.cfg.DefaultRetention
 		}
 		return *p.Retention
 	})
-	policy("messageTTL", func(p *meta.Policies, body []byte) error {
-		var ttl int
-		if err := json.Unmarshal(body, &ttl); err != nil {
-			return meta.BadRequest(err)
-		}
-		if err := meta.ValidateMessageTTL(ttl); err != nil {
-			return err
-		}
-		p.MessageTTLInSeconds = ttl
-		return nil
-	}, func(p *meta.Policies) { p.MessageTTLInSeconds = 0 }, func(p meta.Policies) any {
+	policy("messageTTL", applyMessageTTL, func(p *meta.Policies) { p.MessageTTLInSeconds = 0 }, func(p meta.Policies) any {
 		if p.MessageTTLInSeconds == 0 {
 			return nil // not set (0 is stored as unset)
 		}
 		return p.MessageTTLInSeconds
 	})
-	policy("backlogQuota", func(p *meta.Policies, body []byte) error {
-		var q meta.BacklogQuota
-		if err := json.Unmarshal(body, &q); err != nil {
-			return meta.BadRequest(err)
-		}
-		switch q.Policy {
-		case "producer_request_hold", "producer_exception", "consumer_backlog_eviction":
-		default:
-			return meta.BadRequest(fmt.Errorf("backlog quota policy %q: want producer_request_hold, producer_exception or consumer_backlog_eviction", q.Policy))
-		}
-		if p.BacklogQuotas == nil {
-			p.BacklogQuotas = map[string]meta.BacklogQuota{}
-		}
-		p.BacklogQuotas["destination_storage"] = q
-		return nil
-	}, func(p *meta.Policies) { delete(p.BacklogQuotas, "destination_storage") }, nil)
+	policy("backlogQuota", applyBacklogQuota, func(p *meta.Policies) { delete(p.BacklogQuotas, meta.BacklogQuotaStorage) }, nil)
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/backlogQuotaMap", func(r *http.Request) (any, error) {
 		p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
 		return p.BacklogQuotas, err
 	})
-	policy("deduplication", func(p *meta.Policies, body []byte) error {
-		var v bool
-		p.Deduplication = &v
-		return meta.BadRequest(json.Unmarshal(body, &v))
-	}, func(p *meta.Policies) { p.Deduplication = nil }, func(p meta.Policies) any {
+	policy("deduplication", applyDeduplication, func(p *meta.Policies) { p.Deduplication = nil }, func(p meta.Policies) any {
 		if p.Deduplication == nil {
 			return nil
 		}
 		return *p.Deduplication
 	})
-	policy("persistence", func(p *meta.Policies, body []byte) error {
-		var v meta.Persistence
-		if err := json.Unmarshal(body, &v); err != nil {
-			return meta.BadRequest(err)
-		}
-		if err := meta.ValidatePersistence(v); err != nil {
-			return err
-		}
-		p.Persistence = &v
-		return nil
-	}, func(p *meta.Policies) { p.Persistence = nil }, func(p meta.Policies) any {
+	policy("persistence", applyPersistence, func(p *meta.Policies) { p.Persistence = nil }, func(p meta.Policies) any {
 		if p.Persistence == nil {
 			return nil
 		}
@@ -968,9 +924,9 @@ func (s *Server) Handler() http.Handler {
 }
 
 func readJSON(r *http.Request, v any, optional bool) error {
-	body, err := io.ReadAll(r.Body)
+	body, err := readBody(r)
 	if err != nil {
-		return meta.BadRequest(err)
+		return err
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		if optional {

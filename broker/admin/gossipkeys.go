@@ -125,8 +125,8 @@ func (s *Server) permissionHandlers(h func(string, func(*http.Request) (any, err
 			}
 		}
 		role := r.PathValue("role")
-		if role == "" {
-			return nil, meta.BadRequest(errors.New("empty role"))
+		if err := meta.ValidateRoleName("permissions", role); err != nil {
+			return nil, err
 		}
 		slices.Sort(actions)
 		actions = slices.Compact(actions)

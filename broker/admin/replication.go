@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -117,9 +118,14 @@ func ParseReplicationUpdate(body []byte) (ReplicationUpdate, error) {
 	return u, nil
 }
 
-// readBody reads a request's whole body (bounded by the admin handler).
+// readBody reads a request's whole body, bounded by the admin handler
+// (maxAdminBody): a larger one is HTTP 413, naming the limit.
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, meta.StatusError{Status: http.StatusRequestEntityTooLarge, Err: fmt.Errorf("request body larger than the admin API's limit of %d bytes", tooLarge.Limit)}
+	}
 	return b, meta.BadRequest(err)
 }
 

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -56,6 +57,15 @@ func readSchemaPayload(r *http.Request, topic func(*http.Request) (meta.TopicNam
 	typ, ok := pb.Schema_Type_value[schemaTypeFromAdmin(body.Type)]
 	if !ok {
 		return tn, nil, meta.BadRequest(fmt.Errorf("schema type %q", body.Type))
+	}
+	// An Avro, JSON or Protobuf schema's definition is Avro's JSON: one
+	// that is not JSON would be stored and then fail every compatibility
+	// check of the topic's later schemas.
+	switch pb.Schema_Type(typ) {
+	case pb.Schema_Avro, pb.Schema_Json, pb.Schema_Protobuf:
+		if !json.Valid([]byte(body.Schema)) {
+			return tn, nil, meta.BadRequest(fmt.Errorf("schema: a %s schema's definition must be JSON (Avro's schema JSON)", strings.ToUpper(body.Type)))
+		}
 	}
 	ps := &pb.Schema{Name: proto.String(tn.Local), Type: pb.Schema_Type(typ).Enum(), SchemaData: []byte(body.Schema)}
 	for k, v := range body.Properties {

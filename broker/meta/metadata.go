@@ -746,8 +746,10 @@ func (m *Metadata) RegionBrokerURLs(ctx context.Context, region string) ([]strin
 // key and a slot in every lookup's boundary list).
 const maxBundles = 4096
 
-// validatePolicies checks a new namespace's policies for what would
-// otherwise fail later, or allocate without bound, on the first lookup.
+// ValidatePolicies checks a new namespace's policies for what would
+// otherwise fail later, or allocate without bound, on the first lookup:
+// bundles, persistence, retention, backlog quotas, auth_policies and the
+// message TTL (the replication policy: ValidateReplication).
 func ValidatePolicies(p Policies) error {
 	if p.Bundles < 0 || p.Bundles > maxBundles {
 		return BadRequest(fmt.Errorf("numBundles %d: want 0 (default) to %d", p.Bundles, maxBundles))
@@ -761,6 +763,14 @@ func ValidatePolicies(p Policies) error {
 		if err := ValidateRetention(*r); err != nil {
 			return err
 		}
+	}
+	for kind, q := range p.BacklogQuotas {
+		if err := ValidateBacklogQuota(kind, q); err != nil {
+			return err
+		}
+	}
+	if err := ValidateAuthPolicies(p.AuthPolicies); err != nil {
+		return err
 	}
 	return ValidateMessageTTL(p.MessageTTLInSeconds)
 }

@@ -1,11 +1,16 @@
 package meta
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Validation of a namespace's policies, as Pulsar validates them: what
@@ -60,11 +65,165 @@ func ValidateMessageTTL(seconds int) error {
 	return nil
 }
 
-// ValidatePersistence checks a persistence policy's quorums: ensemble >=
-// write quorum >= ack quorum >= 1. Errors are HTTP 400.
+// MaxEnsembleSize bounds a persistence policy's ensemble (and so its
+// quorums): Pulsar refuses one above managedLedgerMaxEnsembleSize (5 by
+// default). Meridian's bound is wider, for region-aware (stretched)
+// ensembles over several regions, but finite: every ledger's ensemble is
+// placed, stored in its metadata and written to, one bookie each.
+const MaxEnsembleSize = 32
+
+// ValidatePersistence checks a persistence policy's quorums: MaxEnsembleSize
+// >= ensemble >= write quorum >= ack quorum >= 1. Errors are HTTP 400
+// naming the field (Pulsar's field names).
 func ValidatePersistence(v Persistence) error {
-	if !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1) {
-		return BadRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1, got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
+	switch {
+	case v.EnsembleSize < 1 || v.EnsembleSize > MaxEnsembleSize:
+		return BadRequest(fmt.Errorf("persistence: bookkeeperEnsemble %d: want 1 to %d", v.EnsembleSize, MaxEnsembleSize))
+	case !(v.EnsembleSize >= v.WriteQuorum && v.WriteQuorum >= v.AckQuorum && v.AckQuorum >= 1):
+		return BadRequest(fmt.Errorf("persistence: need ensemble >= write quorum >= ack quorum >= 1 (bookkeeperEnsemble, bookkeeperWriteQuorum, bookkeeperAckQuorum), got %d/%d/%d", v.EnsembleSize, v.WriteQuorum, v.AckQuorum))
 	}
 	return nil
+}
+
+// Backlog quota types (the keys of backlog_quota_map, Pulsar's
+// BacklogQuotaType).
+const (
+	BacklogQuotaStorage    = "destination_storage"
+	BacklogQuotaMessageAge = "message_age"
+)
+
+// ValidateBacklogQuota checks a backlog quota of type kind: a known type
+// and policy, each limit -1 (none) or >= 0. Errors are HTTP 400 naming the
+// field.
+func ValidateBacklogQuota(kind string, q BacklogQuota) error {
+	bad := func(format string, a ...any) error { return BadRequest(fmt.Errorf("backlog quota: "+format, a...)) }
+	switch kind {
+	case BacklogQuotaStorage, BacklogQuotaMessageAge:
+	default:
+		return bad("type %q: want %s or %s", kind, BacklogQuotaStorage, BacklogQuotaMessageAge)
+	}
+	switch q.Policy {
+	case "producer_request_hold", "producer_exception", "consumer_backlog_eviction":
+	default:
+		return bad("policy %q: want producer_request_hold, producer_exception or consumer_backlog_eviction", q.Policy)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"limit", q.Limit}, {"limitSize", q.LimitSize}, {"limitTime", q.LimitTime}} {
+		if f.v < -1 {
+			return bad("%s %d: want -1 (no limit) or >= 0", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// MaxRoleBytes bounds a role name (a token's subject, a certificate's
+// common name) that a grant or a tenant's admin roles store.
+const MaxRoleBytes = 1024
+
+// ValidateRoleName checks a role name an admin call stores (a granted
+// role, a tenant's admin role): non-empty, at most MaxRoleBytes of valid
+// UTF-8 without control characters (it is shown in admin JSON, audit
+// lines and error messages). Errors are HTTP 400.
+func ValidateRoleName(what, role string) error {
+	bad := func(format string, a ...any) error { return BadRequest(fmt.Errorf(what+": "+format, a...)) }
+	switch {
+	case role == "":
+		return bad("empty role")
+	case len(role) > MaxRoleBytes:
+		return bad("role of %d bytes: at most %d", len(role), MaxRoleBytes)
+	case !utf8.ValidString(role):
+		return bad("role %q is not valid UTF-8", role)
+	case strings.IndexFunc(role, unicode.IsControl) >= 0:
+		return bad("role %q has a control character", role)
+	}
+	return nil
+}
+
+// authActions are Pulsar's AuthAction names (Meridian enforces produce
+// and consume; the others are kept as Pulsar tooling writes them).
+var authActions = map[string]bool{ActionProduce: true, ActionConsume: true,
+	"functions": true, "sources": true, "sinks": true, "packages": true}
+
+// ValidateAuthPolicies checks a namespace's raw auth_policies (Pulsar's
+// JSON, as a namespace create may carry it): it decodes as AuthPolicies,
+// and every role is a valid role name granted only Pulsar's actions.
+// Stored unchecked, a malformed one failed every later authorization on
+// the namespace (HTTP 500). Errors are HTTP 400.
+func ValidateAuthPolicies(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	// Pulsar's AuthPolicies has exactly these three fields: anything else
+	// is a mistake or a probe, refused rather than stored as is.
+	var ap AuthPolicies
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ap); err != nil {
+		return BadRequest(fmt.Errorf("auth_policies: %v (want namespace_auth, destination_auth, subscription_auth_roles)", err))
+	}
+	grants := func(what string, m map[string][]string) error {
+		for role, actions := range m {
+			if err := ValidateRoleName("auth_policies: "+what, role); err != nil {
+				return err
+			}
+			for _, a := range actions {
+				if !authActions[a] {
+					return BadRequest(fmt.Errorf("auth_policies: %s: role %q: action %q: want produce or consume", what, role, a))
+				}
+			}
+		}
+		return nil
+	}
+	if err := grants("namespace_auth", ap.NamespaceAuth); err != nil {
+		return err
+	}
+	for topic, m := range ap.DestinationAuth {
+		if _, err := ParseTopic(topic); err != nil {
+			return BadRequest(fmt.Errorf("auth_policies: destination_auth: topic %q: %v", topic, err))
+		}
+		if err := grants("destination_auth", m); err != nil {
+			return err
+		}
+	}
+	for sub, roles := range ap.SubscriptionAuthRoles {
+		if err := ValidSubscription(sub); err != nil {
+			return BadRequest(fmt.Errorf("auth_policies: subscription_auth_roles: %v", err))
+		}
+		for _, role := range roles {
+			if err := ValidateRoleName("auth_policies: subscription_auth_roles", role); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateTenantInfo checks a tenant's record: its admin roles are valid
+// role names and its allowed clusters valid region names. Errors are HTTP
+// 400.
+func ValidateTenantInfo(ti TenantInfo) error {
+	for _, r := range ti.AdminRoles {
+		if err := ValidateRoleName("adminRoles", r); err != nil {
+			return err
+		}
+	}
+	for _, c := range ti.AllowedClusters {
+		if err := ValidateRegionName(c); err != nil {
+			return BadRequest(fmt.Errorf("allowedClusters: %w", err))
+		}
+	}
+	return nil
+}
+
+// MessageTTL is the TTL the broker enforces for a stored value: the
+// value's seconds when ValidateMessageTTL takes it, else 0 (none) — a
+// value stored before it was checked, which a conversion to a Duration
+// would overflow (and expire everything), is not applied.
+func MessageTTL(seconds int) time.Duration {
+	if seconds <= 0 || ValidateMessageTTL(seconds) != nil {
+		return 0
+	}
+	return time.Duration(seconds) * time.Second
 }

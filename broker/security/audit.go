@@ -163,7 +163,7 @@ func failureReason(err error) string {
 		return "expired"
 	case errors.Is(err, errAuthMethod):
 		return "method"
-	case errors.Is(err, errReservedRole):
+	case errors.Is(err, errReservedRole), errors.Is(err, errRegionNotBroker), errors.Is(err, errRegionUnknown):
 		return "reserved-role"
 	}
 	return "invalid"

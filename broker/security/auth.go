@@ -82,9 +82,9 @@ func (g *Guard) credentials(nc net.Conn, method string, data []byte) (authtoken.
 			return authtoken.Claims{}, fmt.Errorf("%w: %w: tls on a plaintext connection", meta.ErrAuthentication, errAuthMethod)
 		}
 		cs := tc.ConnectionState()
-		role, err := certRole(&cs)
+		role, err := g.certRole(&cs)
 		if err != nil {
-			return authtoken.Claims{}, fmt.Errorf("%w: %w", meta.ErrAuthentication, err)
+			return authtoken.Claims{}, err
 		}
 		return authtoken.Claims{Role: role, Expires: cs.PeerCertificates[0].NotAfter}, nil
 	case "", "none":

@@ -225,13 +225,16 @@ func (g *Guard) adminRole(r *http.Request) (string, error) {
 		}
 		return cl.Role, nil
 	}
-	role, err := certRole(r.TLS)
+	role, err := g.certRole(r.TLS)
 	if err == nil {
 		return role, nil
 	}
-	if errors.Is(err, errReservedRole) {
+	if errors.Is(err, meta.ErrServiceNotReady) {
+		return "", err // the registry could not be read: 503, not a failure of the caller
+	}
+	if !errors.Is(err, errNoCertificate) {
 		g.authFailed("admin", r.RemoteAddr, err)
-		return "", fmt.Errorf("%w: %w", meta.ErrAuthentication, err)
+		return "", err
 	}
 	err = fmt.Errorf("%w: %w: send \"Authorization: Bearer TOKEN\"", meta.ErrAuthentication, authtoken.ErrNoToken)
 	g.authFailed("admin", r.RemoteAddr, err)
@@ -300,7 +303,9 @@ func (g *Guard) AuthorizeSecret(r *http.Request) error {
 		return nil
 	}
 	if g.TLSOn() {
-		if _, err := certRole(r.TLS); err == nil {
+		// Any certificate of the deployment's CA (a broker's or a
+		// bookie's too): authentication is off.
+		if cs := r.TLS; cs != nil && len(cs.VerifiedChains) > 0 && len(cs.PeerCertificates) > 0 {
 			return nil
 		}
 	}

@@ -1,6 +1,7 @@
 package security
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -49,7 +50,7 @@ func TestRegionRoleComesOnlyFromARegionCertificate(t *testing.T) {
 	// region URI.
 	cn := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: "meridian.region.east"}}}}
 	cn.VerifiedChains = [][]*x509.Certificate{cn.PeerCertificates}
-	if role, err := certRole(cn); !errors.Is(err, errReservedRole) {
+	if role, _, err := certRole(cn); !errors.Is(err, errReservedRole) {
 		t.Fatalf("certificate named meridian.region.east without a region URI: role %q, %v; want refused as reserved", role, err)
 	}
 	r = httptest.NewRequest("GET", "/admin/v2/tenants", nil)
@@ -58,23 +59,41 @@ func TestRegionRoleComesOnlyFromARegionCertificate(t *testing.T) {
 		t.Fatalf("admin request with that certificate: %v, want an authentication error", err)
 	}
 
-	// A certificate the deployment issued to region east (its region URI).
+	// A broker's certificate the deployment issued to region east (its
+	// region URI and the role broker), east in the registry: the region's
+	// super-user role.
+	g = New(Config{Tokens: v, Authorization: true}, regionsOnly{"east"}, "test", prometheus.NewRegistry())
 	ca, err := tlsutil.NewCA("test-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, _, err := ca.Issue(tlsutil.LocalLeaf("east-broker-1", "east"))
-	if err != nil {
-		t.Fatal(err)
+	issue := func(leaf tlsutil.Leaf) *tls.ConnectionState {
+		certPEM, _, err := ca.Issue(leaf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(certPEM)
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}, VerifiedChains: [][]*x509.Certificate{{c}}}
 	}
-	blk, _ := pem.Decode(certPEM)
-	leaf, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil {
-		t.Fatal(err)
+	region := issue(tlsutil.LocalLeaf("east-broker-1", "east", tlsutil.RoleBroker))
+	if role, err := g.certRole(region); err != nil || role != "meridian.region.east" || !g.isSuperUser(role) {
+		t.Fatalf("a broker's certificate of east: role %q, %v; want the super-user meridian.region.east", role, err)
 	}
-	region := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}, VerifiedChains: [][]*x509.Certificate{{leaf}}}
-	if role, err := certRole(region); err != nil || role != "meridian.region.east" || !g.isSuperUser(role) {
-		t.Fatalf("region certificate: role %q, %v; want the super-user meridian.region.east", role, err)
+	// The same region without the role broker (a bookie's, a user's
+	// certificate carrying a region URI): refused, not a super-user, not
+	// its common name either.
+	for _, leaf := range []tlsutil.Leaf{tlsutil.LocalLeaf("east-bookie-1", "east", tlsutil.RoleBookie), tlsutil.LocalLeaf("mallory", "east")} {
+		if role, err := g.certRole(issue(leaf)); !errors.Is(err, errRegionNotBroker) || !errors.Is(err, meta.ErrAuthentication) {
+			t.Fatalf("certificate %s of region east with roles %v: role %q, %v; want refused (not a broker's)", leaf.CommonName, leaf.Roles, role, err)
+		}
+	}
+	// A broker's certificate of a region the registry does not hold.
+	if role, err := g.certRole(issue(tlsutil.LocalLeaf("mars-broker-1", "mars", tlsutil.RoleBroker))); !errors.Is(err, errRegionUnknown) {
+		t.Fatalf("a broker's certificate of the unregistered region mars: role %q, %v; want refused", role, err)
 	}
 	// An ordinary user's name still works.
 	user, err := authtoken.CreateWithSecret(key, "alice", time.Now().Add(time.Hour))
@@ -85,3 +104,14 @@ func TestRegionRoleComesOnlyFromARegionCertificate(t *testing.T) {
 		t.Fatalf("alice's token: %v, role %q", err, a.Role())
 	}
 }
+
+// regionsOnly is a registry holding these regions (and nothing else).
+type regionsOnly []string
+
+func (r regionsOnly) GetTenant(context.Context, string) (meta.TenantInfo, error) {
+	return meta.TenantInfo{}, meta.ErrNotFound
+}
+func (r regionsOnly) GetPolicies(context.Context, string) (meta.Policies, error) {
+	return meta.Policies{}, meta.ErrNotFound
+}
+func (r regionsOnly) ListRegions(context.Context) ([]string, error) { return r, nil }

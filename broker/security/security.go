@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/meridian-mq/meridian/broker/meta"
@@ -143,6 +144,9 @@ func newMetrics(cluster string, reg prometheus.Registerer) *metrics {
 type Metadata interface {
 	GetTenant(ctx context.Context, name string) (meta.TenantInfo, error)
 	GetPolicies(ctx context.Context, ns string) (meta.Policies, error)
+	// ListRegions lists the regions registered in the global store (a
+	// region certificate speaks only for one of them).
+	ListRegions(ctx context.Context) ([]string, error)
 }
 
 // Guard answers every security question of the broker: listeners and
@@ -154,6 +158,10 @@ type Guard struct {
 	meta    Metadata
 	sec     *metrics
 	limiter *failureLimiter
+	// regions remembers the regions found registered (a region is never
+	// unregistered), so a region certificate costs one registry read per
+	// region, not one per authentication.
+	regions sync.Map // region name → struct{}
 }
 
 // New returns the guard of cfg (with defaults filled in), reading
@@ -175,15 +183,23 @@ func (g *Guard) isSuperUser(role string) bool {
 	return slices.Contains(g.cfg.SuperUserRoles, role) || isRegionRole(role)
 }
 
-// The role of a Meridian process: a certificate naming region R in its
-// region URI (tlsutil.RegionOf) authenticates as "meridian.region.R", a
-// super-user: the deployment's own processes hold the data anyway. Never
-// issue such a certificate to a user.
+// The role of a Meridian process: a broker's certificate — one naming the
+// role broker (tlsutil.RoleBroker) and region R in its region URI
+// (tlsutil.RegionOf), R a region of the registry — authenticates as
+// "meridian.region.R", a super-user: brokers call each other's admin API
+// (a planned switchover's hold and release, partitioned stats, the
+// region's replication status) with it. Never issue such a certificate to
+// a user.
 //
-// The prefix is reserved: only a region URI makes such a role. A token
-// whose subject, or a certificate whose common name, starts with it is
-// refused (errReservedRole), so no name an operator mints for a user can
-// make a super-user.
+// Nothing else makes that role. The prefix is reserved: a token whose
+// subject, or a certificate whose common name, starts with it is refused
+// (errReservedRole), so no name an operator mints for a user can make a
+// super-user; a certificate with a region URI and no broker role (a
+// bookie's, an etcd member's, a user's certificate wrongly given one) is
+// refused (errRegionNotBroker), and so is one naming a region the
+// registry does not hold (errRegionUnknown): a region identity comes only
+// from a broker's certificate of the deployment's CA for one of its
+// regions.
 const regionRolePrefix = "meridian.region."
 
 func isRegionRole(role string) bool { return strings.HasPrefix(role, regionRolePrefix) }
@@ -192,28 +208,74 @@ func isRegionRole(role string) bool { return strings.HasPrefix(role, regionRoleP
 // region certificate.
 var errReservedRole = errors.New("the role prefix " + regionRolePrefix + " is reserved for the deployment's own region certificates")
 
+// errRegionNotBroker: a certificate with a region URI that does not name
+// the role broker.
+var errRegionNotBroker = errors.New("a certificate with a region URI authenticates here only as a broker's (URI " + tlsutil.RoleURI(tlsutil.RoleBroker).String() + ")")
+
+// errRegionUnknown: a broker's certificate of a region the registry does
+// not hold.
+var errRegionUnknown = errors.New("the certificate's region is not registered")
+
 // errNoCertificate: no verified client certificate from the CA.
 var errNoCertificate = errors.New("no client certificate from the CA")
 
 // certRole is the role a verified client certificate authenticates as:
-// its region role when it carries a region URI, else its common name
-// (errReservedRole when that name is a region role's).
-func certRole(cs *tls.ConnectionState) (string, error) {
+// its region role when it carries a region URI and the role broker (the
+// region, for the registry check: regionRole), else its common name.
+// errRegionNotBroker for a region URI without the broker role;
+// errReservedRole for a common name that is a region role's.
+func certRole(cs *tls.ConnectionState) (role, region string, err error) {
 	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
-		return "", errNoCertificate
+		return "", "", errNoCertificate
 	}
 	leaf := cs.PeerCertificates[0]
-	if r, err := tlsutil.RegionOf(leaf); err == nil {
-		return regionRolePrefix + r, nil
+	r, rerr := tlsutil.RegionOf(leaf)
+	switch {
+	case rerr == nil && tlsutil.HasRole(leaf, tlsutil.RoleBroker):
+		return regionRolePrefix + r, r, nil
+	case rerr == nil:
+		return "", "", fmt.Errorf("certificate %q names region %s and roles %v: %w", leaf.Subject.CommonName, r, tlsutil.RolesOf(leaf), errRegionNotBroker)
+	case !errors.Is(rerr, tlsutil.ErrNoRegion):
+		return "", "", fmt.Errorf("certificate %q: %w: %w", leaf.Subject.CommonName, rerr, errReservedRole)
 	}
 	switch cn := leaf.Subject.CommonName; {
 	case cn == "":
-		return "", errNoCertificate
+		return "", "", errNoCertificate
 	case isRegionRole(cn):
-		return "", fmt.Errorf("certificate common name %q: %w", cn, errReservedRole)
+		return "", "", fmt.Errorf("certificate common name %q: %w", cn, errReservedRole)
 	default:
-		return cn, nil
+		return cn, "", nil
 	}
+}
+
+// certRole authenticates a verified client certificate (certRole), a
+// region role only for a region of the registry. An error wraps
+// meta.ErrAuthentication.
+func (g *Guard) certRole(cs *tls.ConnectionState) (string, error) {
+	role, region, err := certRole(cs)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", meta.ErrAuthentication, err)
+	}
+	if region == "" {
+		return role, nil
+	}
+	if _, ok := g.regions.Load(region); ok {
+		return role, nil
+	}
+	if g.meta == nil {
+		return "", fmt.Errorf("%w: region %s: %w (no registry to check)", meta.ErrAuthentication, region, errRegionUnknown)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	known, err := g.meta.ListRegions(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%w: region %s: the registry cannot be read: %v", meta.ErrServiceNotReady, region, err)
+	}
+	if !slices.Contains(known, region) {
+		return "", fmt.Errorf("%w: region %s: %w (registered: %s)", meta.ErrAuthentication, region, errRegionUnknown, strings.Join(known, ", "))
+	}
+	g.regions.Store(region, struct{}{})
+	return role, nil
 }
 
 // tokenRole checks a verified token's role: a region role is refused.

@@ -220,19 +220,16 @@ func Serve(st replpb.Replication_ReplicateServer, region, broker string, accept 
 		case <-rq.Failed():
 			return streamErr(rq.Err())
 		}
+		if err := CheckRequest(req, h.Source); err != nil {
+			return err
+		}
 		if su := req.GetSubscription(); su != nil {
 			sctx, scancel := context.WithTimeout(st.Context(), 10*time.Second)
 			t.ApplySubscription(sctx, h.Source, su)
 			scancel()
 			continue
 		}
-		pb := req.GetBatch()
-		if pb == nil {
-			return status.Error(codes.InvalidArgument, "replication: expected a Batch or a SubscriptionUpdate")
-		}
-		if pb.Origin != h.Source {
-			return status.Errorf(codes.InvalidArgument, "replication: a batch of origin %s on the stream of %s", pb.Origin, h.Source)
-		}
+		pb := req.GetBatch() // CheckRequest: a batch of the source region
 		if err := t.ApplyBatch(BatchFromProto(pb, at), rq); err != nil {
 			rq.Wait()
 			return streamErr(err)
