@@ -3,6 +3,7 @@ package georep
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,8 @@ func TestRepublishQuarantinedOrphansOnce(t *testing.T) {
 	}
 	var last pulsar.Message
 	inTopic := 0
+	var seen []string // payload@id of each received
+	inTopicByTag := map[string][]int{}
 	for {
 		m, ok := receive(3 * time.Second)
 		if !ok {
@@ -134,9 +137,21 @@ func TestRepublishQuarantinedOrphansOnce(t *testing.T) {
 		}
 		last = m
 		inTopic++
+		seen = append(seen, fmt.Sprintf("%s@%s", m.Payload(), idString(m.ID())))
+		_, i, tag := parsePayload(m.Payload())
+		inTopicByTag[tag] = append(inTopicByTag[tag], i)
 	}
-	if inTopic != 20+20+30-n {
-		t.Fatalf("the consumer received %d messages on the topic; want the 20 before, the 20 after and the %d of the burst that are not orphans", inTopic, 30-n)
+	// Every message sent before and after, once each. An orphan is the
+	// burst's, or one east accepted after the failover before it learned
+	// of it, whose receipt the move swallowed: the client sent it again
+	// to west (in the topic once, here) and east's copy is an orphan too.
+	for _, tag := range []string{"before", "after"} {
+		if got := slices.Sorted(slices.Values(inTopicByTag[tag])); len(got) != 20 || got[0] != 0 || got[19] != 19 || len(slices.Compact(got)) != 20 {
+			t.Fatalf("the consumer received the %q messages %v, want 0..19 once each; all: %v", tag, got, seen)
+		}
+	}
+	if inTopic != 40+len(inTopicByTag["tail"]) {
+		t.Fatalf("the consumer received %d messages on the topic: %v", inTopic, seen)
 	}
 	if err := c.AckCumulative(last); err != nil {
 		t.Fatal(err)
@@ -163,6 +178,7 @@ func TestRepublishQuarantinedOrphansOnce(t *testing.T) {
 
 	// The consumer gets each orphan once, above what it acknowledged.
 	got := map[string]int{}
+	tailOrphans := 0
 	for len(got) < n {
 		m, ok := receive(10 * time.Second)
 		if !ok {
@@ -172,8 +188,14 @@ func TestRepublishQuarantinedOrphansOnce(t *testing.T) {
 		if !orphanIDs[oid] {
 			t.Fatalf("received %q (origin id %q, properties %v), not a republished orphan", m.Payload(), oid, m.Properties())
 		}
-		if _, _, tag := parsePayload(m.Payload()); tag != "tail" || m.Properties()["meridian-origin-region"] != "east" {
+		_, i, tag := parsePayload(m.Payload())
+		if tag != "tail" && tag != "after" || m.Properties()["meridian-origin-region"] != "east" {
 			t.Fatalf("republished orphan %s: payload %q, properties %v", oid, m.Payload(), m.Properties())
+		}
+		if tag == "tail" {
+			tailOrphans++
+		} else if !slices.Contains(inTopicByTag["after"], i) {
+			t.Fatalf("republished orphan %s is %q, which west's topic did not hold: an orphan of after the failover must be one the client sent again", oid, m.Payload())
 		}
 		id := m.ID()
 		if id.LedgerID() < acked.LedgerID() || id.LedgerID() == acked.LedgerID() && id.EntryID() <= acked.EntryID() {
@@ -184,6 +206,10 @@ func TestRepublishQuarantinedOrphansOnce(t *testing.T) {
 		}
 		got[oid]++
 		c.Ack(m)
+	}
+
+	if tailOrphans+len(inTopicByTag["tail"]) != 30 {
+		t.Fatalf("of the burst of 30, %d are orphans and %d were in the topic", tailOrphans, len(inTopicByTag["tail"]))
 	}
 
 	// A second run appends nothing.
@@ -237,6 +263,6 @@ func TestRepublishQuarantinedOrphansOnce(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d of the burst of 30 were orphans; republished in %v (epoch %d), each received once above the acknowledged %s; the second run: %d already, nothing appended",
-		n, took.Round(time.Millisecond), rep.Epoch, idString(acked), again.Already)
+	t.Logf("%d orphans (%d of the burst of 30, %d sent after the failover to east before it learned, and again to west by the client); republished in %v (epoch %d), each received once above the acknowledged %s; the second run: %d already, nothing appended",
+		n, tailOrphans, n-tailOrphans, took.Round(time.Millisecond), rep.Epoch, idString(acked), again.Already)
 }
