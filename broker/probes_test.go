@@ -2,8 +2,6 @@ package broker_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -14,32 +12,6 @@ import (
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/tools/testutil"
 )
-
-// probe returns the status and the body of GET url ("" body on error).
-func probe(url string) (int, string) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b))
-}
-
-func waitProbe(t *testing.T, url string, code int, body string, within time.Duration) {
-	t.Helper()
-	var lastCode int
-	var lastBody string
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if lastCode, lastBody = probe(url); lastCode == code && lastBody == body {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: %d %q after %s, want %d %q", url, lastCode, lastBody, within, code, body)
-}
 
 // Issue 28, "Health and readiness", on real processes: a broker's and a
 // bookie's /healthz, /readyz and /status.html answer with no credentials,
@@ -56,32 +28,32 @@ func TestProbesGoRedForTheReasonTheyName(t *testing.T) {
 	bk := "http://" + metrics
 
 	for _, base := range []string{b.AdminURL(), bk} {
-		waitProbe(t, base+"/readyz", 200, "ok", 30*time.Second)
-		if code, body := probe(base + "/healthz"); code != 200 || body != "ok" {
+		testutil.WaitProbe(t, base+"/readyz", 200, "ok", 30*time.Second)
+		if code, body := testutil.Probe(base + "/healthz"); code != 200 || body != "ok" {
 			t.Fatalf("%s/healthz: %d %q", base, code, body)
 		}
 	}
-	if code, body := probe(b.AdminURL() + "/status.html"); code != 200 || body != "OK" {
+	if code, body := testutil.Probe(b.AdminURL() + "/status.html"); code != 200 || body != "OK" {
 		t.Fatalf("/status.html: %d %q", code, body)
 	}
 
 	// The region's etcd paused: the broker is not ready, and says why.
 	etcd.Signal(syscall.SIGSTOP)
-	waitProbe(t, b.AdminURL()+"/readyz", 503, "not ready: metadata-store", 15*time.Second)
-	if code, _ := probe(b.AdminURL() + "/healthz"); code != 200 {
+	testutil.WaitProbe(t, b.AdminURL()+"/readyz", 503, "not ready: metadata-store", 15*time.Second)
+	if code, _ := testutil.Probe(b.AdminURL() + "/healthz"); code != 200 {
 		t.Fatalf("etcd paused: the broker's /healthz answered %d, want 200", code)
 	}
 	etcd.Signal(syscall.SIGCONT)
-	waitProbe(t, b.AdminURL()+"/readyz", 200, "ok", 60*time.Second)
+	testutil.WaitProbe(t, b.AdminURL()+"/readyz", 200, "ok", 60*time.Second)
 
 	// Two of three bookies paused: their registrations expire and one
 	// writable bookie is below the ack quorum (2).
 	r.Bookie("east-bookie-1").Signal(syscall.SIGSTOP)
 	r.Bookie("east-bookie-2").Signal(syscall.SIGSTOP)
-	waitProbe(t, b.AdminURL()+"/readyz", 503, "not ready: bookies", 3*cluster.DefaultRegistrationTTL)
+	testutil.WaitProbe(t, b.AdminURL()+"/readyz", 503, "not ready: bookies", 3*cluster.DefaultRegistrationTTL)
 	r.Bookie("east-bookie-1").Signal(syscall.SIGCONT)
 	r.Bookie("east-bookie-2").Signal(syscall.SIGCONT)
-	waitProbe(t, b.AdminURL()+"/readyz", 200, "ok", 60*time.Second)
+	testutil.WaitProbe(t, b.AdminURL()+"/readyz", 200, "ok", 60*time.Second)
 
 	// A bookie being decommissioned takes no new writes: not ready.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -89,14 +61,14 @@ func TestProbesGoRedForTheReasonTheyName(t *testing.T) {
 	if _, err := cluster.StartDecommission(ctx, r.Store, "east-bookie-3", 0); err != nil {
 		t.Fatal(err)
 	}
-	waitProbe(t, bk+"/readyz", 503, "not ready: writable", 15*time.Second)
-	if code, _ := probe(bk + "/healthz"); code != 200 {
+	testutil.WaitProbe(t, bk+"/readyz", 503, "not ready: writable", 15*time.Second)
+	if code, _ := testutil.Probe(bk + "/healthz"); code != 200 {
 		t.Fatalf("decommissioning: the bookie's /healthz answered %d, want 200", code)
 	}
 	if err := cluster.CancelDecommission(ctx, r.Store, "east-bookie-3"); err != nil {
 		t.Fatal(err)
 	}
-	waitProbe(t, bk+"/readyz", 200, "ok", 15*time.Second)
+	testutil.WaitProbe(t, bk+"/readyz", 200, "ok", 15*time.Second)
 }
 
 // The standalone (whose broker has no separate bookie source) is ready
@@ -105,7 +77,7 @@ func TestProbesGoRedForTheReasonTheyName(t *testing.T) {
 // that is not one.
 func TestStandaloneAnswersMeridianHealth(t *testing.T) {
 	s := testutil.StartStandalone(t, t.TempDir())
-	waitProbe(t, s.AdminURL+"/readyz", 200, "ok", 30*time.Second)
+	testutil.WaitProbe(t, s.AdminURL+"/readyz", 200, "ok", 30*time.Second)
 	for _, check := range []string{"readyz", "healthz", "status.html"} {
 		out, err := exec.Command(testutil.MeridianBinary(t), "health", "--url", s.AdminURL, "--check", check).CombinedOutput()
 		if err != nil {
@@ -125,7 +97,7 @@ func TestStandaloneAnswersMeridianHealth(t *testing.T) {
 func TestSIGTERMReportsNotReadyBeforeItStopsServing(t *testing.T) {
 	r := testutil.StartRegion(t, "east", "r1", "r2", "r3")
 	b := r.AddBroker("east-broker-1", "--shutdown-drain-delay", "3s")
-	waitProbe(t, b.AdminURL()+"/readyz", 200, "ok", 30*time.Second)
+	testutil.WaitProbe(t, b.AdminURL()+"/readyz", 200, "ok", 30*time.Second)
 	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: b.URL(), OperationTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +120,7 @@ func TestSIGTERMReportsNotReadyBeforeItStopsServing(t *testing.T) {
 
 	start := time.Now()
 	b.Signal(syscall.SIGTERM)
-	waitProbe(t, b.AdminURL()+"/readyz", 503, "not ready: stopping", 2*time.Second)
+	testutil.WaitProbe(t, b.AdminURL()+"/readyz", 503, "not ready: stopping", 2*time.Second)
 	notReady := time.Since(start)
 	if err := send(); err != nil {
 		t.Fatalf("a send after /readyz went 503 (%s after SIGTERM): %v, want it served during the drain delay", notReady, err)

@@ -8,11 +8,8 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/meridian-mq/meridian/bookie/autorecovery"
-	"github.com/meridian-mq/meridian/broker"
 	"github.com/meridian-mq/meridian/deploy/monitoring"
 	"github.com/meridian-mq/meridian/tools/testutil"
 )
@@ -64,14 +61,7 @@ func TestDashboardsSelectExportedMetrics(t *testing.T) {
 			scraped[name] = mf.GetType()
 		}
 	}
-	described := broker.MetricNamesForTest()
-	ch := make(chan *prometheus.Desc, 64)
-	go func() { autorecovery.NewMetrics("x").Gatherer().(prometheus.Collector).Describe(ch); close(ch) }()
-	for d := range ch {
-		s := d.String()
-		s = s[strings.Index(s, `fqName: "`)+len(`fqName: "`):]
-		described[s[:strings.IndexByte(s, '"')]] = true
-	}
+	described := describedMetrics()
 	// exists says whether name is exported, and whether only described.
 	exists := func(name string) (ok, onlyDescribed bool) {
 		if _, ok := scraped[name]; ok {

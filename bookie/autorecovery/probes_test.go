@@ -1,8 +1,6 @@
 package autorecovery
 
 import (
-	"io"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,31 +8,6 @@ import (
 
 	"github.com/meridian-mq/meridian/tools/testutil"
 )
-
-func probe(url string) (int, string) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b))
-}
-
-func waitProbe(t *testing.T, url string, code int, body string, within time.Duration) {
-	t.Helper()
-	var lc int
-	var lb string
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if lc, lb = probe(url); lc == code && lb == body {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: %d %q after %s, want %d %q", url, lc, lb, within, code, body)
-}
 
 // Issue 28 §2, `meridian autorecovery`'s HTTP port (--metrics): /healthz,
 // /readyz and /metrics. Two processes, one elected auditor and one
@@ -52,23 +25,23 @@ func TestAutorecoveryProbes(t *testing.T) {
 		bases = append(bases, "http://"+addr)
 	}
 	for _, base := range bases {
-		waitProbe(t, base+"/readyz", 200, "ok", 30*time.Second)
-		if code, body := probe(base + "/healthz"); code != 200 || body != "ok" {
+		testutil.WaitProbe(t, base+"/readyz", 200, "ok", 30*time.Second)
+		if code, body := testutil.Probe(base + "/healthz"); code != 200 || body != "ok" {
 			t.Fatalf("%s/healthz: %d %q", base, code, body)
 		}
-		if code, body := probe(base + "/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
+		if code, body := testutil.Probe(base + "/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
 			t.Fatalf("%s/metrics: %d", base, code)
 		}
 	}
 	etcd.Signal(syscall.SIGSTOP)
 	for _, base := range bases {
-		waitProbe(t, base+"/readyz", 503, "not ready: metadata-store", 15*time.Second)
-		if code, body := probe(base + "/healthz"); code != 200 {
+		testutil.WaitProbe(t, base+"/readyz", 503, "not ready: metadata-store", 15*time.Second)
+		if code, body := testutil.Probe(base + "/healthz"); code != 200 {
 			t.Fatalf("etcd paused: %s/healthz %d %q, want 200", base, code, body)
 		}
 	}
 	etcd.Signal(syscall.SIGCONT)
 	for _, base := range bases {
-		waitProbe(t, base+"/readyz", 200, "ok", 60*time.Second)
+		testutil.WaitProbe(t, base+"/readyz", 200, "ok", 60*time.Second)
 	}
 }
