@@ -196,7 +196,10 @@ func startRig(ctx context.Context, dir string) (*storageRig, error) {
 		rig.close()
 		return nil, err
 	}
-	quiet := slog.New(slog.DiscardHandler)
+	// The rig's warnings (a bookie failed for a ledger, an ensemble change,
+	// a registration lease lost) go to stderr: twice a `make bench` run
+	// ended with "0 usable" bookies and nothing said why.
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("rig", "storage")
 	// Three bookies for the E=3 ledgers, each on its own rack, and a
 	// fourth, idle, on a fourth rack: a bookie that stalls past the add
 	// timeout (the disk, or other work on a shared machine) is replaced
@@ -212,7 +215,9 @@ func startRig(ctx context.Context, dir string) (*storageRig, error) {
 		c.ListenAddr = "127.0.0.1:0"
 		c.DataDir = filepath.Join(dir, c.ID)
 		c.Logger = quiet
-		s, err := bookie.New(c, cluster.NewBookieRegistry(rig.store, 0))
+		reg := cluster.NewBookieRegistry(rig.store, 0)
+		reg.Logger = quiet
+		s, err := bookie.New(c, reg)
 		if err != nil {
 			rig.close()
 			return nil, err
@@ -231,7 +236,7 @@ func startRig(ctx context.Context, dir string) (*storageRig, error) {
 	for len(rig.view.Bookies(true)) < rigBookies {
 		time.Sleep(10 * time.Millisecond)
 	}
-	rig.client, err = ledger.New(ledger.Config{Store: rig.store, Bookies: ledger.ViewSource{View: rig.view}, Region: "bench"})
+	rig.client, err = ledger.New(ledger.Config{Store: rig.store, Bookies: ledger.ViewSource{View: rig.view}, Region: "bench", Logger: quiet})
 	if err != nil {
 		rig.close()
 		return nil, err
