@@ -90,7 +90,7 @@ func consumeAll(t *testing.T, c pulsar.Consumer, want int, timeout, quiet time.D
 // serves all of them, exactly once, in per-key order, under the message
 // ids east's producer got — from west's ledgers, since east is dead.
 func TestAsyncReplicationSurvivesLossOfSourceRegion(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	d.createNamespace("public/geo", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-active"})
 	const topic = "persistent://public/geo/orders"
 	const n, keys = 20000, 50

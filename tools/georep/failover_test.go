@@ -182,7 +182,7 @@ func TestAutomaticFailoverOnSilentOutage(t *testing.T) {
 }
 
 func regionLossFailover(t *testing.T, pause bool) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3,
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL,
 		FailoverLeaseTTL: os.Getenv("MERIDIAN_TEST_FAILOVER_LEASE_TTL")})
 	policy := map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"}
 	// MERIDIAN_TEST_FAILOVER_DELAY (e.g. 500ms): the namespace's
@@ -465,7 +465,7 @@ func TestReplicatedSubscriptionAfterFailover(t *testing.T) {
 // when east dies (zero loss), and once east is declared failed it leaves
 // west's sync set, so the producer carries on in west.
 func TestSyncFailoverLosesNothing(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	d.createNamespace("public/syncas", []string{"east", "west"}, map[string]any{"mode": "sync", "failover": "active-standby", "primary": "east"})
 	const topic = "persistent://public/syncas/ledger"
 	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: d.e.ServiceURL, ConnectionTimeout: 2 * time.Second, Logger: quietLogger()})

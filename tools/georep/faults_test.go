@@ -42,7 +42,7 @@ func (d *deployment) owner(region, topic string) string {
 // message east acknowledged, exactly once.
 func TestReplicationSurvivesOwnerKillAndLostBatch(t *testing.T) {
 	t.Setenv("MERIDIAN_FAULT_DROP_REPL_BATCHES", "1")
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 2, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 2, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	d.createNamespace("public/geo", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-active"})
 	const topic = "persistent://public/geo/payments"
 	const n = 6000
@@ -230,7 +230,7 @@ func TestThreeRegionsActiveActive(t *testing.T) {
 // back, the backlog drains anyway (the topic is loaded because of its
 // backlog marker).
 func TestReplicationResumesWithoutClients(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	d.createNamespace("public/geo", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-active"})
 	const topic = "persistent://public/geo/quiet"
 	d.kill("west-broker-1")
@@ -267,7 +267,7 @@ func TestReplicationResumesWithoutClients(t *testing.T) {
 // resynced as a new stream from the first retained entry (the loss is
 // declared and counted) — east's producers were never blocked.
 func TestReplicationBacklogQuotaThenResync(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	body := map[string]any{"replication_clusters": []string{"east", "west"},
 		"meridian_replication": map[string]any{"mode": "async", "failover": "active-active", "backlogQuotaBytes": 20000}}
 	if err := d.admin("east", "PUT", "/admin/v2/namespaces/public/quota", body, nil); err != nil {

@@ -135,7 +135,7 @@ func TestExternalListenerRedirectAcrossRegions(t *testing.T) {
 // fenced is not a liveness failure. (West is no control here: it is the
 // active region of its own public/default, and fences itself too.)
 func TestReadyzRedWhileRegionFenced(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, FailoverLeaseTTL: "3s"})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL, FailoverLeaseTTL: "3s"})
 	d.createNamespace("public/as", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"})
 	c := d.client("east")
 	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: "persistent://public/as/fenced", DisableBatching: true, SendTimeout: 30 * time.Second})

@@ -36,8 +36,8 @@ type npTopicStats struct {
 // replication section, the dropped-messages counter), and every message
 // is either sent or counted as dropped.
 func TestNonPersistentReplicatesBestEffort(t *testing.T) {
-	// The brokers' default ownership lease (10 s), not the 3 s of the
-	// other tests here: nothing is stored, so a broker that misses its
+	// The brokers' default ownership lease (10 s) written out, not the
+	// 3 s of the other tests that kill a process: nothing is stored, so a broker that misses its
 	// lease under load (and closes its topics) loses messages this test
 	// counts, which is right for non-persistent topics and not what it
 	// tests. It kills only west, whose topics nobody takes over.

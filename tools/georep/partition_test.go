@@ -81,7 +81,7 @@ func (d *deployment) ledgersOf(region, topicPath string) ([]int64, error) {
 // the namespace over to west, and the producer carries on in west.
 func TestWriteProbeMovesNamespaceFromHalfDeadRegion(t *testing.T) {
 	f := newNetFilter(t)
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	d.createNamespace("public/probe", []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"})
 	const topic = "persistent://public/probe/t"
 	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: d.e.ServiceURL, ConnectionTimeout: 2 * time.Second, OperationTimeout: 10 * time.Second, Logger: quietLogger()})
@@ -173,7 +173,7 @@ func TestSplitViewsNeverOverlap(t *testing.T) {
 	// The benchmark's tuned settings (make bench-failover) run here too,
 	// to check they do not flap: MERIDIAN_TEST_FAILOVER_LEASE_TTL and
 	// MERIDIAN_TEST_FAILOVER_DELAY, as in the region-loss tests.
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, RegionGIDs: regionGIDs,
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL, RegionGIDs: regionGIDs,
 		FailoverLeaseTTL: os.Getenv("MERIDIAN_TEST_FAILOVER_LEASE_TTL")})
 	policy := map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"}
 	if v, err := time.ParseDuration(os.Getenv("MERIDIAN_TEST_FAILOVER_DELAY")); err == nil && v > 0 {
@@ -336,6 +336,7 @@ func TestSplitViewsNeverOverlap(t *testing.T) {
 // dependency order.
 func (d *deployment) restartRegion(region string) {
 	d.t.Helper()
+	d.faulting("restartRegion")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, roles := range [][]string{{"etcd", "global-etcd"}, {"bookie"}, {"broker"}} {
@@ -369,7 +370,7 @@ func failback(t *testing.T, quarantine bool) {
 	// A slow link, so east dies with a replication backlog: the async
 	// tail, which west must list as orphans when east returns.
 	t.Setenv("MERIDIAN_FAULT_REPL_DELAY", "300ms")
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	policy := map[string]any{"mode": "async", "failover": "active-standby", "primary": "east", "switchBackDelayMs": 5000}
 	if quarantine {
 		policy["orphans"] = "quarantine"

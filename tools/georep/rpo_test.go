@@ -73,7 +73,7 @@ func (l *switchoverLoad) counts() (acked, errs int) {
 // east's producers go on.
 func TestRPOBudgetHoldsOrRefusesProducersUntilTheLagIsBack(t *testing.T) {
 	var proxies []*wanproxy.Proxy
-	d := startDeploymentWith(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, ReplicationProxies: true},
+	d := startDeploymentWith(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL, ReplicationProxies: true},
 		func(plan *up.Plan) {
 			for _, ps := range plan.Procs {
 				if ps.ReplProxy == "" || ps.Region != "west" {

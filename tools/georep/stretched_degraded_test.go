@@ -66,7 +66,7 @@ func ensembleRegions(m *metapb.LedgerMetadata) []string {
 // regions again and the gauge drops. Every acknowledged message is
 // delivered exactly once.
 func TestStretchedDegradedPlacement(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	d.createNamespace("public/deg", []string{"east", "west"}, map[string]any{"mode": "stretched", "failover": "active-standby", "primary": "east"})
 	const topic = "persistent://public/deg/accounts"
 	ctx := context.Background()

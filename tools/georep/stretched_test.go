@@ -20,7 +20,7 @@ import (
 // kill -9ed, west recovers the topic's last ledger from the global
 // store's metadata and reads every acknowledged entry.
 func TestStretchedNamespace(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	d.createNamespace("public/str", []string{"east", "west"}, map[string]any{"mode": "stretched", "failover": "active-standby", "primary": "east"})
 	const topic = "persistent://public/str/accounts"
 	east := d.client("east")

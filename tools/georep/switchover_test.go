@@ -23,18 +23,6 @@ import (
 // with the multi-region service URL: the producer sends k/i/sw in order,
 // at most every 5 ms, and records each receipt and the longest send; the
 // consumer acknowledges everything, every third message 300 ms late, and
-// switchoverOwnershipTTL is the brokers' ownership lease in the
-// switchover tests: the broker's default (10 s), not the 3 s the other
-// tests here take for a quick takeover after a kill. These tests kill
-// nothing, and they claim no duplicates: a broker that loses its lease
-// closes its topics, its consumers reconnect and what they had not
-// acknowledged is redelivered, as it must be. Under a load average of
-// 28, east's broker missed its 3 s lease during the abort test's hold
-// (its etcd: "slow fdatasync 1.3 s", ReadIndex retries; the broker: "lost
-// its etcd lease: closing every topic"), and the test failed on two
-// redeliveries that were the lease's, not the switchover's.
-const switchoverOwnershipTTL = "10s"
-
 // counts what it receives.
 type switchoverLoad struct {
 	mu       sync.Mutex
@@ -231,7 +219,7 @@ func (d *deployment) activeOf(region, ns string) failoverRecord {
 // nothing lost and nothing received twice; the producer sees a pause, not
 // an error (its longest send is the pause, logged).
 func TestPlannedSwitchoverUnderProduce(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: switchoverOwnershipTTL})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
 	const ns = "public/sw"
 	d.createNamespace(ns, []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"})
 	const topic = "persistent://public/sw/orders"
@@ -273,7 +261,7 @@ func TestPlannedSwitchoverUnderProduce(t *testing.T) {
 // serving, at the same epoch, and no receipt is lost.
 func TestPlannedSwitchoverAbortsWhenDrainBlocked(t *testing.T) {
 	var proxies []*wanproxy.Proxy
-	d := startDeploymentWith(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, ReplicationProxies: true, OwnershipTTL: switchoverOwnershipTTL},
+	d := startDeploymentWith(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, ReplicationProxies: true},
 		func(plan *up.Plan) {
 			for _, ps := range plan.Procs {
 				if ps.ReplProxy == "" || ps.Region != "west" {

@@ -59,7 +59,7 @@ func TestSyncReplication(t *testing.T) {
 	// A slow link: without sync receipts, the last receipted messages
 	// would still be on their way when east dies.
 	t.Setenv("MERIDIAN_FAULT_REPL_DELAY", "300ms")
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL})
 	regions := []string{"east", "west"}
 	d.createNamespace("public/strict", regions, map[string]any{"mode": "sync", "failover": "active-active", "syncOnUnreachable": "strict", "syncTimeoutMs": 2000})
 	d.createNamespace("public/degrade", regions, map[string]any{"mode": "sync", "failover": "active-active", "syncOnUnreachable": "degrade", "syncTimeoutMs": 2000})

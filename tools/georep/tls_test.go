@@ -60,7 +60,7 @@ func (d *deployment) clientOptions(o pulsar.ClientOptions) pulsar.ClientOptions 
 // — whose brokers' certificates the client verifies for the URL's first
 // host — and every message receipted after the kill is received.
 func TestFailoverOverTLS(t *testing.T) {
-	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, TLS: true})
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, OwnershipTTL: faultOwnershipTTL, TLS: true})
 	if !strings.HasPrefix(d.e.ServiceURL, "pulsar+ssl://") || d.e.TLSTrustCertsFile == "" {
 		t.Fatalf("endpoints of a TLS deployment: %+v", d.e)
 	}
