@@ -209,6 +209,9 @@ func (h replHost) Republish(ctx context.Context, r replication.RepublishRequest)
 	if err != nil {
 		return none, false, fmt.Errorf("%w: %s at %d:%d: %v", replication.ErrNotRepublishable, r.Quarantine, r.At.Ledger, r.At.Entry, err)
 	}
+	if at, ok := h.resentCopy(ctx, t, was, d.Msg); ok {
+		return none, false, replication.ResentError{At: at, Producer: was.ProducerName, Seq: was.SequenceID}
+	}
 	t.mu.Lock()
 	st := t.dedup[name]
 	switch {
@@ -239,6 +242,39 @@ func (h replHost) Republish(ctx context.Context, r replication.RepublishRequest)
 		// Persisted or not, the next call knows (the dedup state).
 		return none, false, fmt.Errorf("%w: orphan %s of %s: %v", meta.ErrServiceNotReady, r.OriginID, r.Topic, ctx.Err())
 	}
+}
+
+// resentCopy returns where topic t holds the copy of an orphan (its
+// metadata was, its message msg) that the orphan's producer sent again
+// to this region: the deduplication state of its producer name remembers
+// an entry holding its sequence id, and that entry's message is the
+// orphan's (entry.SameMessage). Only with deduplication on, where one
+// producer name's sequence ids name one message each; false whenever in
+// doubt (the orphan is then republished).
+func (h replHost) resentCopy(ctx context.Context, t *Topic, was entry.Meta, msg []byte) (mledger.Position, bool) {
+	if was.ProducerName == "" || was.NumChunks > 1 {
+		return mledger.Position{}, false
+	}
+	t.mu.Lock()
+	st := t.dedup[was.ProducerName]
+	var at mledger.Position
+	found := false
+	if st != nil && t.dedupEnabled() {
+		at, found = st.find(was.SequenceID)
+	}
+	t.mu.Unlock()
+	if !found {
+		return mledger.Position{}, false
+	}
+	es, err := t.ml.ReadEntries(ctx, at, 1, 0)
+	if err != nil || len(es) == 0 || es[0].Pos != at {
+		return mledger.Position{}, false
+	}
+	d, err := entry.Decode(es[0].Data)
+	if err != nil || !entry.SameMessage(d.Msg, msg) {
+		return mledger.Position{}, false
+	}
+	return at, true
 }
 
 // activeRegions is the failover shell as replication sees it: read when

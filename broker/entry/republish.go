@@ -1,6 +1,7 @@
 package entry
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -92,4 +93,27 @@ func setProperties(kvs []*pb.KeyValue, set map[string]string) []*pb.KeyValue {
 		out = append(out, &pb.KeyValue{Key: proto.String(k), Value: proto.String(set[k])})
 	}
 	return out
+}
+
+// SameMessage reports whether two stored messages (Decoded.Msg) are one
+// producer's one message sent twice: the same producer name, sequence ids,
+// partition key and payload bytes (a client that sends a message again
+// after a reconnect sends the same bytes). What a broker may set on its
+// own (publish and event times stay the client's; the rest of the
+// metadata) is not compared. Either unparsable: false.
+func SameMessage(a, b []byte) bool {
+	ma, pa, err := parseMessageMetadata(a)
+	if err != nil {
+		return false
+	}
+	mb, pb2, err := parseMessageMetadata(b)
+	if err != nil {
+		return false
+	}
+	return ma.GetProducerName() == mb.GetProducerName() &&
+		ma.GetSequenceId() == mb.GetSequenceId() &&
+		ma.GetHighestSequenceId() == mb.GetHighestSequenceId() &&
+		ma.GetNumMessagesInBatch() == mb.GetNumMessagesInBatch() &&
+		ma.GetPartitionKey() == mb.GetPartitionKey() &&
+		bytes.Equal(pa, pb2)
 }

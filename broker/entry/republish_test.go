@@ -134,3 +134,47 @@ func TestRepublishRefusesChunksAndBadInput(t *testing.T) {
 		t.Fatalf("garbage: %v, want ErrBadEntry", err)
 	}
 }
+
+// TestSameMessageTellsAResendFromAnotherMessage: a message sent again by
+// its producer (the same bytes; or the same message with metadata a
+// broker set, here ReplicatedFrom) is the same; another payload, key,
+// sequence id or producer under the same sequence id is not; garbage is
+// never the same.
+func TestSameMessageTellsAResendFromAnotherMessage(t *testing.T) {
+	enc := func(producer string, seq uint64, key, payload string, mod func(*pb.MessageMetadata)) []byte {
+		md := &pb.MessageMetadata{ProducerName: proto.String(producer), SequenceId: proto.Uint64(seq), PublishTime: proto.Uint64(1700000000000), PartitionKey: proto.String(key)}
+		if mod != nil {
+			mod(md)
+		}
+		b, err := codec.EncodeMessage(md, []byte(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	orig := enc("p", 5, "k", "hello", nil)
+	for _, c := range []struct {
+		name string
+		b    []byte
+		same bool
+	}{
+		{"the same bytes", bytes.Clone(orig), true},
+		{"replicated from east", enc("p", 5, "k", "hello", func(md *pb.MessageMetadata) { md.ReplicatedFrom = proto.String("east") }), true},
+		{"another payload", enc("p", 5, "k", "hellp", nil), false},
+		{"another key", enc("p", 5, "j", "hello", nil), false},
+		{"another sequence id", enc("p", 6, "k", "hello", nil), false},
+		{"another producer", enc("q", 5, "k", "hello", nil), false},
+		{"a batch of two", enc("p", 5, "k", "hello", func(md *pb.MessageMetadata) {
+			md.NumMessagesInBatch = proto.Int32(2)
+			md.HighestSequenceId = proto.Uint64(6)
+		}), false},
+		{"garbage", []byte{0x0e, 0x01, 1, 2, 3}, false},
+	} {
+		if got := SameMessage(orig, c.b); got != c.same {
+			t.Errorf("%s: SameMessage %v, want %v", c.name, got, c.same)
+		}
+		if got := SameMessage(c.b, orig); got != c.same {
+			t.Errorf("%s (swapped): SameMessage %v, want %v", c.name, got, c.same)
+		}
+	}
+}

@@ -41,6 +41,17 @@ import (
 //     that producer's last persisted one was appended already: it is not
 //     appended again (Host.Republish), whatever the namespace's
 //     deduplication policy.
+//     An orphan its own producer sent again to this region after the
+//     move is not appended either (ResentError): the old active region
+//     accepted it before it learned of the new epoch and the move
+//     swallowed its receipt, so the client sent it again. The topic
+//     holds that copy when its deduplication state remembers an entry of
+//     the orphan's producer name and sequence id whose message is the
+//     orphan's (entry.SameMessage) — positive evidence only: an orphan
+//     whose producer's later messages are in the topic but not it (the
+//     old region had acknowledged it, so the client did not send it
+//     again) is appended, and so is one whose copy the state no longer
+//     remembers (a duplicate then, at worst).
 //  2. Only after its append is persisted, the orphan's record in the
 //     global store gets its new id (Orphan.RepublishedID), by
 //     compare-and-swap. A later call skips what the records say was
@@ -316,9 +327,13 @@ func (svc *Service) republishTopic(ctx context.Context, topic string, items []re
 					Origin: it.Origin, OriginID: it.Orphan.OriginID, OriginSeq: it.Orphan.OriginSeq})
 			}
 			var no meta.NotOwnerError
+			var resent ResentError
 			switch {
 			case errors.As(err, &no) && appended == 0:
 				return nil, err // the owner takes the whole topic
+			case errors.As(err, &resent):
+				o.State, o.NewID, o.Reason = stateAlready, fmt.Sprintf("%d:%d", resent.At.Ledger, resent.At.Entry), resent.Error()
+				done[it.Origin+"/"+strconv.FormatUint(it.Orphan.OriginSeq, 10)] = o.NewID
 			case errors.Is(err, ErrNotRepublishable):
 				o.State, o.Reason = stateNotRepublished, err.Error()
 			case err != nil:
@@ -351,6 +366,22 @@ func (svc *Service) republishTopic(ctx context.Context, topic string, items []re
 		svc.log.Warn("failover: orphans republished", "topic", topic, "count", len(done))
 	}
 	return outs, nil
+}
+
+// ResentError is Host.Republish's answer for an orphan its own producer
+// sent again to this region after the move, which the topic holds (At):
+// an entry the old active region accepted before it learned of the new
+// epoch, whose receipt the move swallowed, so the client sent it again
+// (issue 32). Republishing it would put the message in the topic twice.
+// It is reported "already", with At as its id, and recorded as such.
+type ResentError struct {
+	At       mledger.Position
+	Producer string
+	Seq      int64
+}
+
+func (e ResentError) Error() string {
+	return fmt.Sprintf("its producer %q sent it again to this region after the move (sequence id %d): the topic holds that copy at %d:%d", e.Producer, e.Seq, e.At.Ledger, e.At.Entry)
 }
 
 // ErrNotRepublishable marks an orphan that cannot be republished at all

@@ -126,8 +126,9 @@ type Host interface {
 	Quarantine(ctx context.Context, name string, entries []replicator.Entry, idx []int) ([]mledger.Position, error)
 	// Republish appends the message the quarantine topic holds at
 	// r.Quarantined to topic r.Topic once (republish.go): already
-	// reports that an earlier call appended it (its position returned).
-	// Both topics must be this broker's (meta.NotOwnerError otherwise).
+	// reports that an earlier call appended it (its position returned);
+	// a ResentError, that its own producer sent it again and the topic
+	// holds that copy (nothing appended). Both topics must be this broker's (meta.NotOwnerError otherwise).
 	Republish(ctx context.Context, r RepublishRequest) (pos mledger.Position, already bool, err error)
 }
 
