@@ -55,9 +55,9 @@ func applyBacklogQuota(p *meta.Policies, body []byte, q url.Values) error {
 	if err := json.Unmarshal(body, &bq); err != nil {
 		return meta.BadRequest(err)
 	}
-	kind := q.Get("backlogQuotaType")
-	if kind == "" {
-		kind = meta.BacklogQuotaStorage
+	kind, err := meta.ParseBacklogQuotaType(q.Get("backlogQuotaType"))
+	if err != nil {
+		return err
 	}
 	if err := meta.ValidateBacklogQuota(kind, bq); err != nil {
 		return err
@@ -90,5 +90,16 @@ func applyPersistence(p *meta.Policies, body []byte, _ url.Values) error {
 		return err
 	}
 	p.Persistence = &v
+	return nil
+}
+
+// removeBacklogQuota is DELETE .../backlogQuota: it removes the quota of
+// Pulsar's ?backlogQuotaType= (default destination_storage) and no other.
+func removeBacklogQuota(p *meta.Policies, q url.Values) error {
+	kind, err := meta.ParseBacklogQuotaType(q.Get("backlogQuotaType"))
+	if err != nil {
+		return err
+	}
+	delete(p.BacklogQuotas, kind)
 	return nil
 }

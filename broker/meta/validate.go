@@ -118,6 +118,19 @@ func ValidateBacklogQuota(kind string, q BacklogQuota) error {
 	return nil
 }
 
+// ParseBacklogQuotaType reads Pulsar's ?backlogQuotaType= of the backlog
+// quota routes: empty is destination_storage (Pulsar's default), else
+// one of the two types. Errors are HTTP 400.
+func ParseBacklogQuotaType(s string) (string, error) {
+	switch s {
+	case "":
+		return BacklogQuotaStorage, nil
+	case BacklogQuotaStorage, BacklogQuotaMessageAge:
+		return s, nil
+	}
+	return "", BadRequest(fmt.Errorf("backlog quota: type %q: want %s or %s", s, BacklogQuotaStorage, BacklogQuotaMessageAge))
+}
+
 // MaxRoleBytes bounds a role name (a token's subject, a certificate's
 // common name) that a grant or a tenant's admin roles store.
 const MaxRoleBytes = 1024
