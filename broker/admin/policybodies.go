@@ -32,6 +32,11 @@ func applyRetention(p *meta.Policies, body []byte, _ url.Values) error {
 	if err := meta.ValidateRetention(rt); err != nil {
 		return err
 	}
+	// As Pulsar's internalSetRetention (checkQuotas): 412 when the
+	// namespace's backlog quota reaches the new retention.
+	if q, ok := p.BacklogQuotas[meta.BacklogQuotaStorage]; ok && !meta.BacklogQuotaFitsRetention(&q, rt) {
+		return meta.ErrRetentionBelowQuota
+	}
 	p.Retention = &rt
 	return nil
 }
@@ -61,6 +66,11 @@ func applyBacklogQuota(p *meta.Policies, body []byte, q url.Values) error {
 	}
 	if err := meta.ValidateBacklogQuota(kind, bq); err != nil {
 		return err
+	}
+	// As Pulsar's setBacklogQuotaAsync: 412 when a destination_storage
+	// quota reaches the namespace's retention.
+	if r := p.Retention; r != nil && kind == meta.BacklogQuotaStorage && !meta.BacklogQuotaFitsRetention(&bq, *r) {
+		return meta.ErrQuotaAboveRetention
 	}
 	if p.BacklogQuotas == nil {
 		p.BacklogQuotas = map[string]meta.BacklogQuota{}

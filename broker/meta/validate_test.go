@@ -49,3 +49,43 @@ func TestPolicyValidation(t *testing.T) {
 		}
 	}
 }
+
+// Pulsar's AdminResource.checkBacklogQuota, case by case: a retention with
+// no positive limit takes any quota; otherwise each positive limit of the
+// retention must exceed the quota's (size in MiB against bytes, time in
+// minutes against seconds).
+func TestBacklogQuotaFitsRetention(t *testing.T) {
+	q := func(size, secs int64) *BacklogQuota {
+		return &BacklogQuota{LimitSize: size, LimitTime: secs, Policy: "producer_request_hold"}
+	}
+	for _, c := range []struct {
+		name string
+		q    *BacklogQuota
+		r    Retention
+		want bool
+	}{
+		{"no quota", nil, Retention{10, 10}, true},
+		{"retention off", q(1<<40, 1<<30), Retention{0, 0}, true},
+		{"retention unlimited", q(1<<40, 1<<30), Retention{-1, -1}, true},
+		{"size under", q(10<<20-1, -1), Retention{-1, 10}, true},
+		{"size equal", q(10<<20, -1), Retention{-1, 10}, false},
+		{"size over", q(11<<20, -1), Retention{-1, 10}, false},
+		{"size over, retention size unlimited", q(11<<20, -1), Retention{60, -1}, true},
+		{"deprecated limit field over", &BacklogQuota{Limit: 11 << 20, Policy: "producer_exception"}, Retention{-1, 10}, false},
+		{"time under", q(-1, 599), Retention{10, -1}, true},
+		{"time equal", q(-1, 600), Retention{10, -1}, false},
+		{"time over, retention time unlimited", q(-1, 6000), Retention{-1, 10}, true},
+		{"largest retention", q(math.MaxInt64, math.MaxInt64), Retention{int(MaxRetentionMinutes), MaxRetentionSizeMB}, false},
+	} {
+		if got := BacklogQuotaFitsRetention(c.q, c.r); got != c.want {
+			t.Errorf("%s: quota %+v, retention %+v: %v, want %v", c.name, c.q, c.r, got, c.want)
+		}
+	}
+	for _, in := range []string{"", BacklogQuotaStorage, BacklogQuotaMessageAge, "everything"} {
+		kind, err := ParseBacklogQuotaType(in)
+		switch {
+		case in == "" && kind != BacklogQuotaStorage, in == "everything" && err == nil, in != "everything" && err != nil:
+			t.Errorf("ParseBacklogQuotaType(%q) = %q, %v", in, kind, err)
+		}
+	}
+}
