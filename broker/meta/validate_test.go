@@ -89,3 +89,21 @@ func TestBacklogQuotaFitsRetention(t *testing.T) {
 		}
 	}
 }
+
+// A stored numBundles outside 0..4096 is not applied (DefaultBundles, with
+// an error to warn with), and EvenBoundaries never makes a table for it:
+// 2^40 would be 4 TiB, max int64 overflowed its length (a panic).
+func TestBundleCountOutOfRange(t *testing.T) {
+	for _, c := range []struct{ stored, want int }{
+		{0, DefaultBundles}, {1, 1}, {4096, 4096}, {-1, DefaultBundles}, {4097, DefaultBundles},
+		{1_000_000, DefaultBundles}, {1 << 40, DefaultBundles}, {math.MaxInt64, DefaultBundles},
+	} {
+		n, err := Policies{Bundles: c.stored}.BundleCount()
+		if n != c.want || (err != nil) != (c.stored < 0 || c.stored > 4096) {
+			t.Errorf("numBundles %d: %d, %v; want %d", c.stored, n, err, c.want)
+		}
+		if bs := EvenBoundaries(c.stored); len(bs) != c.want+1 || bs[0] != 0 || bs[len(bs)-1] != 0xffffffff {
+			t.Errorf("EvenBoundaries(%d): %d boundaries, want %d", c.stored, len(bs), c.want+1)
+		}
+	}
+}
