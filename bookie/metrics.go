@@ -24,6 +24,7 @@ type metrics struct {
 	fences         *prometheus.CounterVec // by status
 	readOnly       prometheus.Gauge
 	diskUsage      prometheus.Gauge
+	clientAuth     prometheus.Gauge
 }
 
 func newMetrics(region, rack, bookieID string) *metrics {
@@ -66,9 +67,13 @@ func newMetrics(region, rack, bookieID string) *metrics {
 		diskUsage: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_bookie_disk_usage_ratio", Help: "Used fraction of the data directory's filesystem.", ConstLabels: labels,
 		}),
+		clientAuth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_bookie_client_auth_required", ConstLabels: labels,
+			Help: "1 when the gRPC port authenticates its callers (mutual TLS; adds, reads and fencing only for a certificate of the CA naming role broker or autorecovery), 0 when it serves any caller (plaintext).",
+		}),
 	}
 	m.reg.MustRegister(m.adds, m.addLatency, m.groupCommits, m.commitFailures, m.commitEntries,
-		m.commitLatency, m.bytesWritten, m.reads, m.fences, m.readOnly, m.diskUsage)
+		m.commitLatency, m.bytesWritten, m.reads, m.fences, m.readOnly, m.diskUsage, m.clientAuth)
 	// Pre-create the common series so dashboards see zeros, not gaps.
 	for _, st := range []bookiepb.Status{bookiepb.Status_OK, bookiepb.Status_FENCED, bookiepb.Status_READ_ONLY} {
 		m.adds.WithLabelValues(st.String())

@@ -209,6 +209,16 @@ const maxConcurrentStreams = 4096
 // never writes to such a bookie (cmd/meridian).
 var ledgerRoles = []string{tlsutil.RoleBroker, tlsutil.RoleAutorecovery}
 
+// ClientAuth says how a bookie with TLS on or off authenticates its
+// callers: what its start-up line and its
+// meridian_bookie_client_auth_required gauge say.
+func ClientAuth(tlsOn bool) string {
+	if tlsOn {
+		return "mutual TLS: adds, reads and fencing only for a certificate of the CA naming role broker or autorecovery"
+	}
+	return "none: plaintext, any caller may add, read and fence"
+}
+
 // roleCheck refuses a call whose caller may not make it.
 func roleCheck(ctx context.Context, method string) error {
 	if method == bookiepb.Bookie_Info_FullMethodName {
@@ -267,7 +277,8 @@ func (s *Server) Start() error {
 		}
 	}
 	s.log.Info("bookie: serving", "addr", s.Addr(), "advertise", s.registration().GetAddr(),
-		"instance", s.cookie.GetInstanceId(), "limbo_below_or_at", s.cookie.GetLimboBelowOrAt(), "read_only", s.store.ReadOnly())
+		"instance", s.cookie.GetInstanceId(), "limbo_below_or_at", s.cookie.GetLimboBelowOrAt(), "read_only", s.store.ReadOnly(),
+		"client_auth", ClientAuth(s.cfg.TLS.Enabled()))
 	return nil
 }
 
@@ -317,6 +328,7 @@ func (s *Server) listen() error {
 		}
 		opts = append(opts, grpc.Creds(tlsSrc.GRPCServer(tlsutil.RequireClientCert)),
 			grpc.UnaryInterceptor(unaryRoleCheck), grpc.StreamInterceptor(streamRoleCheck))
+		s.m.clientAuth.Set(1)
 	}
 	s.grpcSrv = grpc.NewServer(opts...)
 	bookiepb.RegisterBookieServer(s.grpcSrv, s)

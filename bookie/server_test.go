@@ -702,6 +702,7 @@ func TestServerMetricsEndpoint(t *testing.T) {
 		`meridian_bookie_written_bytes_total`,
 		`meridian_bookie_read_only{bookie="bookie-1",rack="r1",region="eu"} 0`,
 		`meridian_bookie_disk_usage_ratio`,
+		`meridian_bookie_client_auth_required{bookie="bookie-1",rack="r1",region="eu"} 0`, // plaintext: serves any caller
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)

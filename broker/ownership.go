@@ -424,7 +424,13 @@ func (b *Broker) boundaries(ctx context.Context, ns string, pol meta.Policies) (
 		if !errors.Is(err, cluster.ErrNotFound) {
 			return nil, 0, err
 		}
-		v, _ := json.Marshal(meta.EvenBoundaries(pol.Bundles))
+		// A stored numBundles out of range (past the admin API) is not
+		// applied: the default split is, with a warning.
+		n, err := pol.BundleCount()
+		if err != nil {
+			b.log.Warn("bundles: a stored namespace policy is out of range and not applied (the default is)", "namespace", ns, "bundles", n, "err", err)
+		}
+		v, _ := json.Marshal(meta.EvenBoundaries(n))
 		if _, err := b.cfg.Store.Create(ctx, key, v); err != nil && !errors.Is(err, cluster.ErrExists) {
 			return nil, 0, err
 		}

@@ -211,4 +211,35 @@ func TestAdminRefusesBadBodiesAndStoresNothing(t *testing.T) {
 	if n := backlog(t, s.AdminURL, "persistent://val/ns/t", "s"); n != 1 {
 		t.Fatalf("backlog of s after a receive without ack: %d, want 1", n)
 	}
+
+	// A numBundles past Pulsar's 4096 written into etcd before the
+	// namespace's first lookup: the default split (4) applies, with a
+	// warning, and its topics load. 1,000,000 bundles made a bundle
+	// record past etcd's request limit (no topic of the namespace
+	// loaded); max int64 overflowed the table's length and the panic
+	// took the broker down.
+	for _, c := range []struct {
+		ns      string
+		bundles int
+	}{{"val/bundles", 1_000_000}, {"val/maxbundles", math.MaxInt64}} {
+		must("PUT", "/namespaces/"+c.ns, `{}`)
+		if err := meta.NewMetadata(st).UpdatePolicies(ctx, c.ns, func(p *meta.Policies) { p.Bundles = c.bundles }); err != nil {
+			t.Fatal(err)
+		}
+		if out := must("GET", "/namespaces/"+c.ns, ""); !strings.Contains(out, `"numBundles":`+strconv.Itoa(c.bundles)) {
+			t.Fatalf("the bad numBundles was not stored: %s", out)
+		}
+		topic := "persistent://" + c.ns + "/t"
+		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			t.Fatalf("a topic of a namespace with numBundles %d stored does not load: %v", c.bundles, err)
+		}
+		if _, err := p.Send(sctx, &pulsar.ProducerMessage{Payload: []byte("x")}); err != nil {
+			t.Fatalf("send to %s: %v", topic, err)
+		}
+		p.Close()
+		if out := must("GET", "/namespaces/"+c.ns+"/bundles", ""); !strings.Contains(out, `"numBundles":4`) {
+			t.Errorf("bundles of %s with numBundles %d stored: %s, want the default 4", c.ns, c.bundles, out)
+		}
+	}
 }

@@ -289,6 +289,18 @@ func (m *Etcd) moveLeaderHere() error {
 // IsLeader reports whether this member leads its cluster.
 func (m *Etcd) IsLeader() bool { return m.e.Server.Leader() == m.e.Server.MemberID() }
 
+// ClientCertRequired reports whether the member serves its clients only
+// over mutual TLS (a client certificate of the CA, and of
+// AllowedClientCNs when set): TLS is on. Without it any caller that
+// reaches the client URL reads and writes every key (etcd users aside).
+func (m *Etcd) ClientCertRequired() bool { return m.cfg.TLS.Enabled() }
+
+// AuthEnabled reports whether etcd's authentication (users and roles,
+// `etcdctl auth enable`; `meridian up --tls` turns it on) is on now: then
+// a certificate's common name, or a password, must be a user with a role
+// granting the key.
+func (m *Etcd) AuthEnabled() bool { return m.e.Server.AuthStore().IsAuthEnabled() }
+
 // ClientURL returns the URL clients use.
 func (e *Etcd) ClientURL() string { return strings.TrimRight(e.cfg.AdvertiseClientURL, "/") }
 

@@ -618,7 +618,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	s.replicationHandlers(h, ns)
 	s.securityHandlers(h, ns)
-	policy := func(path string, apply func(*meta.Policies, []byte, url.Values) error, clear func(*meta.Policies), get func(meta.Policies) any) {
+	policy := func(path string, apply func(*meta.Policies, []byte, url.Values) error, clear func(*meta.Policies, url.Values) error, get func(meta.Policies) any) {
 		if get != nil {
 			h("GET /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
 				p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
@@ -653,34 +653,37 @@ func (s *Server) Handler() http.Handler {
 			})
 		})
 		h("DELETE /admin/v2/namespaces/{tenant}/{ns}/"+path, func(r *http.Request) (any, error) {
-			return nil, s.cfg.Meta.UpdatePolicies(r.Context(), ns(r), clear)
+			return nil, s.cfg.Meta.UpdatePoliciesErr(r.Context(), ns(r), func(p *meta.Policies) error { return clear(p, r.URL.Query()) })
 		})
 	}
-	policy("retention", applyRetention, func(p *meta.Policies) { p.Retention = nil }, func(p meta.Policies) any {
+	clearing := func(f func(*meta.Policies)) func(*meta.Policies, url.Values) error {
+		return func(p *meta.Policies, _ url.Values) error { f(p); return nil }
+	}
+	policy("retention", applyRetention, clearing(func(p *meta.Policies) { p.Retention = nil }), func(p meta.Policies) any {
 		// Unset: the broker's default, as Pulsar answers.
 		if p.Retention == nil {
 			return s.cfg.DefaultRetention
 		}
 		return *p.Retention
 	})
-	policy("messageTTL", applyMessageTTL, func(p *meta.Policies) { p.MessageTTLInSeconds = 0 }, func(p meta.Policies) any {
+	policy("messageTTL", applyMessageTTL, clearing(func(p *meta.Policies) { p.MessageTTLInSeconds = 0 }), func(p meta.Policies) any {
 		if p.MessageTTLInSeconds == 0 {
 			return nil // not set (0 is stored as unset)
 		}
 		return p.MessageTTLInSeconds
 	})
-	policy("backlogQuota", applyBacklogQuota, func(p *meta.Policies) { delete(p.BacklogQuotas, meta.BacklogQuotaStorage) }, nil)
+	policy("backlogQuota", applyBacklogQuota, removeBacklogQuota, nil)
 	h("GET /admin/v2/namespaces/{tenant}/{ns}/backlogQuotaMap", func(r *http.Request) (any, error) {
 		p, err := s.cfg.Meta.GetPolicies(r.Context(), ns(r))
 		return p.BacklogQuotas, err
 	})
-	policy("deduplication", applyDeduplication, func(p *meta.Policies) { p.Deduplication = nil }, func(p meta.Policies) any {
+	policy("deduplication", applyDeduplication, clearing(func(p *meta.Policies) { p.Deduplication = nil }), func(p meta.Policies) any {
 		if p.Deduplication == nil {
 			return nil
 		}
 		return *p.Deduplication
 	})
-	policy("persistence", applyPersistence, func(p *meta.Policies) { p.Persistence = nil }, func(p meta.Policies) any {
+	policy("persistence", applyPersistence, clearing(func(p *meta.Policies) { p.Persistence = nil }), func(p meta.Policies) any {
 		if p.Persistence == nil {
 			return nil
 		}

@@ -20,7 +20,8 @@ import (
 // route's applier (policyBodies: POST .../retention, messageTTL,
 // backlogQuota, deduplication, persistence) and to a namespace create's
 // decoder and validation (readNamespacePolicies, meta.ValidatePolicies).
-// No panic; a refusal is a 4xx (400, or 412 for a message TTL, as Pulsar)
+// No panic; a refusal is a 4xx (400, or 412 for a message TTL and for a
+// backlog quota reaching the retention, as Pulsar)
 // and leaves the policies as they were; what is accepted is a policy a
 // namespace create accepts too and that the broker can apply: durations
 // that do not overflow, an ensemble within meta.MaxEnsembleSize, auth
@@ -41,6 +42,7 @@ func FuzzNamespacePolicyBodies(f *testing.F) {
 		`3600`, `-5`, `2147483648`, `1e3`,
 		`{"limitSize":1048576,"limitTime":-1,"policy":"producer_request_hold"}`,
 		`{"limit":-7,"policy":"producer_exception"}`,
+		`{"limitSize":10485760,"limitTime":-1,"policy":"producer_request_hold"}`,
 		`{"limitSize":10,"policy":"drop_everything"}`,
 		`true`, `false`, `null`, `"yes"`,
 		`{"bookkeeperEnsemble":3,"bookkeeperWriteQuorum":2,"bookkeeperAckQuorum":2}`,
@@ -105,6 +107,9 @@ func FuzzNamespacePolicyBodies(f *testing.F) {
 		}
 		if r := p.Retention; r != nil && r.RetentionTimeInMinutes > 0 && time.Duration(r.RetentionTimeInMinutes)*time.Minute <= 0 {
 			t.Fatalf("%s %q: retention %d minutes overflows a Duration", what, body, r.RetentionTimeInMinutes)
+		}
+		if q, ok := p.BacklogQuotas[meta.BacklogQuotaStorage]; ok && p.Retention != nil && int(route) < len(routes) && !meta.BacklogQuotaFitsRetention(&q, *p.Retention) {
+			t.Fatalf("%s %q: accepted a backlog quota %+v reaching the retention %+v (Pulsar: 412)", what, body, q, *p.Retention)
 		}
 		if s := p.MessageTTLInSeconds; s > 0 && meta.MessageTTL(s) != time.Duration(s)*time.Second {
 			t.Fatalf("%s %q: TTL %d s not applied as is", what, body, s)

@@ -32,6 +32,11 @@ func applyRetention(p *meta.Policies, body []byte, _ url.Values) error {
 	if err := meta.ValidateRetention(rt); err != nil {
 		return err
 	}
+	// As Pulsar's internalSetRetention (checkQuotas): 412 when the
+	// namespace's backlog quota reaches the new retention.
+	if q, ok := p.BacklogQuotas[meta.BacklogQuotaStorage]; ok && !meta.BacklogQuotaFitsRetention(&q, rt) {
+		return meta.ErrRetentionBelowQuota
+	}
 	p.Retention = &rt
 	return nil
 }
@@ -55,12 +60,17 @@ func applyBacklogQuota(p *meta.Policies, body []byte, q url.Values) error {
 	if err := json.Unmarshal(body, &bq); err != nil {
 		return meta.BadRequest(err)
 	}
-	kind := q.Get("backlogQuotaType")
-	if kind == "" {
-		kind = meta.BacklogQuotaStorage
+	kind, err := meta.ParseBacklogQuotaType(q.Get("backlogQuotaType"))
+	if err != nil {
+		return err
 	}
 	if err := meta.ValidateBacklogQuota(kind, bq); err != nil {
 		return err
+	}
+	// As Pulsar's setBacklogQuotaAsync: 412 when a destination_storage
+	// quota reaches the namespace's retention.
+	if r := p.Retention; r != nil && kind == meta.BacklogQuotaStorage && !meta.BacklogQuotaFitsRetention(&bq, *r) {
+		return meta.ErrQuotaAboveRetention
 	}
 	if p.BacklogQuotas == nil {
 		p.BacklogQuotas = map[string]meta.BacklogQuota{}
@@ -90,5 +100,16 @@ func applyPersistence(p *meta.Policies, body []byte, _ url.Values) error {
 		return err
 	}
 	p.Persistence = &v
+	return nil
+}
+
+// removeBacklogQuota is DELETE .../backlogQuota: it removes the quota of
+// Pulsar's ?backlogQuotaType= (default destination_storage) and no other.
+func removeBacklogQuota(p *meta.Policies, q url.Values) error {
+	kind, err := meta.ParseBacklogQuotaType(q.Get("backlogQuotaType"))
+	if err != nil {
+		return err
+	}
+	delete(p.BacklogQuotas, kind)
 	return nil
 }

@@ -743,16 +743,33 @@ func (m *Metadata) RegionBrokerURLs(ctx context.Context, region string) ([]strin
 }
 
 // maxBundles bounds a namespace's numBundles (each is an etcd ownership
-// key and a slot in every lookup's boundary list).
+// key and a slot in every lookup's boundary list): Pulsar's largest.
 const maxBundles = 4096
+
+// BundleCount is the number of bundles a namespace's first split makes:
+// its numBundles when ValidatePolicies takes it (0: DefaultBundles), else
+// DefaultBundles and an error (HTTP 400) saying why. A value stored past
+// the admin API (into etcd by hand, or by a version that did not check
+// it) is not applied: 2^40 bundles would be a 4 TiB boundary table made
+// at the namespace's first lookup, and 1,000,000 a bundle record past
+// etcd's request limit, so no topic of the namespace loaded.
+func (p Policies) BundleCount() (int, error) {
+	if p.Bundles < 0 || p.Bundles > maxBundles {
+		return DefaultBundles, BadRequest(fmt.Errorf("numBundles %d: want 0 (default) to %d", p.Bundles, maxBundles))
+	}
+	if p.Bundles == 0 {
+		return DefaultBundles, nil
+	}
+	return p.Bundles, nil
+}
 
 // ValidatePolicies checks a new namespace's policies for what would
 // otherwise fail later, or allocate without bound, on the first lookup:
 // bundles, persistence, retention, backlog quotas, auth_policies and the
 // message TTL (the replication policy: ValidateReplication).
 func ValidatePolicies(p Policies) error {
-	if p.Bundles < 0 || p.Bundles > maxBundles {
-		return BadRequest(fmt.Errorf("numBundles %d: want 0 (default) to %d", p.Bundles, maxBundles))
+	if _, err := p.BundleCount(); err != nil {
+		return err
 	}
 	if v := p.Persistence; v != nil {
 		if err := ValidatePersistence(*v); err != nil {
@@ -779,9 +796,10 @@ func ValidatePolicies(p Policies) error {
 // says otherwise: 4, Pulsar's default.
 const DefaultBundles = 4
 
-// EvenBoundaries splits the hash space into n equal bundles.
+// EvenBoundaries splits the hash space into n equal bundles; n outside
+// 1..4096 (Policies.BundleCount's range) splits it into DefaultBundles.
 func EvenBoundaries(n int) []uint32 {
-	if n <= 0 {
+	if n <= 0 || n > maxBundles {
 		n = DefaultBundles
 	}
 	out := make([]uint32, n+1)

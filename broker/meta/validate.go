@@ -118,6 +118,53 @@ func ValidateBacklogQuota(kind string, q BacklogQuota) error {
 	return nil
 }
 
+// ParseBacklogQuotaType reads Pulsar's ?backlogQuotaType= of the backlog
+// quota routes: empty is destination_storage (Pulsar's default), else
+// one of the two types. Errors are HTTP 400.
+func ParseBacklogQuotaType(s string) (string, error) {
+	switch s {
+	case "":
+		return BacklogQuotaStorage, nil
+	case BacklogQuotaStorage, BacklogQuotaMessageAge:
+		return s, nil
+	}
+	return "", BadRequest(fmt.Errorf("backlog quota: type %q: want %s or %s", s, BacklogQuotaStorage, BacklogQuotaMessageAge))
+}
+
+// BacklogQuotaFitsRetention reports whether a namespace's
+// destination_storage backlog quota q (nil: none) stays below its
+// retention r, as Pulsar's AdminResource.checkBacklogQuota: a retention
+// with neither limit positive takes any quota; otherwise the quota's size
+// limit must be below the retention's size (when positive) and its time
+// limit, in seconds, below the retention's time (when positive). Only
+// the destination_storage quota is compared (Pulsar checks a message_age
+// quota against its broker default, which has no limits; Meridian has
+// none either). r must have passed ValidateRetention, so the products
+// do not overflow.
+func BacklogQuotaFitsRetention(q *BacklogQuota, r Retention) bool {
+	if r.RetentionSizeInMB <= 0 && r.RetentionTimeInMinutes <= 0 {
+		return true
+	}
+	if q == nil {
+		return true
+	}
+	if r.RetentionSizeInMB > 0 && q.SizeLimit() >= r.RetentionSizeInMB<<20 {
+		return false
+	}
+	if r.RetentionTimeInMinutes > 0 && q.LimitTime >= int64(r.RetentionTimeInMinutes)*60 {
+		return false
+	}
+	return true
+}
+
+// ErrRetentionBelowQuota and ErrQuotaAboveRetention are Pulsar's answers
+// (HTTP 412) to a retention set below the namespace's backlog quota and
+// to a backlog quota set above its retention.
+var (
+	ErrRetentionBelowQuota = StatusError{Status: http.StatusPreconditionFailed, Err: errors.New("Retention Quota must exceed configured backlog quota for namespace.")}
+	ErrQuotaAboveRetention = StatusError{Status: http.StatusPreconditionFailed, Err: errors.New("Backlog Quota exceeds configured retention quota for namespace. Please increase retention quota and retry")}
+)
+
 // MaxRoleBytes bounds a role name (a token's subject, a certificate's
 // common name) that a grant or a tenant's admin roles store.
 const MaxRoleBytes = 1024

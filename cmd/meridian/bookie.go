@@ -15,7 +15,7 @@ import (
 
 func newBookieCmd() *cobra.Command {
 	var md metadataFlags
-	var powerLoss bool
+	var powerLoss, requireAuth bool
 	bc := bookie.DefaultConfig()
 	var gossip gossipFlags
 	var sec securityFlags
@@ -40,6 +40,7 @@ func newBookieCmd() *cobra.Command {
 		f.IntVar(&bc.MemTableSizeBytes, "mem-table-size-bytes", bookie.DefaultMemTableSizeBytes, "Pebble memtable size in bytes")
 		f.IntVar(&bc.MaxInflightPerStream, "max-inflight-per-stream", bookie.DefaultMaxInflightPerStream, "adds of one stream received and not yet answered, at most")
 		f.DurationVar(&bc.ShutdownTimeout, "shutdown-timeout", bookie.DefaultShutdownTimeout, "how long a stopping bookie waits for open calls before cutting them")
+		f.BoolVar(&requireAuth, "require-client-auth", false, "refuse to start unless the gRPC port authenticates its callers: mutual TLS (--tls-cert-file, --tls-key-file, --tls-trust-certs-file); without TLS a bookie serves any caller's adds, reads and fencing")
 		f.BoolVar(&powerLoss, "simulate-power-loss", false, "drills and tests only: keep every write not yet fsynced in memory (bookie.PowerLossFS), so a kill -9 of this bookie loses what a power loss would")
 	})
 	// The keys of the config files of before; bookie.region and bookie.tls
@@ -54,7 +55,9 @@ func newBookieCmd() *cobra.Command {
 	config.Bind(f, "tls-key-file", "security.tls.key_file", "bookie.tls.key_file")
 	config.Bind(f, "tls-trust-certs-file", "security.tls.ca_file", "bookie.tls.ca_file")
 	withConfig(cmd, func(eff *config.Effective) error {
-		return validateAll(eff, rules(logRules, regionRules, gossipRules, bookieRules))
+		return validateAll(eff, rules(logRules, regionRules, gossipRules, bookieRules), func(eff *config.Effective) error {
+			return clientAuthCheck(eff, "bookie.require_client_auth", "security.tls")
+		})
 	}, func(cmd *cobra.Command, _ *config.Effective) error {
 		c := bc
 		c.Region = md.region

@@ -365,3 +365,38 @@ func ownRoles(src *tlsutil.Source, what string, roles ...string) error {
 	return fmt.Errorf("%s: the certificate of --tls-cert-file (common name %q) names no role %s (the URI SAN %s): bookies refuse its ledger operations; issue it with that URI (docs/security.md)",
 		what, c.Subject.CommonName, strings.Join(roles, " or "), tlsutil.RoleURI(roles[0]))
 }
+
+// clientAuthCheck refuses, at start, a bookie's or an etcd member's
+// configuration asking for client authentication the process could not
+// enforce (issue 30), naming the key to set: the TLS files under
+// tlsPrefix (cert_file, key_file, ca_file) set in part — without the CA
+// no caller's certificate can be checked, without the certificate or its
+// key nothing is served over TLS —; requireKey true with TLS off; or TLS
+// on with an http:// URL among urlKeys, which etcd serves in plaintext,
+// ignoring the certificate (with only a warning in its log).
+func clientAuthCheck(eff *config.Effective, requireKey, tlsPrefix string, urlKeys ...string) error {
+	get := func(k string) string { s, _ := eff.Get(k); return s.Value }
+	keys := []string{tlsPrefix + ".cert_file", tlsPrefix + ".key_file", tlsPrefix + ".ca_file"}
+	var set, missing []string
+	for _, k := range keys {
+		if get(k) != "" {
+			set = append(set, k)
+		} else {
+			missing = append(missing, k)
+		}
+	}
+	switch {
+	case len(set) > 0 && len(missing) > 0:
+		return eff.Errorf(missing[0], "TLS is half set (%s without %s): it needs this process's certificate, its key and the CA callers' certificates are checked against — without the CA no caller can be authenticated; set %s (--tls-cert-file, --tls-key-file, --tls-trust-certs-file)",
+			strings.Join(set, ", "), strings.Join(missing, ", "), strings.Join(missing, ", "))
+	case len(set) == 0 && get(requireKey) == "true":
+		return eff.Errorf(requireKey, "client authentication is required but TLS is off, so any caller would be served: set %s (--tls-cert-file, --tls-key-file, --tls-trust-certs-file)", strings.Join(keys, ", "))
+	case len(set) == len(keys):
+		for _, k := range urlKeys {
+			if u := get(k); !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "unixs://") {
+				return eff.Errorf(k, "TLS is on but %s is not https://: etcd would serve it in plaintext, ignoring the certificate; give an https:// URL", u)
+			}
+		}
+	}
+	return nil
+}
