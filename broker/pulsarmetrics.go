@@ -107,6 +107,8 @@ func newPulsarCollector(b *Broker, cluster string, namespaceLevel bool) *pulsarC
 	c.quotaLimit = prometheus.NewDesc("pulsar_storage_backlog_quota_limit",
 		"The backlog quota's limit in bytes of each subscription's backlog (destination_storage; exported when set; at namespace level the largest of its topics').", topicLabels, cl)
 	for _, n := range pulsarTopicNames {
+		{"pulsar_replication_rate_in", "Entries a second of the remote region's origin persisted here (replication.msgRateIn; a batch is one entry).", prometheus.GaugeValue},
+		{"pulsar_replication_throughput_in", "Bytes a second of the remote region's origin persisted here (replication.msgThroughputIn).", prometheus.GaugeValue},
 		c.topic = append(c.topic, pulsarMetric{prometheus.NewDesc(n.name, n.help, topicLabels, cl), n.typ})
 	}
 	if !namespaceLevel {
@@ -149,7 +151,8 @@ func replValues(rs *admin.ReplicatorStats) []float64 {
 	if rs.Connected {
 		up = 1
 	}
-	return []float64{float64(rs.ReplicationBacklog), rs.MsgRateOut, rs.MsgThroughputOut, up, float64(rs.ReplicationDelayInSeconds)}
+	return []float64{float64(rs.ReplicationBacklog), rs.MsgRateOut, rs.MsgThroughputOut, up, float64(rs.ReplicationDelayInSeconds),
+		rs.MsgRateIn, rs.MsgThroughputIn}
 }
 
 func (c *pulsarCollector) Describe(ch chan<- *prometheus.Desc) {
