@@ -143,6 +143,9 @@ func TestAsyncReplicationSurvivesLossOfSourceRegion(t *testing.T) {
 		t.Errorf("west's pulsar_replication_throughput_in %v, east's pulsar_replication_throughput_out %v: want them within 25%%", bin, bout)
 	}
 
+	// Issue 29: pulsaradmin's Clusters().Get answers each region's URLs.
+	checkClusters(t, d, "east")
+
 	name := p.Name()
 	d.killRegion("east")
 
