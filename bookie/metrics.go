@@ -1,6 +1,8 @@
 package bookie
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -74,11 +76,15 @@ func newMetrics(region, rack, bookieID string) *metrics {
 	}
 	m.reg.MustRegister(m.adds, m.addLatency, m.groupCommits, m.commitFailures, m.commitEntries,
 		m.commitLatency, m.bytesWritten, m.reads, m.fences, m.readOnly, m.diskUsage, m.clientAuth)
-	// Pre-create the common series so dashboards see zeros, not gaps.
-	for _, st := range []bookiepb.Status{bookiepb.Status_OK, bookiepb.Status_FENCED, bookiepb.Status_READ_ONLY} {
+	// Every status series exists from the start, at 0, so alerts and
+	// dashboards see a 0 before the first event of a status (a fence,
+	// a corrupt read), not an absent series that rate() and
+	// comparisons silently skip. 3 × 9 series a bookie.
+	for _, st := range allStatuses() {
 		m.adds.WithLabelValues(st.String())
+		m.reads.WithLabelValues(st.String())
+		m.fences.WithLabelValues(st.String())
 	}
-	m.reads.WithLabelValues(bookiepb.Status_OK.String())
 	// The process's own (Go runtime, process): a bookie process serves
 	// one bookie; several in one process (the standalone) each serve the
 	// same process's figures.
@@ -95,4 +101,15 @@ func (m *metrics) onCommit(ci CommitInfo) {
 	m.commitEntries.Observe(float64(ci.Entries))
 	m.commitLatency.Observe(ci.Duration.Seconds())
 	m.bytesWritten.Add(float64(ci.Bytes))
+}
+
+// allStatuses are the statuses a bookie answers with (bookiepb.Status),
+// in number order.
+func allStatuses() []bookiepb.Status {
+	out := make([]bookiepb.Status, 0, len(bookiepb.Status_name))
+	for n := range bookiepb.Status_name {
+		out = append(out, bookiepb.Status(n))
+	}
+	slices.Sort(out)
+	return out
 }

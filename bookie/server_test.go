@@ -710,6 +710,46 @@ func TestServerMetricsEndpoint(t *testing.T) {
 	}
 }
 
+// Issue 29: every status series of the bookie's counters by status
+// (adds, reads, fences) exists from the start, at 0 — a bookie that never
+// fenced a ledger or read a corrupt entry exports
+// meridian_bookie_fences_total{status="OK"} 0 and
+// meridian_bookie_reads_total{status="CORRUPT"} 0, so an alert on their
+// increase or a dashboard sees a 0, not an absent series.
+func TestServerStatusCountersStartAtZero(t *testing.T) {
+	cfg := testConfig(t, "/data")
+	cfg.fs = vfs.NewMem()
+	s, _ := startServer(t, cfg, nil)
+	mfs, err := s.m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "status" {
+					if got[mf.GetName()] == nil {
+						got[mf.GetName()] = map[string]float64{}
+					}
+					got[mf.GetName()][l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	for _, name := range []string{"meridian_bookie_adds_total", "meridian_bookie_reads_total", "meridian_bookie_fences_total"} {
+		for n, st := range bookiepb.Status_name {
+			v, ok := got[name][st]
+			if !ok || v != 0 {
+				t.Errorf("%s{status=%q} (status %d): present %v, value %v; want present at 0", name, st, n, ok, v)
+			}
+		}
+		if len(got[name]) != len(bookiepb.Status_name) {
+			t.Errorf("%s has statuses %v, want exactly bookiepb's %d", name, got[name], len(bookiepb.Status_name))
+		}
+	}
+}
+
 // Two bookies in one process have separate metrics.
 func TestServersInOneProcess(t *testing.T) {
 	a := testConfig(t, "/a")

@@ -49,12 +49,13 @@ func subTypeName(t pb.CommandSubscribe_SubType) string {
 }
 
 // replicatorStats is Pulsar's replication section of a topic's stats:
-// its sender to each remote region.
+// its sender to each remote region, and what arrives from that region.
 func replicatorStats(sts []replication.Status) map[string]admin.ReplicatorStats {
 	out := map[string]admin.ReplicatorStats{}
 	for _, s := range sts {
 		rs := admin.ReplicatorStats{Connected: s.Connected, ReplicationBacklog: s.BacklogEntries,
-			ReplicationDelayInSeconds: int64(s.SecondsBehind), MsgRateOut: s.MsgRateOut, MsgThroughputOut: s.MsgThroughputOut}
+			ReplicationDelayInSeconds: int64(s.SecondsBehind), MsgRateOut: s.MsgRateOut, MsgThroughputOut: s.MsgThroughputOut,
+			MsgRateIn: s.MsgRateIn, MsgThroughputIn: s.MsgThroughputIn}
 		if s.Connected {
 			rs.OutboundConnection = s.Target
 		}

@@ -1,12 +1,15 @@
 package broker
 
 import (
+	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meridian-mq/meridian/broker/admin"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 )
 
 // Pulsar's topic, subscription and replication metrics, under Pulsar's
@@ -15,7 +18,8 @@ import (
 // them unchanged. They are computed at scrape time from the admin API's
 // stats of each loaded topic (adminstats.go: Topic.stats), so a scrape and
 // GetStats agree; nothing is counted per message beyond what the stats
-// already count.
+// already count — but for the storage write latency buckets, which come
+// from the topic's managed ledger (mledger.AddLatency).
 //
 // Topic level (the default, Pulsar's exposeTopicLevelMetricsInPrometheus
 // true): one series per topic, per subscription and per (topic, remote
@@ -40,7 +44,8 @@ type pulsarCollector struct {
 	// quotaLimit: the backlog quota's size limit (exported when set);
 	// labels as topic's.
 	quotaLimit *prometheus.Desc
-	// topic: labels namespace[, topic]; values from topicValues.
+	// topic: labels namespace[, topic]; values from topicValues, then
+	// latencyValues.
 	topic []pulsarMetric
 	// sub: labels namespace, topic, subscription; topic level only.
 	sub []pulsarMetric
@@ -70,6 +75,17 @@ var (
 		{"pulsar_storage_backlog_size", "Estimated bytes of the topic's largest subscription backlog (backlogSize).", prometheus.GaugeValue},
 		{"pulsar_msg_backlog", "Unacknowledged entries summed over the topic's subscriptions (a batch is one entry).", prometheus.GaugeValue},
 	}
+	// pulsarLatencyNames are Pulsar's storage write latency buckets (its
+	// TopicStats, names as its code writes them: the last bucket is
+	// _overflow, not _le_overflow as its docs say), their count and sum
+	// (microseconds): gauges of the last stats interval, not cumulative,
+	// from the managed ledger's add latency (mledger.AddLatency).
+	pulsarLatencyNames = []string{
+		"pulsar_storage_write_latency_le_0_5", "pulsar_storage_write_latency_le_1", "pulsar_storage_write_latency_le_5",
+		"pulsar_storage_write_latency_le_10", "pulsar_storage_write_latency_le_20", "pulsar_storage_write_latency_le_50",
+		"pulsar_storage_write_latency_le_100", "pulsar_storage_write_latency_le_200", "pulsar_storage_write_latency_le_1000",
+		"pulsar_storage_write_latency_overflow", "pulsar_storage_write_latency_count", "pulsar_storage_write_latency_sum",
+	}
 	pulsarSubNames = []struct {
 		name, help string
 		typ        prometheus.ValueType
@@ -91,6 +107,8 @@ var (
 		{"pulsar_replication_throughput_out", "Bytes a second sent to the remote region.", prometheus.GaugeValue},
 		{"pulsar_replication_connected_count", "Open replication streams to the remote region.", prometheus.GaugeValue},
 		{"pulsar_replication_delay_in_seconds", "Age in whole seconds of the oldest entry the remote region has not acknowledged (replicationDelayInSeconds; at namespace level the largest of the namespace's topics).", prometheus.GaugeValue},
+		{"pulsar_replication_rate_in", "Entries a second of the remote region's origin persisted here (replication.msgRateIn; a batch is one entry).", prometheus.GaugeValue},
+		{"pulsar_replication_throughput_in", "Bytes a second of the remote region's origin persisted here (replication.msgThroughputIn).", prometheus.GaugeValue},
 	}
 )
 
@@ -108,6 +126,10 @@ func newPulsarCollector(b *Broker, cluster string, namespaceLevel bool) *pulsarC
 		"The backlog quota's limit in bytes of each subscription's backlog (destination_storage; exported when set; at namespace level the largest of its topics').", topicLabels, cl)
 	for _, n := range pulsarTopicNames {
 		c.topic = append(c.topic, pulsarMetric{prometheus.NewDesc(n.name, n.help, topicLabels, cl), n.typ})
+	}
+	for i, name := range pulsarLatencyNames {
+		help := latencyHelp(i)
+		c.topic = append(c.topic, pulsarMetric{prometheus.NewDesc(name, help, topicLabels, cl), prometheus.GaugeValue})
 	}
 	if !namespaceLevel {
 		for _, n := range pulsarSubNames {
@@ -133,6 +155,30 @@ func topicValues(st *admin.TopicStats) []float64 {
 		float64(st.StorageSize), float64(st.BacklogSize), float64(backlog)}
 }
 
+// latencyHelp is the help of pulsarLatencyNames[i].
+func latencyHelp(i int) string {
+	const what = "the topic's managed ledger confirmed over the last 10 s stats interval (Pulsar: its 60 s stats period), from the append to the ack quorum's confirmation"
+	switch n := len(ratemeter.LatencyBounds); {
+	case i < n:
+		return fmt.Sprintf("Entries whose storage write latency was at most %v (above the bucket before), of those %s.", ratemeter.LatencyBounds[i], what)
+	case i == n:
+		return fmt.Sprintf("Entries whose storage write latency was above %v, of those %s.", ratemeter.LatencyBounds[n-1], what)
+	case i == n+1:
+		return "Entries " + what + "."
+	default:
+		return "Storage write latencies summed, in microseconds, of the entries " + what + "."
+	}
+}
+
+// latencyValues are a topic's values of pulsarLatencyNames, in order.
+func latencyValues(lc ratemeter.LatencyCounts) []float64 {
+	out := make([]float64, 0, len(lc.Buckets)+2)
+	for _, n := range lc.Buckets {
+		out = append(out, float64(n))
+	}
+	return append(out, float64(lc.Count), float64(lc.SumMicros))
+}
+
 // subValues are a subscription's values of pulsarSubNames, in order.
 func subValues(ss *admin.SubscriptionStats) []float64 {
 	return []float64{float64(ss.MsgBacklog), float64(ss.MsgBacklogNoDelayed), float64(ss.MsgDelayed),
@@ -149,7 +195,8 @@ func replValues(rs *admin.ReplicatorStats) []float64 {
 	if rs.Connected {
 		up = 1
 	}
-	return []float64{float64(rs.ReplicationBacklog), rs.MsgRateOut, rs.MsgThroughputOut, up, float64(rs.ReplicationDelayInSeconds)}
+	return []float64{float64(rs.ReplicationBacklog), rs.MsgRateOut, rs.MsgThroughputOut, up, float64(rs.ReplicationDelayInSeconds),
+		rs.MsgRateIn, rs.MsgThroughputIn}
 }
 
 func (c *pulsarCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -174,6 +221,7 @@ func (c *pulsarCollector) Collect(ch chan<- prometheus.Metric) {
 		repl   map[string][]float64
 	}
 	byNS := map[string]*nsAgg{}
+	now := time.Now()
 	for _, t := range c.b.loadedTopics() {
 		st := t.stats()
 		ns, name := label(t.name.NamespaceName()), label(t.name.String())
@@ -185,7 +233,7 @@ func (c *pulsarCollector) Collect(ch chan<- prometheus.Metric) {
 		agg.topics++
 		quota := t.policies().BacklogQuotas["destination_storage"].SizeLimit()
 		agg.quota = max(agg.quota, quota)
-		tv := topicValues(&st)
+		tv := append(topicValues(&st), latencyValues(t.ml.AddLatency(now))...)
 		if c.namespaceLevel {
 			for i, v := range tv {
 				agg.vals[i] += v

@@ -128,6 +128,12 @@ func TestPulsarMetricsMatchWhatWasSent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Pulsar's storage write latency buckets: every entry just persisted
+	// (the current stats interval: a scrape within 10 s of the first) in
+	// exactly one bucket, their count, and a sum of plausible microseconds.
+	lat := scrape(t, s.AdminURL+"/metrics")
+	tl := map[string]string{"cluster": "standalone", "namespace": "public/default", "topic": topic}
+	checkWriteLatency(t, lat, tl, sent)
 	for range acked {
 		m, err := reader.Receive(ctx)
 		if err != nil {
@@ -165,7 +171,6 @@ func TestPulsarMetricsMatchWhatWasSent(t *testing.T) {
 
 	mfs := scrape(t, s.AdminURL+"/metrics")
 	st := getTopicStats(t, s.AdminURL, topic)
-	tl := map[string]string{"cluster": "standalone", "namespace": "public/default", "topic": topic}
 	for name, want := range map[string]float64{
 		"pulsar_in_messages_total":           sent,
 		"pulsar_in_bytes_total":              float64(st.BytesInCounter),
@@ -238,6 +243,7 @@ func TestPulsarMetricsNamespaceLevel(t *testing.T) {
 	}
 	mfs := scrape(t, s.AdminURL+"/metrics")
 	nl := map[string]string{"cluster": "standalone", "namespace": "public/default"}
+	checkWriteLatency(t, mfs, nl, topics*each)
 	for name, want := range map[string]float64{
 		"pulsar_topics_count":        topics,
 		"pulsar_in_messages_total":   topics * each,
@@ -266,5 +272,32 @@ func TestPulsarMetricsNamespaceLevel(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// pulsarLatencyBuckets are Pulsar's pulsar_storage_write_latency_*
+// buckets, as its TopicStats writes them.
+var pulsarLatencyBuckets = []string{"le_0_5", "le_1", "le_5", "le_10", "le_20", "le_50", "le_100", "le_200", "le_1000", "overflow"}
+
+// checkWriteLatency checks Pulsar's storage write latency series of the
+// series labelled l: the buckets hold entries entries, which is their
+// count, and their sum (µs) is above 0 and below a minute each.
+func checkWriteLatency(t *testing.T, mfs map[string]*dto.MetricFamily, l map[string]string, entries int) {
+	t.Helper()
+	var inBuckets float64
+	for _, b := range pulsarLatencyBuckets {
+		name := "pulsar_storage_write_latency_" + b
+		if got := mfs[name].GetType(); got != dto.MetricType_GAUGE {
+			t.Errorf("%s is a %v, want a gauge (Pulsar's)", name, got)
+		}
+		inBuckets += sample(t, mfs, name, l)
+	}
+	count := sample(t, mfs, "pulsar_storage_write_latency_count", l)
+	sum := sample(t, mfs, "pulsar_storage_write_latency_sum", l)
+	if inBuckets != float64(entries) || count != float64(entries) {
+		t.Errorf("storage write latency: %v entries in the buckets, count %v, want %d (the entries persisted)", inBuckets, count, entries)
+	}
+	if sum <= 0 || sum > float64(entries)*60e6 {
+		t.Errorf("pulsar_storage_write_latency_sum = %v µs for %d entries", sum, entries)
 	}
 }

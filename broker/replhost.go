@@ -26,6 +26,7 @@ func (b *Broker) newReplication() *replication.Service {
 		Cluster: b.cfg.Cluster, BrokerID: b.cfg.BrokerID,
 		Store: b.cfg.Store, GlobalStore: b.cfg.GlobalStore, Meta: b.meta,
 		ListenAddr: b.cfg.ReplicationAddr, AdvertisedAddr: b.cfg.ReplicationAdvertisedAddr, Listeners: b.lst.byName,
+		AdminURL:     b.AdminURL(),
 		OwnershipTTL: b.cfg.OwnershipTTL,
 		Faults:       b.cfg.ReplicationFaults,
 		Verifier:     b.cfg.ReplicationVerifier,

@@ -31,6 +31,23 @@ func hostPort(url string) string {
 	return url
 }
 
+// multiHost joins the host:port of those urls whose scheme is scheme as
+// one of Pulsar's multi-host URLs, scheme://h1:p1,h2:p2 (sorted, each
+// once; "" when there is none).
+func multiHost(urls []string, scheme string) string {
+	var hosts []string
+	for _, u := range urls {
+		if hp, ok := strings.CutPrefix(u, scheme+"://"); ok && hp != "" && !slices.Contains(hosts, hp) {
+			hosts = append(hosts, hp)
+		}
+	}
+	if len(hosts) == 0 {
+		return ""
+	}
+	sort.Strings(hosts)
+	return scheme + "://" + strings.Join(hosts, ",")
+}
+
 func (s *Server) clusterHandlers(h func(string, func(*http.Request) (any, error))) {
 	region := func(r *http.Request) (string, error) {
 		name := r.PathValue("cluster")
@@ -43,33 +60,34 @@ func (s *Server) clusterHandlers(h func(string, func(*http.Request) (any, error)
 		}
 		return name, nil
 	}
+	// A region's ClusterData from the region registry of the global store:
+	// the admin API (Pulsar's web service) and service URLs its live
+	// brokers registered (meta.RegionWebKey, meta.RegionBrokersKey), each
+	// as one of Pulsar's multi-host URLs; with TLS (https://,
+	// pulsar+ssl://) in the ...Tls fields, as a TLS-only Pulsar cluster's.
 	h("GET /admin/v2/clusters/{cluster}", func(r *http.Request) (any, error) {
 		name, err := region(r)
 		if err != nil {
 			return nil, err
 		}
-		cd := clusterData{PeerClusterNames: []string{}}
-		if name == s.cfg.Cluster {
-			self := s.cfg.Broker.Self()
-			cd.ServiceURL, cd.BrokerServiceURL = self.AdminURL, self.ServiceURL
-			if strings.HasPrefix(self.AdminURL, "https://") {
-				cd.ServiceURL, cd.ServiceURLTLS = "", self.AdminURL
-			}
-			if strings.HasPrefix(self.ServiceURL, "pulsar+ssl://") {
-				cd.BrokerServiceURL, cd.BrokerServiceURLTLS = "", self.ServiceURL
-			}
-			return cd, nil
-		}
-		// Another region: the service URLs its brokers registered in the
-		// global store (their admin URLs are not there).
-		urls, err := s.cfg.Meta.RegionBrokerURLs(r.Context(), name)
+		webs, err := s.cfg.Meta.RegionWebURLs(r.Context(), name)
 		if err != nil {
 			return nil, err
 		}
-		if len(urls) > 0 {
-			cd.BrokerServiceURL = strings.Join(urls, ",")
+		svcs, err := s.cfg.Meta.RegionBrokerURLs(r.Context(), name)
+		if err != nil {
+			return nil, err
 		}
-		return cd, nil
+		if name == s.cfg.Cluster {
+			// This broker, also before its registration landed.
+			self := s.cfg.Broker.Self()
+			webs, svcs = append(webs, self.AdminURL), append(svcs, self.ServiceURL)
+		}
+		return clusterData{
+			ServiceURL: multiHost(webs, "http"), ServiceURLTLS: multiHost(webs, "https"),
+			BrokerServiceURL: multiHost(svcs, "pulsar"), BrokerServiceURLTLS: multiHost(svcs, "pulsar+ssl"),
+			PeerClusterNames: []string{},
+		}, nil
 	})
 	for _, m := range []string{"PUT", "POST", "DELETE"} {
 		h(m+" /admin/v2/clusters/{cluster}", func(r *http.Request) (any, error) {

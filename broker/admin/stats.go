@@ -29,10 +29,11 @@ type TopicStats struct {
 }
 
 // ReplicatorStats is TopicStats.replication[region]: the topic's sender
-// to that region: its backlog, connection, delay and the rate it sends
-// at (msgRateOut, msgThroughputOut). The inbound rates (msgRateIn,
-// msgThroughputIn) and msgRateExpired are not metered: 0 (see
-// docs/admin.md).
+// to that region — its backlog, connection, delay and the rate it sends
+// at (msgRateOut, msgThroughputOut) — and the rate this region persists
+// that region's entries at (msgRateIn, msgThroughputIn; entries, a batch
+// counting once, where Pulsar counts messages). msgRateExpired is not
+// metered: 0 (see docs/admin.md).
 type ReplicatorStats struct {
 	Connected        bool    `json:"connected"`
 	MsgRateIn        float64 `json:"msgRateIn"`

@@ -24,6 +24,12 @@ func ActiveStandby(pol Policies) bool {
 // other regions).
 func RegionBrokersKey(region string) string { return "/regions/" + region + "/brokers/" }
 
+// RegionWebKey is the prefix under which the brokers of region register
+// their admin API's URL (Pulsar's web service URL) in the global store,
+// beside their service URL under RegionBrokersKey, bound to the same
+// lease: a region's Pulsar ClusterData (serviceUrl) read by any region.
+func RegionWebKey(region string) string { return "/regions/" + region + "/web/" }
+
 // RegionListenersKey is the prefix under which the brokers of region that
 // have named listeners (AdvertisedListeners) register them in the global
 // store, one RegionBroker each, so a lookup redirected from another region

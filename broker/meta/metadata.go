@@ -742,6 +742,12 @@ func (m *Metadata) RegionBrokerURLs(ctx context.Context, region string) ([]strin
 	return m.s.ListValues(ctx, RegionBrokersKey(region))
 }
 
+// RegionWebURLs returns the admin API URLs the live brokers of region
+// registered in the global store (RegionWebKey), in key order.
+func (m *Metadata) RegionWebURLs(ctx context.Context, region string) ([]string, error) {
+	return m.s.ListValues(ctx, RegionWebKey(region))
+}
+
 // maxBundles bounds a namespace's numBundles (each is an etcd ownership
 // key and a slot in every lookup's boundary list): Pulsar's largest.
 const maxBundles = 4096

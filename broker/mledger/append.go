@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 )
 
 // AppendAsync appends payload as the next entry. cb runs exactly once, with
@@ -30,7 +31,7 @@ import (
 //   - a payload larger than the ledger client's MaxEntryBytes fails alone
 //     with ledger.ErrTooLarge.
 func (ml *ManagedLedger) AppendAsync(payload []byte, cb func(Position, error)) {
-	op := &appendOp{payload: payload, cb: cb, entry: -1}
+	op := &appendOp{payload: payload, cb: cb, entry: -1, start: time.Now()}
 	ml.submitMu.Lock()
 	defer ml.submitMu.Unlock()
 	ml.mu.Lock()
@@ -46,6 +47,16 @@ func (ml *ManagedLedger) AppendAsync(payload []byte, cb func(Position, error)) {
 	if p.hand {
 		ml.handOver(op)
 	}
+}
+
+// AddLatency returns the storage write latencies of the appends
+// confirmed over the last stats interval, in Pulsar's buckets
+// (ratemeter.Latency; Pulsar's pulsar_storage_write_latency_le_*): from
+// AppendAsync to the ack quorum's confirmation, a wait behind a ledger
+// switch or a recovery included, as Pulsar's managed ledger times an add
+// from the op's creation. now is the time of the read.
+func (ml *ManagedLedger) AddLatency(now time.Time) ratemeter.LatencyCounts {
+	return ml.addLatency.Counts(now)
 }
 
 // actLocked carries out a placement's requests other than the hand-over.
@@ -129,6 +140,10 @@ func (ml *ManagedLedger) onWriterResult(op *appendOp, id int64, err error) {
 
 // recordLocked records op, which the core confirmed, as stored at op.pos.
 func (ml *ManagedLedger) recordLocked(op *appendOp) {
+	if !op.start.IsZero() {
+		now := time.Now()
+		ml.addLatency.Add(now, now.Sub(op.start))
+	}
 	pos := op.pos
 	if ml.lastConfirmed.Less(pos) {
 		ml.lastConfirmed = pos

@@ -107,6 +107,9 @@ type appendOp struct {
 	done    bool
 	pos     Position
 	err     error
+	// start is when AppendAsync took it (monotonic; zero in the core's
+	// tests): the add latency's start (ManagedLedger.AddLatency).
+	start time.Time
 }
 
 // switchReq asks the shell to replace old (nil: there is no ledger) with a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 	"github.com/meridian-mq/meridian/proto/mlpb"
 )
 
@@ -137,6 +138,9 @@ type ManagedLedger struct {
 	cache         tailCache
 	readers       map[int64]*ledger.Reader
 	stats         Stats
+	// addLatency: the confirmed appends' latencies (AddLatency); its own
+	// lock.
+	addLatency ratemeter.Latency
 
 	cursorsMu sync.Mutex
 	cursors   map[string]*Cursor

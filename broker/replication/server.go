@@ -54,6 +54,10 @@ func (svc *Service) Start(pulsarAddr, serviceURL string) error {
 		// regions (broker/failoverctl).
 		{Key: meta.RegionBrokersKey(svc.cfg.Cluster) + svc.cfg.BrokerID, Value: []byte(svc.serviceURL)},
 	}
+	if svc.cfg.AdminURL != "" {
+		// Their admin APIs, Pulsar's web service URLs (Clusters().Get).
+		kvs = append(kvs, transport.KV{Key: meta.RegionWebKey(svc.cfg.Cluster) + svc.cfg.BrokerID, Value: []byte(svc.cfg.AdminURL)})
+	}
 	if len(svc.cfg.Listeners) > 0 {
 		// Their named listeners, for redirects in a client's listener.
 		v, _ := json.Marshal(meta.RegionBroker{ServiceURL: svc.serviceURL, Listeners: svc.cfg.Listeners})

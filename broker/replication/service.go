@@ -37,6 +37,10 @@ type Config struct {
 	// Listeners are the broker's named listeners, registered beside its
 	// service URL for lookups redirected from other regions (nil: none).
 	Listeners meta.Listeners
+	// AdminURL is the broker's advertised admin API URL, registered
+	// beside its service URL (meta.RegionWebKey) for the region's
+	// Clusters().Get in any region ("": none registered).
+	AdminURL string
 	// OwnershipTTL is the lease behind the endpoint's registration.
 	OwnershipTTL time.Duration
 	// ServerOptions and DialOptions are the gRPC transport's security

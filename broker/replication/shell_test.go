@@ -17,6 +17,7 @@ import (
 	"github.com/meridian-mq/meridian/internal/clock/fakeclock"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
+	"github.com/meridian-mq/meridian/replicator/transport"
 )
 
 // The shells obey their cores (DESIGN.md, "A shell obeys its core"): a
@@ -469,6 +470,75 @@ func TestSenderStatusRateOut(t *testing.T) {
 	e.clk.Advance(2 * time.Second)
 	if s := top.Status()[0]; s.MsgRateOut != 2 {
 		t.Fatalf("2 s later: msgRateOut %v, want 2", s.MsgRateOut)
+	}
+}
+
+// applyLog is a target topic's Log: replicated entries are persisted at
+// once (the callback runs before AppendReplicated returns).
+type applyLog struct {
+	testLog
+	mu       sync.Mutex
+	appended int
+}
+
+func (l *applyLog) Applied(string) uint64 { return 0 }
+func (l *applyLog) AppendReplicated(es []replicator.Entry, done func(error)) {
+	l.mu.Lock()
+	l.appended += len(es)
+	l.mu.Unlock()
+	done(nil)
+}
+
+// Issue 29: the topic's Status carries the rate the remote region's
+// entries are persisted here at (Pulsar's replication.<cluster>.msgRateIn
+// and msgThroughputIn, pulsar_replication_rate_in/_throughput_in): the
+// entries the applier of that origin appended and their bytes, on the
+// injected clock — not a duplicate batch, which appends nothing.
+func TestApplierStatusRateIn(t *testing.T) {
+	e := newShellEnv(t)
+	tn, err := meta.ParseTopic("persistent://t/ns/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	al := &applyLog{testLog: testLog{pol: activeActive}}
+	top := e.svc.NewTopic(tn, nil, al)
+	// The sender to west, whose Status carries what arrives from west.
+	rs := e.sender(t, top, testShellConfig(), &memLog{}, newMemStream())
+	r := top.replState()
+	r.mu.Lock()
+	r.senders["west"] = rs
+	r.mu.Unlock()
+	go rs.run()
+	e.sleep(t)
+	if s := top.Status(); len(s) != 1 || s[0].MsgRateIn != 0 || s[0].MsgThroughputIn != 0 {
+		t.Fatalf("before any entry from west: %+v, want one status with no inbound rate", s)
+	}
+	b := replicator.Batch{ID: 1, Origin: "west", Stream: 1}
+	for i := range 4 {
+		b.Entries = append(b.Entries, replicator.Entry{Pos: replicator.Position{Ledger: 9, Entry: int64(i)}, Origin: "west", OriginSeq: uint64(i + 1),
+			OriginID: replicator.MessageID{Ledger: 9, Entry: int64(i), Batch: -1}, PublishMs: t0.UnixMilli(), Data: make([]byte, 100)})
+	}
+	var mu sync.Mutex
+	var acks []replicator.Ack
+	rq := transport.NewReplyQueue(func(a replicator.Ack) error { mu.Lock(); acks = append(acks, a); mu.Unlock(); return nil })
+	for range 2 { // the second time a duplicate: nothing appended, nothing counted
+		if err := top.applyBatch(b, rq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	al.mu.Lock()
+	appended := al.appended
+	al.mu.Unlock()
+	if appended != 4 {
+		t.Fatalf("appended %d entries, want 4", appended)
+	}
+	// 4 entries at t0, read at t0: over the meter's 1 s minimum span.
+	if s := top.Status()[0]; s.MsgRateIn != 4 || s.MsgThroughputIn != 400 {
+		t.Fatalf("msgRateIn %v msgThroughputIn %v, want 4 and 400", s.MsgRateIn, s.MsgThroughputIn)
+	}
+	e.clk.Advance(2 * time.Second)
+	if s := top.Status()[0]; s.MsgRateIn != 2 || s.MsgThroughputIn != 200 {
+		t.Fatalf("2 s later: msgRateIn %v msgThroughputIn %v, want 2 and 200", s.MsgRateIn, s.MsgThroughputIn)
 	}
 }
 

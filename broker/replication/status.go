@@ -45,6 +45,14 @@ type Status struct {
 	// (internal/ratemeter); at the time of the read.
 	MsgRateOut       float64 `json:"msgRateOut"`
 	MsgThroughputOut float64 `json:"msgThroughputOut"`
+	// MsgRateIn and MsgThroughputIn: entries and payload bytes a second
+	// of the remote region's origin persisted here (the topic's applier
+	// for that origin), as Pulsar's replication.<cluster>.msgRateIn; 0
+	// when nothing arrives. An origin the namespace no longer replicates
+	// to has no sender here, so no Status: not shown, as in Pulsar,
+	// whose inbound rates sit on the outbound replicator's stats.
+	MsgRateIn       float64 `json:"msgRateIn"`
+	MsgThroughputIn float64 `json:"msgThroughputIn"`
 
 	// asOf is when the sender published it: SecondsBehind grows from
 	// then on until the next (a sender asleep publishes nothing).
@@ -169,6 +177,9 @@ func (t *Topic) senderStatus() []Status {
 		if st := s.status.Load(); st != nil {
 			v := *st
 			v.MsgRateOut, v.MsgThroughputOut = s.out.Rate(now)
+			if a := r.appliers[v.Remote]; a != nil {
+				v.MsgRateIn, v.MsgThroughputIn = a.in.Rate(now)
+			}
 			if v.SecondsBehind > 0 {
 				// The oldest unacknowledged entry is as old as then,
 				// plus the time since.

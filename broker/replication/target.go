@@ -9,6 +9,7 @@ import (
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
+	"github.com/meridian-mq/meridian/internal/ratemeter"
 	"github.com/meridian-mq/meridian/replicator"
 	"github.com/meridian-mq/meridian/replicator/transport"
 )
@@ -26,6 +27,10 @@ type applierSlot struct {
 	a  *replicator.Applier
 	// broken: a write failed; the writes handed out after it are void.
 	broken bool
+	// in meters the origin's entries persisted here (the stats'
+	// replication.<origin>.msgRateIn and msgThroughputIn: entries, a
+	// batch counting once, and their bytes), on the service's clock.
+	in ratemeter.Meter
 }
 
 // topicRepl is a topic's replication state.
@@ -183,10 +188,25 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
 			return
 		}
 		t.svc.metrics.Applied.Add(float64(len(w.Entries)))
+		n, size := appendedSize(w.Entries)
+		slot.in.Add(t.svc.clock.Now(), n, size)
 		t.recordOrphans(rec, w.Entries, orphans, quarantine, qpos)
 		r.Done(append(out, ack), nil)
 	})
 	return nil
+}
+
+// appendedSize counts the entries of es this topic appended (a Skip
+// entry, or an orphan kept aside in quarantine, appends nothing) and
+// their bytes.
+func appendedSize(es []replicator.Entry) (entries, bytes int64) {
+	for i := range es {
+		if !es[i].Skip {
+			entries++
+			bytes += int64(len(es[i].Data))
+		}
+	}
+	return entries, bytes
 }
 
 // alterForTest applies the fault Faults.AlterTopic/AlterSeq to the

@@ -249,6 +249,9 @@ func (g *Guard) AuthorizeAdmin(r *http.Request, pattern string) (role string, er
 	if !g.AuthnOn() {
 		return "", nil
 	}
+	if pattern == MetricsPattern {
+		return g.authorizeMetrics(r)
+	}
 	role, err = g.adminRole(r)
 	if err != nil || !g.AuthzOn() {
 		return role, err
@@ -280,6 +283,27 @@ func (g *Guard) AuthorizeAdmin(r *http.Request, pattern string) (role string, er
 		return role, g.notAuthorized(role, rule.op, name)
 	}
 	return role, nil
+}
+
+// MetricsPattern is the admin API's route of the Prometheus metrics.
+const MetricsPattern = "GET /metrics"
+
+// authorizeMetrics is Pulsar's authenticateMetricsEndpoint
+// (Config.AuthenticateMetricsEndpoint): off, a scrape needs nothing; on,
+// a valid token or client certificate, and with authorization on a
+// super-user or a role of Config.MetricsRoles.
+func (g *Guard) authorizeMetrics(r *http.Request) (string, error) {
+	if !g.cfg.AuthenticateMetricsEndpoint {
+		return "", nil
+	}
+	role, err := g.adminRole(r)
+	if err != nil || !g.AuthzOn() {
+		return role, err
+	}
+	if g.isSuperUser(role) || slices.Contains(g.cfg.MetricsRoles, role) {
+		return role, nil
+	}
+	return role, g.notAuthorized(role, "read the metrics", "")
 }
 
 // errSecretNeedsAuth: a secret (the gossip keyring) is asked for where no

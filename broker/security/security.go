@@ -57,6 +57,18 @@ type Config struct {
 	Authorization bool
 	// SuperUserRoles may do everything, on every tenant.
 	SuperUserRoles []string
+	// AuthenticateMetricsEndpoint is Pulsar's authenticateMetricsEndpoint:
+	// false (the default, as Pulsar's) serves the admin port's /metrics
+	// to anyone, so a Prometheus scrapes it without credentials even
+	// with authentication on; true asks a scrape for credentials (a token,
+	// or a client certificate of the CA) — 401 without valid ones — and,
+	// with Authorization on, for a super-user or one of MetricsRoles —
+	// 403 for any other role. Needs Tokens (authentication on).
+	AuthenticateMetricsEndpoint bool
+	// MetricsRoles are granted /metrics (AuthenticateMetricsEndpoint on,
+	// Authorization on) besides the super-users: a scraper's role that
+	// may do nothing else.
+	MetricsRoles []string
 	// AuthRefreshCheck: how often each connection's token expiry is
 	// checked; a connection whose token expired is sent AUTH_CHALLENGE
 	// (clients that announced supports_auth_refresh; others are closed)
@@ -101,6 +113,12 @@ func (s Config) WithDefaults() Config {
 func (s Config) Validate() error {
 	if s.Authorization && s.Tokens == nil {
 		return errors.New("broker: authorization needs token authentication (Security.Tokens)")
+	}
+	if s.AuthenticateMetricsEndpoint && s.Tokens == nil {
+		return errors.New("broker: authenticating the metrics endpoint needs token authentication (Security.Tokens: a token key): without it no scrape could authenticate")
+	}
+	if len(s.MetricsRoles) > 0 && (!s.AuthenticateMetricsEndpoint || !s.Authorization) {
+		return errors.New("broker: metrics roles are granted only with the metrics endpoint authenticated and authorization on (Security.AuthenticateMetricsEndpoint, Security.Authorization)")
 	}
 	if s.AuthRefreshCheck < 0 {
 		return errors.New("broker: Security.AuthRefreshCheck must be >= 0")

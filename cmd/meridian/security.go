@@ -47,6 +47,13 @@ type SecurityFileConfig struct {
 	Authorization bool `yaml:"authorization"`
 	// SuperUserRoles (broker): roles that may do everything.
 	SuperUserRoles []string `yaml:"superuser_roles"`
+	// AuthenticateMetricsEndpoint (broker): Pulsar's
+	// authenticateMetricsEndpoint; false (default) serves /metrics to
+	// anyone.
+	AuthenticateMetricsEndpoint bool `yaml:"authenticate_metrics_endpoint"`
+	// MetricsRoles (broker): roles granted /metrics besides the
+	// super-users (with AuthenticateMetricsEndpoint and Authorization).
+	MetricsRoles []string `yaml:"metrics_roles"`
 	// AuthRefreshCheck (broker): how often connections' token expiry is
 	// checked (0: 60s).
 	AuthRefreshCheck time.Duration `yaml:"auth_refresh_check"`
@@ -71,7 +78,7 @@ type SecurityFileConfig struct {
 type securityFlags struct {
 	fc SecurityFileConfig
 	// broker only
-	superUsers string
+	superUsers, metricsRoles string
 }
 
 // registerTLS adds the TLS and etcd-credential flags, keys security.tls.*
@@ -101,6 +108,8 @@ func (s *securityFlags) registerBroker(cmd *cobra.Command) {
 		f.StringVar(&s.fc.TokenAudience, "token-audience", "", "accept only tokens whose aud claim names this audience (as Pulsar's tokenAudience; default: any)")
 		f.BoolVar(&s.fc.Authorization, "authorization", false, "enforce roles' permissions (super-users, tenant admins, namespace produce/consume grants); needs a token key")
 		f.StringVar(&s.superUsers, "superuser-roles", "", "roles that may do everything, comma-separated")
+		f.BoolVar(&s.fc.AuthenticateMetricsEndpoint, "authenticate-metrics-endpoint", false, "the admin port's /metrics asks for a token or a client certificate (401 without), and with --authorization a super-user or a --metrics-roles role (403 otherwise), as Pulsar's authenticateMetricsEndpoint; off (default): open to any scraper; needs a token key")
+		f.StringVar(&s.metricsRoles, "metrics-roles", "", "roles granted /metrics besides the super-users (with --authenticate-metrics-endpoint and --authorization), comma-separated")
 		f.DurationVar(&s.fc.AuthRefreshCheck, "auth-refresh-check", 0, "how often connections' token expiry is checked (0: 60s); an expired token is challenged, then the connection closed")
 		f.StringVar(&s.fc.AuditLog, "audit-log", "", "file for the audit trail (JSON lines, mode 0600): admin changes and refusals, authentication failures (default: the process's log, with log=audit)")
 		f.IntVar(&s.fc.AuthFailureLimit, "auth-failure-limit", 0, "authentication failures from one IP within --auth-failure-window after which that IP is refused until the window ends (0: 100; negative: no limit)")
@@ -119,6 +128,7 @@ var authRules = map[string]config.Rule{
 func (s *securityFlags) settings() SecurityFileConfig {
 	out := s.fc
 	out.SuperUserRoles = splitList(s.superUsers)
+	out.MetricsRoles = splitList(s.metricsRoles)
 	return out
 }
 
@@ -174,6 +184,7 @@ func (c SecurityFileConfig) connectStore(ctx context.Context, endpoints []string
 // brokerSecurity builds the broker's SecurityConfig.
 func (c SecurityFileConfig) brokerSecurity(src *tlsutil.Source) (security.Config, error) {
 	sc := security.Config{TLS: src, Authorization: c.Authorization, SuperUserRoles: c.SuperUserRoles, AuthRefreshCheck: c.AuthRefreshCheck,
+		AuthenticateMetricsEndpoint: c.AuthenticateMetricsEndpoint, MetricsRoles: c.MetricsRoles,
 		AuthFailureLimit: c.AuthFailureLimit, AuthFailureWindow: c.AuthFailureWindow}
 	if c.AuditLog != "" {
 		f, err := os.OpenFile(c.AuditLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -125,6 +126,26 @@ func TestAsyncReplicationSurvivesLossOfSourceRegion(t *testing.T) {
 		t.Errorf("west observed the store-to-store lag of %v entries, want 1 to %d", s2s, n)
 	}
 
+	// Issue 29: west meters what arrives from east as Pulsar's inbound
+	// replication rates, per topic and remote_cluster: the entries east's
+	// sender sent, at the rate it sent them (read a moment apart; the
+	// meters' windows start at the first send and at its arrival).
+	lbl := []string{`topic="` + topic + `"`}
+	in := seriesValue(t, westAdmin, "pulsar_replication_rate_in", append(lbl, `remote_cluster="east"`)...)
+	out := seriesValue(t, eastAdmin, "pulsar_replication_rate_out", append(lbl, `remote_cluster="west"`)...)
+	bin := seriesValue(t, westAdmin, "pulsar_replication_throughput_in", append(lbl, `remote_cluster="east"`)...)
+	bout := seriesValue(t, eastAdmin, "pulsar_replication_throughput_out", append(lbl, `remote_cluster="west"`)...)
+	t.Logf("west receives from east %.1f entries/s, %.0f B/s; east sends %.1f entries/s, %.0f B/s", in, bin, out, bout)
+	if in <= 0 || math.Abs(in-out) > 0.25*out {
+		t.Errorf("west's pulsar_replication_rate_in{remote_cluster=east} %v, east's pulsar_replication_rate_out{remote_cluster=west} %v: want them within 25%%", in, out)
+	}
+	if bin <= 0 || math.Abs(bin-bout) > 0.25*bout {
+		t.Errorf("west's pulsar_replication_throughput_in %v, east's pulsar_replication_throughput_out %v: want them within 25%%", bin, bout)
+	}
+
+	// Issue 29: pulsaradmin's Clusters().Get answers each region's URLs.
+	checkClusters(t, d, "east")
+
 	name := p.Name()
 	d.killRegion("east")
 
@@ -190,5 +211,39 @@ func histCount(t *testing.T, base, metric, label string) float64 {
 			return v
 		}
 	}
+	return 0
+}
+
+// seriesValue reads the value of the first series of a metric on a broker's
+// metrics (base: its admin URL) whose labels contain every one of labels;
+// it fails when there is none.
+func seriesValue(t *testing.T, base, metric string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", base, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+next:
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metric+"{") {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue next
+			}
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		return v
+	}
+	t.Fatalf("%s/metrics: no %s%v", base, metric, labels)
 	return 0
 }

@@ -91,6 +91,8 @@ func TestFailoverOverTLS(t *testing.T) {
 	if before == 0 {
 		t.Fatal("nothing receipted over TLS before the outage")
 	}
+	// Issue 29: Clusters().Get over https answers the regions' TLS URLs.
+	checkClusters(t, d, "east")
 	killed := time.Now()
 	d.killRegion("east")
 	dead := killed.Add(100 * time.Millisecond)
