@@ -635,5 +635,8 @@ func (b *Broker) subscribe(ctx context.Context, c *conn, m *pb.CommandSubscribe)
 	if err := b.fo.CheckActive(ctx, t.name, t.policies()); err != nil {
 		return nil, err
 	}
+	if err := t.checkConsumerSchema(ctx, m.GetSchema()); err != nil {
+		return nil, err
+	}
 	return t.subscribe(ctx, c, m)
 }

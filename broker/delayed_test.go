@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ type delayedStats struct {
 		MsgDelayed          int64 `json:"msgDelayed"`
 		DelayedIndexBuckets int   `json:"delayedIndexBuckets"`
 		DelayedIndexMerges  int64 `json:"delayedIndexBucketMerges"`
+		DelayedIndexBytes   int64 `json:"delayedMessageIndexSizeInBytes"`
 	} `json:"subscriptions"`
 }
 
@@ -264,4 +266,68 @@ func TestDelayedDeliverySurvivesKill9(t *testing.T) {
 	if !strings.Contains(string(log), "delayed-delivery index restored") {
 		t.Fatal("the restarted broker did not restore the index from its persisted buckets (no 'delayed-delivery index restored' in its log)")
 	}
+}
+
+// Issue 35: the delayed-delivery index on /metrics, under Pulsar's names
+// and equal to the admin stats: per subscription the entries held
+// (pulsar_subscription_delayed) and the index's memory
+// (pulsar_subscription_delayed_message_index_size_bytes); per topic the
+// subscriptions' sums of the memory (pulsar_delayed_message_index_size_bytes),
+// the sealed buckets (pulsar_delayed_message_index_bucket_total) and the
+// merges (pulsar_delayed_message_index_bucket_op_count{type="merge",
+// state="succeed"}). The index is small (--delayed-bucket-entries 10,
+// --delayed-max-buckets 2) so the 60 messages, due in an hour, fill six
+// buckets and merges bring them down to two.
+func TestDelayedIndexMetrics(t *testing.T) {
+	s := testutil.StartStandalone(t, t.TempDir(), "--delayed-bucket-entries", "10", "--delayed-segment-entries", "2", "--delayed-max-buckets", "2")
+	client := newPulsarClient(t, s.URL)
+	topic := topicName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "held", Type: pulsar.Shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const n = 60
+	for i := range n {
+		if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(i)), DeliverAfter: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, time.Minute, "every message held, the buckets merged down to the bound", func() bool {
+		ss := topicStats(t, s.AdminURL, topic).Subscriptions["held"]
+		return ss.MsgDelayed == n && ss.DelayedIndexMerges >= 1 && ss.DelayedIndexBuckets <= 2
+	})
+	sl := map[string]string{"cluster": "standalone", "topic": topic, "subscription": "held"}
+	tl := map[string]string{"cluster": "standalone", "topic": topic}
+	ml := map[string]string{"cluster": "standalone", "topic": topic, "type": "merge", "state": "succeed"}
+	var got, want []float64
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		// A scrape between two equal stats (the index may still be
+		// sealing or merging).
+		before := topicStats(t, s.AdminURL, topic).Subscriptions["held"]
+		mfs := scrape(t, s.AdminURL+"/metrics")
+		after := topicStats(t, s.AdminURL, topic).Subscriptions["held"]
+		got = []float64{sample(t, mfs, "pulsar_subscription_delayed", sl), sample(t, mfs, "pulsar_subscription_delayed_message_index_size_bytes", sl),
+			sample(t, mfs, "pulsar_delayed_message_index_size_bytes", tl), sample(t, mfs, "pulsar_delayed_message_index_bucket_total", tl),
+			sample(t, mfs, "pulsar_delayed_message_index_bucket_op_count", ml)}
+		want = []float64{n, float64(after.DelayedIndexBytes), float64(after.DelayedIndexBytes), float64(after.DelayedIndexBuckets), float64(after.DelayedIndexMerges)}
+		if before == after && slices.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delayed, sub size, topic size, buckets, merges on /metrics %v, the stats %v", got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got[1] <= 0 || got[3] < 1 || got[4] < 1 {
+		t.Fatalf("index memory %v, buckets %v, merges %v: want all above 0", got[1], got[3], got[4])
+	}
+	t.Logf("on /metrics: %v entries held, %v bytes, %v buckets, %v merges", got[0], got[1], got[3], got[4])
 }

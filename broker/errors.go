@@ -30,6 +30,8 @@ func serverError(err error) pb.ServerError {
 		return pb.ServerError_ProducerFenced
 	case errors.Is(err, meta.ErrConsumerBusy):
 		return pb.ServerError_ConsumerBusy
+	case errors.Is(err, meta.ErrIncompatibleSchema):
+		return pb.ServerError_IncompatibleSchema
 	case errors.Is(err, meta.ErrNotAllowed):
 		return pb.ServerError_NotAllowedError
 	case errors.Is(err, meta.ErrTopicFenced), errors.Is(err, meta.ErrServiceNotReady),

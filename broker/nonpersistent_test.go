@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsaradmin"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 	"github.com/meridian-mq/meridian/tools/testutil"
 )
 
@@ -387,6 +389,73 @@ func TestNonPersistentTopics(t *testing.T) {
 		resp.Body.Close()
 		if pm.Partitions != 0 {
 			t.Fatalf("persistent topic of the same name has %d partitions", pm.Partitions)
+		}
+	})
+
+	// Issue 35: pulsaradmin's GetPartitionedStats of a partitioned
+	// non-persistent topic, as of a persistent one: each partition's stats
+	// (what its own GetStats says) and their sum — messages in and out,
+	// the subscription's consumers of every partition, the producer once.
+	t.Run("partitioned-stats", func(t *testing.T) {
+		adm, err := pulsaradmin.NewClient(&pulsaradmin.Config{WebServiceURL: s.AdminURL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		topic := npTopicName(t)
+		tn, err := utils.GetTopicName(topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := adm.Topics().Create(*tn, 3); err != nil {
+			t.Fatalf("create 3 partitions: %v", err)
+		}
+		c := subscribe(t, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "st", Type: pulsar.Shared})
+		for i := range 3 {
+			waitPermits(t, s.AdminURL, topic+"-partition-"+strconv.Itoa(i), "st", 1)
+		}
+		// Named: a producer the broker names gets a name per partition.
+		p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: topic, Name: "np-stats", DisableBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		const n = 30
+		sendN(t, p, 0, n, func(i int) string { return "k" + strconv.Itoa(i) })
+		if got := npReceive(n, 500*time.Millisecond, c)[0]; len(got) != n {
+			t.Fatalf("received %d of %d", len(got), n)
+		}
+		st, err := adm.Topics().GetPartitionedStats(*tn, true)
+		if err != nil {
+			t.Fatalf("GetPartitionedStats of %s: %v", topic, err)
+		}
+		if st.Metadata.Partitions != 3 || len(st.Partitions) != 3 {
+			t.Fatalf("partitioned stats: %d partitions in metadata, stats of %d, want 3 and 3", st.Metadata.Partitions, len(st.Partitions))
+		}
+		var in, out int64
+		for name, ps := range st.Partitions {
+			own, code := getNPStats(t, s.AdminURL, name)
+			if code != http.StatusOK || own.MsgInCounter != ps.MsgCounterIn {
+				t.Errorf("%s: msgInCounter %d in the partitioned stats, its own stats say %d (HTTP %d)", name, ps.MsgCounterIn, own.MsgInCounter, code)
+			}
+			in += ps.MsgCounterIn
+			out += ps.Subscriptions["st"].MsgOutCounter
+		}
+		if in != n || out != n {
+			t.Errorf("the partitions took in %d and sent %d messages, want %d and %d", in, out, n, n)
+		}
+		agg, ok := st.Subscriptions["st"]
+		if !ok || agg.MsgOutCounter != n || len(agg.Consumers) != 3 || agg.IsDurable {
+			t.Errorf("summed subscription: %+v (present %v), want msgOutCounter %d, 3 consumers, not durable", agg, ok, n)
+		}
+		if len(st.Publishers) != 1 || st.Publishers[0].ProducerName != "np-stats" {
+			t.Errorf("summed publishers %+v, want np-stats once", st.Publishers)
+		}
+		if sum, err := adm.Topics().GetPartitionedStats(*tn, false); err != nil || len(sum.Partitions) != 0 || sum.Subscriptions["st"].MsgOutCounter != n {
+			t.Errorf("perPartition=false: %d partitions' stats, msgOutCounter %d, err %v; want none, %d", len(sum.Partitions), sum.Subscriptions["st"].MsgOutCounter, err, n)
+		}
+		plain, _ := utils.GetTopicName(npTopicName(t) + "-plain")
+		if _, err := adm.Topics().GetPartitionedStats(*plain, false); err == nil || !strings.Contains(err.Error(), "404") {
+			t.Errorf("GetPartitionedStats of a topic not created partitioned: %v, want 404", err)
 		}
 	})
 

@@ -51,6 +51,10 @@ type pulsarCollector struct {
 	sub []pulsarMetric
 	// repl: labels namespace[, topic], remote_cluster.
 	repl []pulsarMetric
+	// nsDelayed: pulsar_subscription_delayed summed per namespace
+	// (namespace level only, as Pulsar's; at topic level it is a
+	// subscription series).
+	nsDelayed *prometheus.Desc
 }
 
 // Pulsar's names, in the order topicValues, subValues and replValues
@@ -59,21 +63,28 @@ var (
 	pulsarTopicNames = []struct {
 		name, help string
 		typ        prometheus.ValueType
+		// labels: constant labels of the series besides cluster.
+		labels prometheus.Labels
 	}{
-		{"pulsar_subscriptions_count", "Subscriptions of the topic.", prometheus.GaugeValue},
-		{"pulsar_producers_count", "Connected producers of the topic.", prometheus.GaugeValue},
-		{"pulsar_consumers_count", "Connected consumers of the topic's subscriptions.", prometheus.GaugeValue},
-		{"pulsar_rate_in", "Messages a second persisted from producers (the stats' msgRateIn, over the last 10 s interval).", prometheus.GaugeValue},
-		{"pulsar_rate_out", "Messages a second dispatched to consumers (msgRateOut).", prometheus.GaugeValue},
-		{"pulsar_throughput_in", "Bytes a second persisted from producers (msgThroughputIn).", prometheus.GaugeValue},
-		{"pulsar_throughput_out", "Bytes a second dispatched to consumers (msgThroughputOut).", prometheus.GaugeValue},
-		{"pulsar_in_messages_total", "Messages persisted since the topic was loaded on this broker (msgInCounter).", prometheus.CounterValue},
-		{"pulsar_in_bytes_total", "Bytes persisted since the topic was loaded on this broker (bytesInCounter).", prometheus.CounterValue},
-		{"pulsar_out_messages_total", "Messages dispatched since the topic was loaded on this broker (msgOutCounter).", prometheus.CounterValue},
-		{"pulsar_out_bytes_total", "Bytes dispatched since the topic was loaded on this broker (bytesOutCounter).", prometheus.CounterValue},
-		{"pulsar_storage_size", "Bytes stored for the topic (storageSize).", prometheus.GaugeValue},
-		{"pulsar_storage_backlog_size", "Estimated bytes of the topic's largest subscription backlog (backlogSize).", prometheus.GaugeValue},
-		{"pulsar_msg_backlog", "Unacknowledged entries summed over the topic's subscriptions (a batch is one entry).", prometheus.GaugeValue},
+		{"pulsar_subscriptions_count", "Subscriptions of the topic.", prometheus.GaugeValue, nil},
+		{"pulsar_producers_count", "Connected producers of the topic.", prometheus.GaugeValue, nil},
+		{"pulsar_consumers_count", "Connected consumers of the topic's subscriptions.", prometheus.GaugeValue, nil},
+		{"pulsar_rate_in", "Messages a second persisted from producers (the stats' msgRateIn, over the last 10 s interval).", prometheus.GaugeValue, nil},
+		{"pulsar_rate_out", "Messages a second dispatched to consumers (msgRateOut).", prometheus.GaugeValue, nil},
+		{"pulsar_throughput_in", "Bytes a second persisted from producers (msgThroughputIn).", prometheus.GaugeValue, nil},
+		{"pulsar_throughput_out", "Bytes a second dispatched to consumers (msgThroughputOut).", prometheus.GaugeValue, nil},
+		{"pulsar_in_messages_total", "Messages persisted since the topic was loaded on this broker (msgInCounter).", prometheus.CounterValue, nil},
+		{"pulsar_in_bytes_total", "Bytes persisted since the topic was loaded on this broker (bytesInCounter).", prometheus.CounterValue, nil},
+		{"pulsar_out_messages_total", "Messages dispatched since the topic was loaded on this broker (msgOutCounter).", prometheus.CounterValue, nil},
+		{"pulsar_out_bytes_total", "Bytes dispatched since the topic was loaded on this broker (bytesOutCounter).", prometheus.CounterValue, nil},
+		{"pulsar_storage_size", "Bytes stored for the topic (storageSize).", prometheus.GaugeValue, nil},
+		{"pulsar_storage_backlog_size", "Estimated bytes of the topic's largest subscription backlog (backlogSize).", prometheus.GaugeValue, nil},
+		{"pulsar_msg_backlog", "Unacknowledged entries summed over the topic's subscriptions (a batch is one entry).", prometheus.GaugeValue, nil},
+		// The delayed-delivery indexes of the topic's Shared and
+		// Key_Shared subscriptions (broker/delayed.go), summed.
+		{"pulsar_delayed_message_index_size_bytes", "Bytes (an estimate) the topic's delayed-delivery indexes hold in memory, summed over its subscriptions (delayedMessageIndexSizeInBytes).", prometheus.GaugeValue, nil},
+		{"pulsar_delayed_message_index_bucket_total", "Sealed buckets of the topic's delayed-delivery indexes (each persisted as a ledger snapshot), summed over its subscriptions (delayedIndexBuckets).", prometheus.GaugeValue, nil},
+		{"pulsar_delayed_message_index_bucket_op_count", "Merges of delayed-delivery index buckets (type merge, state succeed) done by the topic's subscriptions since each was loaded on this broker (delayedIndexBucketMerges; Pulsar's resets at each scrape, this one counts on).", prometheus.CounterValue, prometheus.Labels{"type": "merge", "state": "succeed"}},
 	}
 	// pulsarLatencyNames are Pulsar's storage write latency buckets (its
 	// TopicStats, names as its code writes them: the last bucket is
@@ -93,6 +104,7 @@ var (
 		{"pulsar_subscription_back_log", "Unacknowledged entries of the subscription (msgBacklog).", prometheus.GaugeValue},
 		{"pulsar_subscription_back_log_no_delayed", "The subscription's backlog less the entries held for delayed delivery.", prometheus.GaugeValue},
 		{"pulsar_subscription_delayed", "Entries held by the subscription's delayed-delivery index.", prometheus.GaugeValue},
+		{"pulsar_subscription_delayed_message_index_size_bytes", "Bytes (an estimate) the subscription's delayed-delivery index holds in memory.", prometheus.GaugeValue},
 		{"pulsar_subscription_msg_rate_out", "Messages a second dispatched to the subscription's consumers.", prometheus.GaugeValue},
 		{"pulsar_subscription_msg_throughput_out", "Bytes a second dispatched to the subscription's consumers.", prometheus.GaugeValue},
 		{"pulsar_subscription_unacked_messages", "Messages dispatched to the subscription's consumers and not acknowledged yet.", prometheus.GaugeValue},
@@ -125,7 +137,14 @@ func newPulsarCollector(b *Broker, cluster string, namespaceLevel bool) *pulsarC
 	c.quotaLimit = prometheus.NewDesc("pulsar_storage_backlog_quota_limit",
 		"The backlog quota's limit in bytes of each subscription's backlog (destination_storage; exported when set; at namespace level the largest of its topics').", topicLabels, cl)
 	for _, n := range pulsarTopicNames {
-		c.topic = append(c.topic, pulsarMetric{prometheus.NewDesc(n.name, n.help, topicLabels, cl), n.typ})
+		l := prometheus.Labels{"cluster": cluster}
+		for k, v := range n.labels {
+			l[k] = v
+		}
+		c.topic = append(c.topic, pulsarMetric{prometheus.NewDesc(n.name, n.help, topicLabels, l), n.typ})
+	}
+	if namespaceLevel {
+		c.nsDelayed = prometheus.NewDesc("pulsar_subscription_delayed", "Entries held by the delayed-delivery indexes of the namespace's subscriptions.", []string{"namespace"}, cl)
 	}
 	for i, name := range pulsarLatencyNames {
 		help := latencyHelp(i)
@@ -144,15 +163,19 @@ func newPulsarCollector(b *Broker, cluster string, namespaceLevel bool) *pulsarC
 
 // topicValues are a topic's values of pulsarTopicNames, in order.
 func topicValues(st *admin.TopicStats) []float64 {
-	var consumers, backlog int64
+	var consumers, backlog, indexBytes, buckets, merges int64
 	for _, ss := range st.Subscriptions {
 		consumers += int64(len(ss.Consumers))
 		backlog += ss.MsgBacklog
+		indexBytes += ss.DelayedIndexBytes
+		buckets += int64(ss.DelayedIndexBuckets)
+		merges += ss.DelayedIndexMerges
 	}
 	return []float64{float64(len(st.Subscriptions)), float64(len(st.Publishers)), float64(consumers),
 		st.MsgRateIn, st.MsgRateOut, st.MsgThroughputIn, st.MsgThroughputOut,
 		float64(st.MsgInCounter), float64(st.BytesInCounter), float64(st.MsgOutCounter), float64(st.BytesOutCounter),
-		float64(st.StorageSize), float64(st.BacklogSize), float64(backlog)}
+		float64(st.StorageSize), float64(st.BacklogSize), float64(backlog),
+		float64(indexBytes), float64(buckets), float64(merges)}
 }
 
 // latencyHelp is the help of pulsarLatencyNames[i].
@@ -181,7 +204,7 @@ func latencyValues(lc ratemeter.LatencyCounts) []float64 {
 
 // subValues are a subscription's values of pulsarSubNames, in order.
 func subValues(ss *admin.SubscriptionStats) []float64 {
-	return []float64{float64(ss.MsgBacklog), float64(ss.MsgBacklogNoDelayed), float64(ss.MsgDelayed),
+	return []float64{float64(ss.MsgBacklog), float64(ss.MsgBacklogNoDelayed), float64(ss.MsgDelayed), float64(ss.DelayedIndexBytes),
 		ss.MsgRateOut, ss.MsgThroughputOut, float64(ss.UnackedMessages), float64(len(ss.Consumers))}
 }
 
@@ -202,6 +225,9 @@ func replValues(rs *admin.ReplicatorStats) []float64 {
 func (c *pulsarCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.topicsCount
 	ch <- c.quotaLimit
+	if c.nsDelayed != nil {
+		ch <- c.nsDelayed
+	}
 	for _, ms := range [][]pulsarMetric{c.topic, c.sub, c.repl} {
 		for _, m := range ms {
 			ch <- m.desc
@@ -215,10 +241,11 @@ func label(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 func (c *pulsarCollector) Collect(ch chan<- prometheus.Metric) {
 	type nsAgg struct {
-		topics int
-		quota  int64
-		vals   []float64
-		repl   map[string][]float64
+		topics  int
+		quota   int64
+		delayed int64
+		vals    []float64
+		repl    map[string][]float64
 	}
 	byNS := map[string]*nsAgg{}
 	now := time.Now()
@@ -235,6 +262,9 @@ func (c *pulsarCollector) Collect(ch chan<- prometheus.Metric) {
 		agg.quota = max(agg.quota, quota)
 		tv := append(topicValues(&st), latencyValues(t.ml.AddLatency(now))...)
 		if c.namespaceLevel {
+			for _, ss := range st.Subscriptions {
+				agg.delayed += ss.MsgDelayed
+			}
 			for i, v := range tv {
 				agg.vals[i] += v
 			}
@@ -286,6 +316,7 @@ func (c *pulsarCollector) Collect(ch chan<- prometheus.Metric) {
 		for i, v := range agg.vals {
 			ch <- prometheus.MustNewConstMetric(c.topic[i].desc, c.topic[i].typ, v, ns)
 		}
+		ch <- prometheus.MustNewConstMetric(c.nsDelayed, prometheus.GaugeValue, float64(agg.delayed), ns)
 		if agg.quota > 0 {
 			ch <- prometheus.MustNewConstMetric(c.quotaLimit, prometheus.GaugeValue, float64(agg.quota), ns)
 		}

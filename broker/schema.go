@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 
 	"github.com/meridian-mq/meridian/broker/meta"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
@@ -19,6 +20,48 @@ func (t *Topic) schemaFor(ctx context.Context, s *pb.Schema) ([]byte, error) {
 		return nil, err
 	}
 	return meta.VersionBytes(v), nil
+}
+
+// checkConsumerSchema is Pulsar's check of the schema a SUBSCRIBE
+// carries (AbstractTopic.addSchemaIfIdleOrCheckCompatible), run before
+// the consumer is added:
+//
+//  1. no schema, or Bytes (what pulsar-client-go sends for none; its
+//     AUTO_CONSUME type is not a value of the protocol's enum, so it
+//     arrives as this too): nothing is checked;
+//  2. the topic has a schema: the consumer's must read what the latest
+//     version wrote (meta.CheckConsumerSchema, BACKWARD); its latest
+//     version is a deletion: refused, there is none to check against;
+//  3. the topic has none and is idle (no producer, no consumer, nothing
+//     stored): the consumer's schema is registered as the topic's first
+//     version, as a producer's would be (Pulsar's isAllowAutoUpdateSchema
+//     is true, and Meridian has no setting to turn it off);
+//  4. the topic has none but is not idle: refused, as Pulsar refuses a
+//     schema on a topic already used without one ("Failed to add schema
+//     to an active topic with empty(BYTES) schema").
+//
+// A refusal wraps meta.ErrIncompatibleSchema: the client gets
+// IncompatibleSchema. Non-persistent topics keep no schemas and are not
+// checked (docs/broker.md).
+func (t *Topic) checkConsumerSchema(ctx context.Context, s *pb.Schema) error {
+	if s == nil || (s.GetType() == pb.Schema_None && len(s.SchemaData) == 0) {
+		return nil
+	}
+	err := t.b.meta.CheckConsumerSchema(ctx, t.name, s)
+	if errors.Is(err, meta.ErrNoSchema) {
+		t.mu.Lock()
+		producers := len(t.producers)
+		t.mu.Unlock()
+		if consumers, stored := t.consumers.Load(), t.ml.TotalSizeBytes(); producers > 0 || consumers > 0 || stored > 0 {
+			return fmt.Errorf("%w: %s has no schema but is in use (%d producers, %d consumers, %d bytes stored): a consumer with a %s schema cannot subscribe",
+				meta.ErrIncompatibleSchema, t.name, producers, consumers, stored, s.GetType())
+		}
+		_, err = t.b.meta.GetOrCreateSchema(ctx, t.name, s)
+	}
+	if err != nil && !errors.Is(err, meta.ErrIncompatibleSchema) {
+		return fmt.Errorf("%w: the schema of %s: %v", meta.ErrServiceNotReady, t.name, err)
+	}
+	return err
 }
 
 func schemaError(c *conn, cmdType pb.BaseCommand_Type, reqID uint64, code pb.ServerError, msg string) {

@@ -94,3 +94,89 @@ func TestJSONSchemaVersions(t *testing.T) {
 		t.Fatalf("POST after delete: %d %s", code, body)
 	}
 }
+
+// Issue 35: a consumer's schema is checked at SUBSCRIBE as Pulsar checks
+// it (addSchemaIfIdleOrCheckCompatible, BACKWARD): against a topic's
+// schema, one that cannot read what the latest version wrote (a field
+// without default, a field of another type, another schema type) gets
+// IncompatibleSchema from pulsar-client-go, a compatible one, the same
+// one and a schema-less (bytes) consumer subscribe; on an idle topic
+// without a schema the consumer's schema becomes the topic's first
+// version; on a topic already used without one, a consumer with a schema
+// is refused and a bytes one subscribes.
+func TestConsumerSchemaCheckedAtSubscribe(t *testing.T) {
+	s := standalone(t)
+	client := newPulsarClient(t, s.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const itemIsInt = `{"type":"record","name":"Order","fields":[{"name":"id","type":"int"},{"name":"item","type":"int"}]}`
+	sub := func(topic, name string, schema pulsar.Schema) error {
+		c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: name, Schema: schema})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	refused := func(topic, what string, schema pulsar.Schema) {
+		t.Helper()
+		err := sub(topic, "refused", schema)
+		if err == nil {
+			t.Errorf("%s: a consumer with %s subscribed", topic, what)
+		} else if !strings.Contains(err.Error(), "IncompatibleSchema") {
+			t.Errorf("%s: a consumer with %s was refused with %v, want IncompatibleSchema", topic, what, err)
+		}
+	}
+	admitted := func(topic, what string, schema pulsar.Schema) {
+		t.Helper()
+		if err := sub(topic, "admitted", schema); err != nil {
+			t.Errorf("%s: a consumer with %s was refused: %v", topic, what, err)
+		}
+	}
+
+	withSchema := topicName(t) + "-json"
+	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: withSchema, Schema: pulsar.NewJSONSchema(orderV1, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	refused(withSchema, "a JSON schema adding a field without default", pulsar.NewJSONSchema(orderBad, nil))
+	refused(withSchema, "a JSON schema changing a field from string to int", pulsar.NewJSONSchema(itemIsInt, nil))
+	refused(withSchema, "a STRING schema", pulsar.NewStringSchema(nil))
+	refused(withSchema, "an AVRO schema of the same definition", pulsar.NewAvroSchema(orderV1, nil))
+	admitted(withSchema, "the topic's JSON schema", pulsar.NewJSONSchema(orderV1, nil))
+	admitted(withSchema, "a JSON schema adding a field with a default", pulsar.NewJSONSchema(orderV2, nil))
+	admitted(withSchema, "no schema", nil)
+	admitted(withSchema, "the bytes schema", pulsar.NewBytesSchema(nil))
+
+	// Idle and without a schema: the consumer's is registered, and then
+	// checks producers as any version does.
+	idle := topicName(t) + "-idle"
+	admitted(idle, "a JSON schema on an idle topic without one", pulsar.NewJSONSchema(orderV1, nil))
+	code, body := adminCall(t, "GET", s.AdminURL+"/admin/v2/schemas/"+strings.TrimPrefix(idle, "persistent://")+"/schema", nil)
+	if code != 200 || !strings.Contains(string(body), `"JSON"`) || !strings.Contains(string(body), "item") {
+		t.Fatalf("the schema of %s after a JSON consumer subscribed to it idle: %d %s, want its JSON schema", idle, code, body)
+	}
+	if bad, err := client.CreateProducer(pulsar.ProducerOptions{Topic: idle, Schema: pulsar.NewJSONSchema(orderBad, nil)}); err == nil {
+		bad.Close()
+		t.Errorf("%s: a producer whose schema is incompatible with the version the consumer registered was accepted", idle)
+	} else if !strings.Contains(err.Error(), "IncompatibleSchema") {
+		t.Errorf("%s: an incompatible producer was refused with %v, want IncompatibleSchema", idle, err)
+	}
+	refused(idle, "a STRING schema after a JSON consumer registered its own", pulsar.NewStringSchema(nil))
+
+	// Used without a schema (a message stored, its producer gone).
+	used := topicName(t) + "-used"
+	bp, err := client.CreateProducer(pulsar.ProducerOptions{Topic: used})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bp.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("no schema")}); err != nil {
+		t.Fatal(err)
+	}
+	bp.Close()
+	refused(used, "a JSON schema on a topic used without one", pulsar.NewJSONSchema(orderV1, nil))
+	admitted(used, "no schema on a topic used without one", nil)
+	if code, body := adminCall(t, "GET", s.AdminURL+"/admin/v2/schemas/"+strings.TrimPrefix(used, "persistent://")+"/schema", nil); code != 404 {
+		t.Errorf("the refused consumer registered a schema on %s: %d %s", used, code, body)
+	}
+}

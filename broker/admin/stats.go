@@ -6,6 +6,8 @@ package admin
 // stats interval (internal/ratemeter); counters count since the topic
 // was loaded on this broker, as Pulsar's reset on an unload.
 
+import "slices"
+
 // TopicStats is GET .../stats.
 type TopicStats struct {
 	MsgRateIn        float64 `json:"msgRateIn"`
@@ -317,6 +319,83 @@ type NonPersistentTopicStats struct {
 	// Replication: the best-effort sender to each remote region, once
 	// the first message was offered to it.
 	Replication map[string]NonPersistentReplicatorStats `json:"replication"`
+}
+
+// NonPersistentPartitionedTopicStats is GET
+// /admin/v2/non-persistent/.../partitioned-stats, as Pulsar's
+// NonPersistentPartitionedTopicStats: the partitions' stats summed (a
+// producer, which has one producer per partition under one name, listed
+// once; subscriptions and remote regions merged by name), and each
+// partition's with perPartition=true. A partition not loaded (no producer
+// or consumer) has no stats and adds nothing.
+type NonPersistentPartitionedTopicStats struct {
+	NonPersistentTopicStats
+	Metadata struct {
+		Partitions int `json:"partitions"`
+	} `json:"metadata"`
+	Partitions map[string]NonPersistentTopicStats `json:"partitions"`
+}
+
+// add folds one partition's stats into the sum.
+func (p *NonPersistentPartitionedTopicStats) add(name string, st NonPersistentTopicStats, perPartition bool) {
+	p.MsgRateIn += st.MsgRateIn
+	p.MsgRateOut += st.MsgRateOut
+	p.MsgThroughputIn += st.MsgThroughputIn
+	p.MsgThroughputOut += st.MsgThroughputOut
+	p.MsgInCounter += st.MsgInCounter
+	p.BytesInCounter += st.BytesInCounter
+	p.MsgOutCounter += st.MsgOutCounter
+	p.BytesOutCounter += st.BytesOutCounter
+	p.MsgDropRate += st.MsgDropRate
+	p.MsgDropCounter += st.MsgDropCounter
+	if p.MsgRateIn > 0 {
+		p.AverageMsgSize = p.MsgThroughputIn / p.MsgRateIn
+	}
+	for _, ps := range st.Publishers {
+		i := slices.IndexFunc(p.Publishers, func(q NonPersistentPublisherStats) bool { return q.ProducerName == ps.ProducerName })
+		if i < 0 {
+			p.Publishers = append(p.Publishers, ps)
+			continue
+		}
+		q := &p.Publishers[i]
+		q.MsgRateIn += ps.MsgRateIn
+		q.MsgThroughputIn += ps.MsgThroughputIn
+		q.MsgDropRate += ps.MsgDropRate
+		if q.MsgRateIn > 0 {
+			q.AverageMsgSize = q.MsgThroughputIn / q.MsgRateIn
+		}
+	}
+	for sub, ss := range st.Subscriptions {
+		agg, ok := p.Subscriptions[sub]
+		if !ok {
+			agg = NonPersistentSubscriptionStats{Type: ss.Type, IsDurable: ss.IsDurable, Consumers: []ConsumerStats{}}
+		}
+		agg.MsgRateOut += ss.MsgRateOut
+		agg.MsgThroughputOut += ss.MsgThroughputOut
+		agg.MsgOutCounter += ss.MsgOutCounter
+		agg.BytesOutCounter += ss.BytesOutCounter
+		agg.MsgDropRate += ss.MsgDropRate
+		agg.MsgDropCounter += ss.MsgDropCounter
+		agg.Consumers = append(agg.Consumers, ss.Consumers...)
+		p.Subscriptions[sub] = agg
+	}
+	// A region's sender per partition: connected only if every
+	// partition's is.
+	for region, rs := range st.Replication {
+		agg, ok := p.Replication[region]
+		if !ok {
+			agg = NonPersistentReplicatorStats{Connected: true}
+		}
+		agg.Connected = agg.Connected && rs.Connected
+		agg.MsgRateOut += rs.MsgRateOut
+		agg.MsgOutCounter += rs.MsgOutCounter
+		agg.MsgDropRate += rs.MsgDropRate
+		agg.MsgDropCounter += rs.MsgDropCounter
+		p.Replication[region] = agg
+	}
+	if perPartition {
+		p.Partitions[name] = st
+	}
 }
 
 // NonPersistentReplicatorStats is one remote region of

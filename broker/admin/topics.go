@@ -209,6 +209,47 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 		}
 		return s.cfg.Broker.NonPersistentStats(r.Context(), tn)
 	})
+	h("GET /admin/v2/non-persistent/{tenant}/{ns}/{topic}/partitioned-stats", func(r *http.Request) (any, error) {
+		tn, err := npTopic(r)
+		if err != nil {
+			return nil, err
+		}
+		n, err := s.cfg.Meta.Partitions(r.Context(), tn)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%w: Partitioned Topic %s not found", meta.ErrNotFound, tn)
+		}
+		per := r.URL.Query().Get("perPartition") != "false"
+		ps := NonPersistentPartitionedTopicStats{Partitions: map[string]NonPersistentTopicStats{}}
+		ps.Publishers = []NonPersistentPublisherStats{}
+		ps.Subscriptions = map[string]NonPersistentSubscriptionStats{}
+		ps.Replication = map[string]NonPersistentReplicatorStats{}
+		ps.Metadata.Partitions = n
+		for i := 0; i < n; i++ {
+			name := tn.PartitionName(i)
+			st, err := s.cfg.Broker.NonPersistentStats(r.Context(), name)
+			if errors.Is(err, meta.ErrTopicNotFound) {
+				continue // not loaded: nobody produces or consumes it
+			}
+			var no meta.NotOwnerError
+			if errors.As(err, &no) && no.OwnerAdminURL != "" && s.cfg.PeerHTTP != nil {
+				// Another broker has it loaded: its stats are the owner's.
+				err = s.peerStats(r, no.OwnerAdminURL, "/admin/v2/non-persistent/"+strings.TrimPrefix(name.String(), "non-persistent://")+"/stats", &st)
+				if errors.Is(err, errPeerNotFound) {
+					continue
+				}
+				if err != nil {
+					return nil, fmt.Errorf("partition %s, from its owner %s: %w", name, no.OwnerAdminURL, err)
+				}
+			} else if err != nil {
+				return nil, fmt.Errorf("partition %s: %w", name, err)
+			}
+			ps.add(name.String(), st, per)
+		}
+		return ps, nil
+	})
 	lookup := func(r *http.Request) (meta.TopicName, error) {
 		tn, err := topic(r)
 		if err != nil {
@@ -354,29 +395,43 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 // which it owns, with the caller's credentials (its Authorization header)
 // and authoritative=true, so that it answers itself or fails.
 func (s *Server) peerTopicStats(r *http.Request, ownerAdminURL, topic string) (TopicStats, error) {
-	u := strings.TrimSuffix(ownerAdminURL, "/") + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://") + "/stats?authoritative=true"
+	var st TopicStats
+	err := s.peerStats(r, ownerAdminURL, "/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/stats", &st)
+	return st, err
+}
+
+// errPeerNotFound: the peer answered 404 (for a non-persistent topic: it
+// is no longer loaded there).
+var errPeerNotFound = errors.New("not found on the peer")
+
+// peerStats reads the stats at path from another broker (authoritative,
+// with the request's credentials) into out.
+func (s *Server) peerStats(r *http.Request, ownerAdminURL, path string, out any) error {
+	u := strings.TrimSuffix(ownerAdminURL, "/") + path + "?authoritative=true"
 	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u, nil)
 	if err != nil {
-		return TopicStats{}, err
+		return err
 	}
 	if a := r.Header.Get("Authorization"); a != "" {
 		req.Header.Set("Authorization", a)
 	}
 	resp, err := s.cfg.PeerHTTP(10 * time.Second).Do(req)
 	if err != nil {
-		return TopicStats{}, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+		return fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminBody))
 	if err != nil {
-		return TopicStats{}, fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+		return fmt.Errorf("%w: %v", meta.ErrServiceNotReady, err)
+	}
+	if resp.StatusCode == http.StatusNotFound && strings.HasPrefix(path, "/admin/v2/non-persistent/") {
+		return errPeerNotFound
 	}
 	if resp.StatusCode != http.StatusOK {
-		return TopicStats{}, meta.StatusError{Status: resp.StatusCode, Err: fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))}
+		return meta.StatusError{Status: resp.StatusCode, Err: fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))}
 	}
-	var st TopicStats
-	if err := json.Unmarshal(body, &st); err != nil {
-		return TopicStats{}, fmt.Errorf("%w: stats of %s: %v", meta.ErrServiceNotReady, topic, err)
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%w: stats at %s: %v", meta.ErrServiceNotReady, path, err)
 	}
-	return st, nil
+	return nil
 }

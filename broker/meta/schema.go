@@ -205,6 +205,31 @@ func (m *Metadata) SchemaVersion(ctx context.Context, t TopicName, s *pb.Schema)
 	return 0, fmt.Errorf("%w: no version of the schema of %s is this one", ErrNotFound, t)
 }
 
+// ErrNoSchema: the topic has never had a schema (no version stored).
+var ErrNoSchema = errors.New("no schema")
+
+// CheckConsumerSchema is Pulsar's check of a consumer's schema against
+// the topic's (SchemaRegistryService.checkConsumerCompatibility under
+// BACKWARD, Meridian's one strategy): s must read what the latest version
+// wrote (checkCompatible). ErrNoSchema when the topic has no version at
+// all; a topic whose latest version is a deletion has none to check
+// against, which is ErrIncompatibleSchema, as Pulsar's
+// NotExistSchemaException becomes on SUBSCRIBE.
+func (m *Metadata) CheckConsumerSchema(ctx context.Context, t TopicName, s *pb.Schema) error {
+	all, err := m.Schemas(ctx, t)
+	if err != nil {
+		return err
+	}
+	if len(all) == 0 {
+		return fmt.Errorf("%w: %s", ErrNoSchema, t)
+	}
+	latest := all[len(all)-1]
+	if latest.Deleted {
+		return fmt.Errorf("%w: the schema of %s was deleted, so there is none to check a %s schema against (a producer registers a new one)", ErrIncompatibleSchema, t, schemaTypeName(s))
+	}
+	return checkCompatible(latest, s)
+}
+
 // CheckSchemaCompatible reports whether s would be accepted as the
 // topic's next schema (ErrIncompatibleSchema if not), storing nothing.
 func (m *Metadata) CheckSchemaCompatible(ctx context.Context, t TopicName, s *pb.Schema) error {
