@@ -56,6 +56,11 @@ func (e httpStatus) Error() string { return fmt.Sprintf("%d %s", e.code, e.msg) 
 
 // callOne sends a request to one broker's admin API.
 func (a *admin) callOne(ctx context.Context, ps up.ProcSpec, method, path string, body, out any) error {
+	return a.callOneWith(ctx, ps, method, path, nil, body, out)
+}
+
+// callOneWith is callOne with extra request headers.
+func (a *admin) callOneWith(ctx context.Context, ps up.ProcSpec, method, path string, hdr map[string]string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -69,6 +74,9 @@ func (a *admin) callOne(ctx context.Context, ps up.ProcSpec, method, path string
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
 	resp, err := a.http.Do(req)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,7 +35,12 @@ type Report struct {
 	// periods its gate was closed (rpo.go); none without a budget.
 	RPOEvents []RPOEvent  `json:"rpo_budget_events,omitempty"`
 	RPOHolds  []RPOPeriod `json:"rpo_budget_closed,omitempty"`
-	Notes     []string    `json:"notes,omitempty"`
+	// Verify: the verify step of each replicated namespace, once the
+	// drill drained (verify.go).
+	Verify []Verify `json:"verify,omitempty"`
+	// Switchovers: the planned switchovers the drill asked for.
+	Switchovers []Switchover `json:"switchovers,omitempty"`
+	Notes       []string     `json:"notes,omitempty"`
 	// DataDir: the deployment's data, kept when the drill failed.
 	DataDir string `json:"data_dir,omitempty"`
 }
@@ -98,7 +104,25 @@ func (rep *Report) Summary() string {
 	}
 	return fmt.Sprintf("%s %s: acknowledged %d, lost %d, duplicates %d, late %d, out of order %d/%d (producer/key), RPO %d msgs %.2f s, RTO produce %.2f s, consume %.2f s",
 		verdict, rep.Drill, r.Acknowledged, r.Lost, r.Duplicates, r.Late, r.OutOfOrderProducer, r.OutOfOrderKey,
-		r.RPOMessages, r.RPOSeconds, r.MaxRTOProduce, r.MaxRTOConsume)
+		r.RPOMessages, r.RPOSeconds, r.MaxRTOProduce, r.MaxRTOConsume) + rep.verifyShort()
+}
+
+// verifyShort is the verify step's totals for the summary line.
+func (rep *Report) verifyShort() string {
+	if len(rep.Verify) == 0 {
+		return ""
+	}
+	var missing, mismatched, extra uint64
+	clean := true
+	for _, v := range rep.Verify {
+		missing, mismatched, extra = missing+v.Missing, mismatched+v.Mismatched, extra+v.Extra
+		clean = clean && v.Clean && v.Error == ""
+	}
+	verdict := "clean"
+	if !clean {
+		verdict = "not clean"
+	}
+	return fmt.Sprintf(", verify %s (missing %d, mismatched %d, extra %d)", verdict, missing, mismatched, extra)
 }
 
 // Markdown is DIR/report.md.
@@ -130,6 +154,7 @@ func (rep *Report) Markdown() string {
 		{"duplicates", fmt.Sprint(r.Duplicates)},
 		{"out of order per producer / per key", fmt.Sprintf("%d / %d", r.OutOfOrderProducer, r.OutOfOrderKey)},
 		{"RPO", fmt.Sprintf("%d messages, %.3f s", r.RPOMessages, r.RPOSeconds)},
+		{"replication verify (after the drain)", rep.verifySummary()},
 		{"acknowledgement rate before the first fault", fmt.Sprintf("%.0f msgs/s", r.AckRateBeforeFault)},
 		{"changes of acknowledging region (most for one producer)", fmt.Sprint(r.AckRegionSwitches)},
 	}
@@ -175,6 +200,20 @@ func (rep *Report) Markdown() string {
 			}
 		}
 	}
+	if len(rep.Switchovers) > 0 {
+		b.WriteString("\n## Planned switchovers\n\n| namespace | from → to | asked | committed / aborted | epoch | hold (broker) | drain (broker) | produce pause | consume pause |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, sw := range rep.Switchovers {
+			end := fmt.Sprintf("%s at %.2f s", sw.State, sw.EndedAt)
+			if sw.State == "committed" {
+				end = fmt.Sprintf("committed at %.2f s", sw.CommittedAt)
+			}
+			if sw.Error != "" {
+				end += " (" + sw.Error + ")"
+			}
+			fmt.Fprintf(&b, "| %s | %s → %s | %.2f s | %s | %d | %d ms | %d ms | %.2f s | %.2f s |\n", sw.Namespace, sw.From, sw.To, sw.AskedAt, end, sw.Epoch, sw.HoldMs, sw.DrainMs, sw.ProducePause, sw.ConsumePause)
+		}
+	}
+	rep.cutMarkdown(&b)
 	list := func(title string, ms []check.Message) {
 		if len(ms) == 0 {
 			return
@@ -206,4 +245,70 @@ func (rep *Report) Markdown() string {
 		fmt.Fprintf(&b, "\nThe deployment's data is kept in `%s` (replay with `--seed %d`).\n", rep.DataDir, rep.Seed)
 	}
 	return b.String()
+}
+
+// cutMarkdown is the report's "one cut across topics" section (issue 33
+// item 4): the spread of the topics' resume per fault, then per topic the
+// region of its receipts in each epoch.
+func (rep *Report) cutMarkdown(b *strings.Builder) {
+	c := rep.Result.Cut
+	if len(c.Topics) < 2 {
+		return
+	}
+	fmt.Fprintf(b, "\n## One cut across topics\n\n%d topics; acknowledged by two regions in one epoch: **%d**.\n\n", len(c.Topics), c.TwoRegionTopics)
+	if len(c.Spread) > 0 {
+		b.WriteString("Resume per topic (its longest stall from the fault to the next), over the topics:\n\n| fault | topics | produce min / median / max | consume min / median / max | not resumed |\n|---|---|---|---|---|\n")
+		for _, s := range c.Spread {
+			fmt.Fprintf(b, "| %s | %d | %.2f / %.2f / %.2f s | %.2f / %.2f / %.2f s | %d |\n", s.Fault, s.Topics, s.ProduceMin, s.ProduceMedian, s.ProduceMax, s.ConsumeMin, s.ConsumeMedian, s.ConsumeMax, s.NotRecovered)
+		}
+	}
+	b.WriteString("\nReceipts per topic by epoch (the epoch in force when the receipt came; region by the ledger of its id, unknown when both regions' copies hold that ledger id):\n\n| topic | receipts by epoch | resume produce / consume per fault |\n|---|---|---|\n")
+	for _, t := range c.Topics {
+		var eps, res []string
+		for _, e := range t.Epochs {
+			regions := make([]string, 0, len(e.Regions))
+			for r := range e.Regions {
+				regions = append(regions, r)
+			}
+			slices.Sort(regions)
+			var parts []string
+			for _, r := range regions {
+				parts = append(parts, fmt.Sprintf("%s %d", r, e.Regions[r]))
+			}
+			label := "—"
+			if e.Active != "" {
+				label = fmt.Sprintf("%d (%s)", e.Epoch, e.Active)
+			}
+			eps = append(eps, label+": "+strings.Join(parts, ", "))
+		}
+		for _, r := range t.Resume {
+			res = append(res, fmt.Sprintf("%.2f / %.2f s", r.ProduceSec, r.ConsumeSec))
+		}
+		name := t.Topic
+		if t.TwoRegions {
+			name = "**" + name + " (two regions in one epoch)**"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", name, strings.Join(eps, "; "), strings.Join(res, "; "))
+	}
+}
+
+// verifySummary is the verify step in a line, beside the RPO.
+func (rep *Report) verifySummary() string {
+	if len(rep.Verify) == 0 {
+		return "not run (no replicated namespace)"
+	}
+	var parts []string
+	for _, v := range rep.Verify {
+		if v.Error != "" {
+			parts = append(parts, fmt.Sprintf("%s: not answered (%s)", v.Namespace, v.Error))
+			continue
+		}
+		verdict := "clean"
+		if !v.Clean {
+			verdict = "NOT CLEAN"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s — %d topics, %d compared, %d missing, %d mismatched, %d extra, %d trimmed, %d not replicated, %d topics with a region not read (%.1f s, asked in %s)",
+			v.Namespace, verdict, v.Topics, v.Compared, v.Missing, v.Mismatched, v.Extra, v.Trimmed, v.NotReplicated, v.Unreachable, v.Seconds, v.Region))
+	}
+	return strings.Join(parts, "; ")
 }

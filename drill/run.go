@@ -1,6 +1,7 @@
 package drill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,6 +103,11 @@ type runner struct {
 	rpo     []RPOEvent
 	rpoSeen map[string]bool
 	rpoLast map[string]float64
+	// switchovers: the planned switchovers asked (switchover.go); epochs:
+	// the active-standby namespaces' epochs seen (sampled, and committed
+	// by the switchovers).
+	switchovers []Switchover
+	epochs      []check.Epoch
 }
 
 func (r *runner) run(ctx context.Context) (*Report, error) {
@@ -258,6 +264,8 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	stopSampling()
 	bg.Wait()
 	end := time.Now()
+	r.prog.phase("verifying replication")
+	r.rep.Verify = r.verify(ctx)
 	r.prog.done()
 	if ctx.Err() != nil {
 		kept = true
@@ -268,6 +276,13 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	h := r.history(ctx, end, subs)
 	res := check.Check(h)
 	res.Measured = r.measured(h)
+	r.judgeSwitchovers(&res)
+	for k, v := range verifyFigures(r.rep.Verify) {
+		if res.Measured == nil {
+			res.Measured = map[string]float64{}
+		}
+		res.Measured[k] = v
+	}
 	r.rep.Result = res
 	r.rep.Verdicts = check.Evaluate(check.ParseExpectations(s.Expect), res, r.rep.Vars)
 	r.rep.Pass = true
@@ -277,9 +292,14 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	r.rep.DurationSec = end.Sub(r.start).Seconds()
 	r.rep.WorkloadStart = r.start
 	r.rep.Faults = r.faults
+	slices.SortStableFunc(r.markers, func(a, b Marker) int { return cmp.Compare(a.T, b.T) })
 	r.rep.Markers = r.markers
 	r.rep.Lag = r.lag
 	r.rep.RPOEvents, r.rep.RPOHolds = r.rpo, rpoPeriods(r.rpo, r.rpoLast)
+	r.rep.Switchovers = r.switchovers
+	if m := missedEpochs(h.Epochs); len(m) > 0 {
+		r.note("epochs never sampled (their receipts count under the epoch before): %s", strings.Join(m, ", "))
+	}
 	if len(r.budgeted()) > 0 {
 		closed := 0.0
 		for _, p := range r.rep.RPOHolds {
@@ -405,6 +425,7 @@ func (r *runner) sampleLag(ctx context.Context) {
 		}
 		r.sampleLedgers(ctx)
 		r.sampleRPO(ctx)
+		r.sampleEpochs(ctx)
 	}
 }
 
@@ -416,22 +437,37 @@ func (r *runner) sampleLedgers(ctx context.Context) {
 	for _, p := range r.s.Workload.Producers {
 		topics[p.Topic] = true
 	}
+	// A few at a time: a drill of 100 topics reads 200 answers a second.
+	type job struct{ topic, region string }
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	for range min(8, len(topics)*len(r.s.Topology.Regions)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				c, cancel := context.WithTimeout(ctx, time.Second)
+				ls, err := r.adm.ledgers(c, j.region, j.topic)
+				cancel()
+				if err != nil {
+					continue
+				}
+				r.mu.Lock()
+				if r.ledgers == nil {
+					r.ledgers = ledgerRegions{}
+				}
+				r.ledgers.note(j.topic, j.region, ls)
+				r.mu.Unlock()
+			}
+		}()
+	}
 	for t := range topics {
 		for _, reg := range r.s.Topology.Regions {
-			c, cancel := context.WithTimeout(ctx, time.Second)
-			ls, err := r.adm.ledgers(c, reg, t)
-			cancel()
-			if err != nil {
-				continue
-			}
-			r.mu.Lock()
-			if r.ledgers == nil {
-				r.ledgers = ledgerRegions{}
-			}
-			r.ledgers.note(t, reg, ls)
-			r.mu.Unlock()
+			jobs <- job{t, reg}
 		}
 	}
+	close(jobs)
+	wg.Wait()
 }
 
 // ledgerKey is one ledger of one of the workload's topics.
@@ -511,7 +547,12 @@ func (r *runner) applyFaults(ctx context.Context) {
 		}
 		r.prog.fault(f.Label())
 		at := time.Now()
-		err := r.apply(ctx, f)
+		var err error
+		if f.Action == "switchover" {
+			err = r.switchover(ctx, f, at)
+		} else {
+			err = r.apply(ctx, f)
+		}
 		r.mu.Lock()
 		m := Marker{T: at.Sub(r.start).Seconds(), Label: f.Label()}
 		if err != nil {
@@ -520,6 +561,10 @@ func (r *runner) applyFaults(ctx context.Context) {
 		r.markers = append(r.markers, m)
 		lifts := f.Action == "wan" && f.RTT == 0 && f.BandwidthKbps == 0
 		switch {
+		case f.Action == "switchover":
+			// A disruption the clients ride through: its RTO is the
+			// pause they saw.
+			r.faults = append(r.faults, check.Fault{Name: f.Label(), At: at, EndAt: time.Now()})
 		case f.Action == "kill" || f.Action == "stop" || f.Action == "power-loss" || f.Action == "partition" || f.Action == "disk-full" || f.Action == "wan" && !lifts:
 			r.faults = append(r.faults, check.Fault{Name: f.Label(), At: at})
 		case lifts:
@@ -731,6 +776,7 @@ func (r *runner) owner(topic string) (up.ProcSpec, bool) {
 // regions' copies of a topic hold says nothing and is left unknown).
 func (r *runner) history(ctx context.Context, end time.Time, subs []check.Sub) check.History {
 	r.sampleLedgers(ctx)
+	r.sampleEpochs(ctx)
 	r.mu.Lock()
 	region := maps.Clone(r.ledgers)
 	r.mu.Unlock()
@@ -760,6 +806,39 @@ func (r *runner) history(ctx context.Context, end time.Time, subs []check.Sub) c
 	r.rec.mu.Unlock()
 	r.mu.Lock()
 	h.Faults = slices.Clone(r.faults)
+	h.Epochs = slices.Clone(r.epochs)
 	r.mu.Unlock()
 	return h
+}
+
+// judgeSwitchovers gives each switchover the pause the clients saw (its
+// fault's RTO) and adds the figures an expectation can bound:
+// switchovers_committed, switchovers_aborted (counts); the largest
+// broker-side hold goes to the report's variables.
+func (r *runner) judgeSwitchovers(res *check.Result) {
+	if len(r.switchovers) == 0 {
+		return
+	}
+	if res.Measured == nil {
+		res.Measured = map[string]float64{}
+	}
+	var committed, aborted, holdMax float64
+	for i := range r.switchovers {
+		sw := &r.switchovers[i]
+		for _, f := range res.Faults {
+			if f.At.Equal(sw.at) && f.Fault != "" {
+				sw.ProducePause, sw.ConsumePause = f.ProduceRTO, f.ConsumeRTO
+			}
+		}
+		switch sw.State {
+		case "committed":
+			committed++
+			holdMax = max(holdMax, float64(sw.HoldMs)/1000)
+		case "aborted":
+			aborted++
+		}
+	}
+	res.Measured["switchovers_committed"] = committed
+	res.Measured["switchovers_aborted"] = aborted
+	r.rep.Vars["switchover_hold_max_seconds"] = holdMax
 }

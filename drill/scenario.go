@@ -13,6 +13,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,6 +105,12 @@ type ProducerSpec struct {
 	Size     int    `yaml:"size"` // payload bytes, default 256
 	Keys     int    `yaml:"keys"` // distinct keys, 0: no key
 	Batching bool   `yaml:"batching"`
+	// Topics > 0 fans the line out over that many topics: Topic is then a
+	// prefix, the topics are TOPIC-00 … TOPIC-(N-1) (zero-padded), each
+	// with a producer NAME-00 … of its own, and Rate is the line's total,
+	// split evenly (it must divide by Topics). Every check stays per
+	// topic. 0: one topic, Topic itself.
+	Topics int `yaml:"topics"`
 }
 
 // ConsumerSpec is one consumer.
@@ -122,6 +129,9 @@ type ConsumerSpec struct {
 	// after the faults gets every message from storage, so what a fault
 	// destroyed is lost even if a live consumer saw it first. 0: before.
 	Start time.Duration `yaml:"start"`
+	// Topics > 0: as a producer's, one consumer NAME-00 … per topic
+	// TOPIC-00 …, each on Subscription of its topic.
+	Topics int `yaml:"topics"`
 }
 
 // FaultSpec is one fault on the schedule.
@@ -136,7 +146,10 @@ type FaultSpec struct {
 	// filesystem of a bookie, process:NAME, which then runs on a 256 MiB
 	// tmpfs of its own), power-loss (SIGKILL of bookies that run on a
 	// crash-simulating filesystem, bookie.PowerLossFS: what they had not
-	// fsynced is lost, as in a power cut; restart brings them back).
+	// fsynced is lost, as in a power cut; restart brings them back),
+	// switchover (a planned switchover of Namespace to region To, as
+	// `meridian admin failover NS --to R --planned` asks it of a broker of
+	// the active region; no target).
 	Action string `yaml:"action"`
 	// Target: region:NAME, rack:REGION/RACK (its bookies),
 	// process:NAME, owner:TOPIC (the broker serving the topic when the
@@ -151,12 +164,22 @@ type FaultSpec struct {
 	// (0: none). Gossip and the global store are not slowed.
 	RTT           time.Duration `yaml:"rtt"`
 	BandwidthKbps int64         `yaml:"bandwidth_kbps"`
+	// Namespace, To and Timeout (action switchover): the active-standby
+	// namespace to move, the region to make active, and the drain's
+	// timeout (default 30 s, the admin command's): past it the
+	// switchover aborts and the old region stays active.
+	Namespace string        `yaml:"namespace"`
+	To        string        `yaml:"to"`
+	Timeout   time.Duration `yaml:"timeout"`
 }
 
 // Label is the fault's name in reports.
 func (f FaultSpec) Label() string {
 	if f.Name != "" {
 		return f.Name
+	}
+	if f.Action == "switchover" {
+		return "switchover " + f.Namespace + " to " + f.To
 	}
 	return f.Action + " " + f.Target
 }
@@ -178,6 +201,9 @@ func Parse(b []byte) (*Scenario, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&s); err != nil {
 		return nil, fmt.Errorf("drill: %w", err)
+	}
+	if err := s.fanOut(); err != nil {
+		return nil, fmt.Errorf("drill %s: %w", s.Name, err)
 	}
 	s.defaults()
 	if err := s.validate(); err != nil {
@@ -254,6 +280,65 @@ func (s *Scenario) defaults() {
 			c.Ack = "in-order"
 		}
 	}
+}
+
+// maxFanOut bounds a line's topics (each is a client of the drill's).
+const maxFanOut = 1000
+
+// fanOut replaces each producer and consumer line with Topics > 0 by one
+// line per topic (ProducerSpec.Topics).
+func (s *Scenario) fanOut() error {
+	var ps []ProducerSpec
+	for i, p := range s.Workload.Producers {
+		if p.Topics < 0 || p.Topics > maxFanOut {
+			return fmt.Errorf("producer %d (%s): topics %d: want 0 to %d", i+1, p.Name, p.Topics, maxFanOut)
+		}
+		if p.Topics == 0 {
+			ps = append(ps, p)
+			continue
+		}
+		if p.Name == "" {
+			p.Name = fmt.Sprintf("p%d", i+1)
+		}
+		if p.Rate == 0 {
+			p.Rate = 100 * p.Topics
+		}
+		if p.Rate < p.Topics || p.Rate%p.Topics != 0 {
+			return fmt.Errorf("producer %s: rate %d is the line's total over %d topics: want a multiple of %d", p.Name, p.Rate, p.Topics, p.Topics)
+		}
+		for j := range p.Topics {
+			q := p
+			q.Topics, q.Rate = 0, p.Rate/p.Topics
+			q.Name, q.Topic = fanName(p.Name, j, p.Topics), fanName(p.Topic, j, p.Topics)
+			ps = append(ps, q)
+		}
+	}
+	var cs []ConsumerSpec
+	for i, c := range s.Workload.Consumers {
+		if c.Topics < 0 || c.Topics > maxFanOut {
+			return fmt.Errorf("consumer %d (%s): topics %d: want 0 to %d", i+1, c.Name, c.Topics, maxFanOut)
+		}
+		if c.Topics == 0 {
+			cs = append(cs, c)
+			continue
+		}
+		if c.Name == "" {
+			c.Name = fmt.Sprintf("c%d", i+1)
+		}
+		for j := range c.Topics {
+			d := c
+			d.Topics = 0
+			d.Name, d.Topic = fanName(c.Name, j, c.Topics), fanName(c.Topic, j, c.Topics)
+			cs = append(cs, d)
+		}
+	}
+	s.Workload.Producers, s.Workload.Consumers = ps, cs
+	return nil
+}
+
+// fanName is the j-th of n names from prefix: prefix-07 for j 7 of 100.
+func fanName(prefix string, j, n int) string {
+	return fmt.Sprintf("%s-%0*d", prefix, len(strconv.Itoa(n-1)), j)
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
@@ -334,6 +419,9 @@ func (s *Scenario) validate() error {
 		if f.At > 0 && f.AfterMessages > 0 {
 			return fmt.Errorf("fault %d: set at or after_messages, not both", i+1)
 		}
+		if f.Action != "switchover" && (f.Namespace != "" || f.To != "" || f.Timeout != 0) {
+			return fmt.Errorf("fault %d (%s): namespace, to and timeout belong to a switchover", i+1, f.Label())
+		}
 		if err := s.validateTarget(f); err != nil {
 			return fmt.Errorf("fault %d (%s): %w", i+1, f.Label(), err)
 		}
@@ -409,12 +497,32 @@ func (s *Scenario) validateTarget(f FaultSpec) error {
 			return fmt.Errorf("power-loss: target process:BOOKIE, bookie:REGION or rack:REGION/RACK (bookies only)")
 		}
 	case "heal":
+	case "switchover":
+		if f.Target != "" {
+			return fmt.Errorf("switchover: no target; give namespace and to")
+		}
+		var ns *Namespace
+		for i := range s.Namespaces {
+			if s.Namespaces[i].Name == f.Namespace {
+				ns = &s.Namespaces[i]
+			}
+		}
+		switch {
+		case ns == nil:
+			return fmt.Errorf("switchover: namespace %q is not one of the drill's", f.Namespace)
+		case ns.Replication["failover"] != "active-standby" || len(ns.Regions) < 2:
+			return fmt.Errorf("switchover: namespace %s is not active-standby over several regions (replication.failover: active-standby)", ns.Name)
+		case !slices.Contains(ns.Regions, f.To):
+			return fmt.Errorf("switchover: to %q is not one of namespace %s's regions %v", f.To, ns.Name, ns.Regions)
+		case f.Timeout < 0:
+			return fmt.Errorf("switchover: timeout %s: want > 0 (0: 30 s)", f.Timeout)
+		}
 	case "wan":
 		if f.Target != "all" || f.RTT < 0 || f.BandwidthKbps < 0 {
 			return fmt.Errorf("wan: target all, with rtt and/or bandwidth_kbps >= 0")
 		}
 	default:
-		return fmt.Errorf("action %q: want kill, stop, cont, restart, power-loss, partition, heal, wan or disk-full", f.Action)
+		return fmt.Errorf("action %q: want kill, stop, cont, restart, power-loss, partition, heal, wan, disk-full or switchover", f.Action)
 	}
 	return nil
 }

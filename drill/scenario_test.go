@@ -95,3 +95,83 @@ func TestClientSettingsDefaults(t *testing.T) {
 		t.Errorf("client defaults: %+v, want zeros and the client's 30 s send timeout", c)
 	}
 }
+
+// A producer or consumer line with topics: N stands for one client per
+// topic, TOPIC-00 … TOPIC-(N-1), named NAME-00 …, the line's rate split
+// evenly; each is judged as a line of its own.
+func TestParseFansALineOutOverTopics(t *testing.T) {
+	s, err := Parse([]byte(`
+name: x
+namespaces: [{name: public/a, replication: {mode: async, failover: active-standby, primary: east}}]
+workload:
+  duration: 10s
+  producers:
+    - {name: p, topic: persistent://public/a/t, topics: 100, rate: 1000, keys: 8}
+    - {name: one, topic: persistent://public/a/single}
+  consumers:
+    - {name: ex, topic: persistent://public/a/t, topics: 100, subscription: ex}
+    - {name: ks, topic: persistent://public/a/t, topics: 100, subscription: ks, type: key_shared, ack: out-of-order}
+faults: [{at: 5s, action: switchover, namespace: public/a, to: west}]
+expect: {lost: 0}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, cs := s.Workload.Producers, s.Workload.Consumers
+	if len(ps) != 101 || len(cs) != 200 {
+		t.Fatalf("%d producers, %d consumers; want 101 and 200", len(ps), len(cs))
+	}
+	if p := ps[7]; p.Name != "p-07" || p.Topic != "persistent://public/a/t-07" || p.Rate != 10 || p.Keys != 8 || p.Topics != 0 {
+		t.Errorf("producer 8: %+v, want p-07 on t-07 at 10/s with 8 keys", p)
+	}
+	if p := ps[100]; p.Name != "one" || p.Topic != "persistent://public/a/single" || p.Rate != 100 {
+		t.Errorf("the plain line: %+v", p)
+	}
+	if c := cs[199]; c.Name != "ks-99" || c.Topic != "persistent://public/a/t-99" || c.Subscription != "ks" || c.Type != "key_shared" || c.Ack != "out-of-order" {
+		t.Errorf("last consumer: %+v", c)
+	}
+	if f := s.Faults[0]; f.Label() != "switchover public/a to west" {
+		t.Errorf("switchover label %q", f.Label())
+	}
+	if got := fanName("t", 3, 10); got != "t-3" {
+		t.Errorf("fanName(t, 3, 10) = %q, want t-3", got)
+	}
+}
+
+func TestParseRejectsBadFanOutsAndSwitchovers(t *testing.T) {
+	base := `
+name: x
+namespaces:
+  - {name: public/a, replication: {mode: async, failover: active-standby, primary: east}}
+  - {name: public/aa, replication: {mode: async, failover: active-active}}
+  - {name: public/one, regions: [east], replication: {failover: active-standby}}
+workload:
+  duration: 10s
+  producers: [%s]
+  consumers: [{topic: persistent://public/a/t, subscription: s}]
+expect: {lost: 0}
+`
+	for _, tc := range []struct{ producers, faults, want string }{
+		{"{topic: persistent://public/a/t, topics: 3, rate: 10}", "", "multiple of 3"},
+		{"{topic: persistent://public/a/t, topics: 3, rate: 2}", "", "multiple of 3"},
+		{"{topic: persistent://public/a/t, topics: -1}", "", "topics -1"},
+		{"{topic: persistent://public/a/t, topics: 1001}", "", "topics 1001"},
+		{"{name: p, topic: persistent://public/a/t, topics: 2}, {name: p-1, topic: persistent://public/a/u}", "", `"p-1" used twice`},
+		{"{topic: persistent://public/a/t}", "{at: 1s, action: switchover, namespace: public/b, to: west}", "not one of the drill's"},
+		{"{topic: persistent://public/a/t}", "{at: 1s, action: switchover, namespace: public/aa, to: west}", "not active-standby"},
+		{"{topic: persistent://public/a/t}", "{at: 1s, action: switchover, namespace: public/one, to: east}", "not active-standby"},
+		{"{topic: persistent://public/a/t}", "{at: 1s, action: switchover, namespace: public/a, to: north}", `to "north"`},
+		{"{topic: persistent://public/a/t}", "{at: 1s, action: switchover, namespace: public/a, to: west, target: \"region:east\"}", "no target"},
+		{"{topic: persistent://public/a/t}", "{at: 1s, action: switchover, namespace: public/a, to: west, timeout: -1s}", "timeout"},
+		{"{topic: persistent://public/a/t}", "{at: 1s, action: kill, target: \"region:east\", to: west}", "belong to a switchover"},
+	} {
+		y := strings.Replace(base, "%s", tc.producers, 1)
+		if tc.faults != "" {
+			y += "faults: [" + tc.faults + "]\n"
+		}
+		_, err := Parse([]byte(y))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s: got %v, want an error mentioning %q", tc.producers, tc.faults, err, tc.want)
+		}
+	}
+}

@@ -368,6 +368,17 @@ func (w *workload) consume(c *consumer) {
 					Producer: prod, Seq: seq, Key: key, At: time.Now(), MsgID: msgID(m.ID())})
 			}
 			ack(m)
+		} else if len(pending) > 0 {
+			// Nothing came for 300 ms: acknowledge the window, shuffled,
+			// as an application does that acknowledges what it finished
+			// (a planned switchover stops dispatch and waits for every
+			// delivery to be acknowledged; a window held for the next
+			// message would never be).
+			c.rng.Shuffle(len(pending), func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
+			for _, m := range pending {
+				c.c.Ack(m)
+			}
+			pending = pending[:0]
 		}
 		select {
 		case <-w.stopC:
@@ -426,14 +437,18 @@ func (r *recorder) missing(subs []check.Sub) int {
 	for _, d := range r.deliveries {
 		got[k{d.Topic, d.Subscription, d.Producer, d.Seq}] = true
 	}
+	byTopic := map[string][]string{} // topic → its subscriptions
+	for _, s := range subs {
+		byTopic[s.Topic] = append(byTopic[s.Topic], s.Name)
+	}
 	n := 0
 	for _, as := range r.attempts {
 		for _, a := range as {
 			if a.AckedAt.IsZero() {
 				continue
 			}
-			for _, s := range subs {
-				if s.Topic == a.Topic && !got[k{s.Topic, s.Name, a.Producer, a.Seq}] {
+			for _, sub := range byTopic[a.Topic] {
+				if !got[k{a.Topic, sub, a.Producer, a.Seq}] {
 					n++
 				}
 			}

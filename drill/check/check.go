@@ -71,6 +71,9 @@ type History struct {
 	// others, but left out of the consume RTO — their first deliveries
 	// are a read of the backlog, not the workload recovering.
 	Readers []Sub
+	// Epochs are the epochs of the drill's active-standby namespaces
+	// (Cut attributes each receipt to the one in force when it came).
+	Epochs []Epoch
 }
 
 // Sub names a durable subscription: a topic and a subscription name.
@@ -240,6 +243,9 @@ type Result struct {
 	// and while it lasted.
 	Publish []Publish `json:"publish_latency"`
 
+	// Cut is each topic's receipts by epoch and resume per fault (cut.go).
+	Cut CutResult `json:"cut"`
+
 	// Measured holds figures the drill measured itself (counts, e.g.
 	// replication_backlog_max_during_fault); expectations can bound them
 	// by name.
@@ -283,6 +289,7 @@ func Check(h History) Result {
 	r.AckRegionSwitches = ackRegionSwitches(h.Attempts)
 	r.Series = series(h.Start, h.Attempts, firsts)
 	r.Publish = publishLatency(h)
+	r.Cut = Cut(h)
 	return r
 }
 

@@ -16,7 +16,9 @@ import (
 // out_of_order_producer, out_of_order_key, rpo_messages,
 // ack_region_switches (counts);
 // rpo_seconds, rto_produce, rto_consume (seconds; the rto figures are the
-// maxima over faults). Two names take words instead of a bound:
+// maxima over faults); topics_acked_by_two_regions_in_one_epoch (count)
+// and topic_resume_produce_max, topic_resume_consume_max (seconds: the
+// largest resume of one topic after any fault), from Result.Cut. Two names take words instead of a bound:
 // "late: listed" always passes (late messages are listed in the result)
 // and "order: per-key | per-producer | none" requires OutOfOrderKey == 0,
 // OutOfOrderProducer == 0, or nothing.
@@ -106,6 +108,12 @@ func figureOf(name string, r Result) (figure, bool) {
 		return figure{seconds, r.MaxRTOProduce, unrecovered(r.Faults, false)}, true
 	case "rto_consume":
 		return figure{seconds, r.MaxRTOConsume, unrecovered(r.Faults, true)}, true
+	case "topics_acked_by_two_regions_in_one_epoch":
+		return figure{unit: count, value: float64(r.Cut.TwoRegionTopics)}, true
+	case "topic_resume_produce_max":
+		return figure{seconds, r.Cut.ResumeProduceMax, unrecoveredTopics(r.Cut, false)}, true
+	case "topic_resume_consume_max":
+		return figure{seconds, r.Cut.ResumeConsumeMax, unrecoveredTopics(r.Cut, true)}, true
 	}
 	if f, ok := publishFigure(name, r); ok {
 		return f, true
@@ -114,6 +122,31 @@ func figureOf(name string, r Result) (figure, bool) {
 		return figure{unit: count, value: v}, true
 	}
 	return figure{}, false
+}
+
+// unrecoveredTopics names, per fault, how many topics never resumed
+// produce (or consume).
+func unrecoveredTopics(c CutResult, consume bool) []string {
+	var out []string
+	for i, s := range c.Spread {
+		n := 0
+		for _, t := range c.Topics {
+			if i >= len(t.Resume) {
+				continue
+			}
+			ok := t.Resume[i].ProduceRecovered
+			if consume {
+				ok = t.Resume[i].ConsumeRecovered
+			}
+			if !ok {
+				n++
+			}
+		}
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s: %d topics", s.Fault, n))
+		}
+	}
+	return out
 }
 
 // unrecovered names the faults whose produce (or consume) never recovered.
