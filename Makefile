@@ -145,9 +145,15 @@ bench-scale: build
 # Delayed delivery (issue 35; not in CI): a standalone's heap and RSS with
 # MESSAGES (default 1,000,000) messages delayed by up to an hour, held by a
 # Shared subscription, with the bucketed index and, side by side, with all
-# in memory (--delayed-bucket-entries -1). About 5-15 minutes.
+# in memory (--delayed-bucket-entries -1). About 5-15 minutes. The bucketed
+# run takes BUCKET_ENTRIES (--delayed-bucket-entries, default the broker's
+# 50,000) and MAX_BUCKETS (--delayed-max-buckets, default 50): a bound below
+# MESSAGES/BUCKET_ENTRIES makes it merge buckets, e.g.
+# `make bench-delayed MESSAGES=300000 MAX_BUCKETS=2`; it prints the buckets
+# held and the merges done.
 bench-delayed:
-	MERIDIAN_BENCH_DELAYED=$${MESSAGES:-1000000} $(GO) test ./broker/ -run '^TestDelayedIndexMemoryBench$$' -count=1 -v -timeout 90m
+	MERIDIAN_BENCH_DELAYED=$${MESSAGES:-1000000} MERIDIAN_BENCH_DELAYED_BUCKET_ENTRIES=$${BUCKET_ENTRIES:-} \
+	  MERIDIAN_BENCH_DELAYED_MAX_BUCKETS=$${MAX_BUCKETS:-} $(GO) test ./broker/ -run '^TestDelayedIndexMemoryBench$$' -count=1 -v -timeout 90m
 
 # Failover RTO, median and max over RUNS runs of the kill -9 and SIGSTOP
 # region-loss tests (about 1 minute per run): with the default settings

@@ -26,8 +26,12 @@ import (
 // with every delayed message in memory (--delayed-bucket-entries -1). It
 // prints the standalone's Go heap in use after a GC and its RSS before
 // and after, and the index's own estimate (msgDelayed,
-// delayedMessageIndexSizeInBytes). RSS covers the whole standalone (etcd
-// and bookies too); the heap difference is what the held messages cost.
+// delayedMessageIndexSizeInBytes), with the buckets it holds and the
+// merges it did. RSS covers the whole standalone (etcd and bookies too);
+// the heap difference is what the held messages cost. The bucketed run
+// takes MERIDIAN_BENCH_DELAYED_BUCKET_ENTRIES (--delayed-bucket-entries)
+// and MERIDIAN_BENCH_DELAYED_MAX_BUCKETS (--delayed-max-buckets) when set:
+// a bound below the buckets the messages fill makes it merge.
 func TestDelayedIndexMemoryBench(t *testing.T) {
 	env := os.Getenv("MERIDIAN_BENCH_DELAYED")
 	if env == "" {
@@ -43,11 +47,26 @@ func TestDelayedIndexMemoryBench(t *testing.T) {
 		mode                           string
 		heapBefore, heapAfter          int64
 		rssBefore, rssAfter, indexSize int64
+		buckets                        int
+		merges                         int64
 		took                           time.Duration
 	}
 	var results []result
-	for _, mode := range []struct{ name, flag string }{{"bucketed (default)", "0"}, {"all in memory", "-1"}} {
-		s := testutil.StartStandalone(t, t.TempDir(), "--delayed-bucket-entries", mode.flag)
+	bucketed := []string{"--delayed-bucket-entries", "0"}
+	name := "bucketed (default)"
+	if v := os.Getenv("MERIDIAN_BENCH_DELAYED_BUCKET_ENTRIES"); v != "" {
+		bucketed[1] = v
+		name = "bucketed, " + v + " entries a bucket"
+	}
+	if v := os.Getenv("MERIDIAN_BENCH_DELAYED_MAX_BUCKETS"); v != "" {
+		bucketed = append(bucketed, "--delayed-max-buckets", v)
+		name += ", at most " + v + " buckets"
+	}
+	for _, mode := range []struct {
+		name  string
+		flags []string
+	}{{name, bucketed}, {"all in memory", []string{"--delayed-bucket-entries", "-1"}}} {
+		s := testutil.StartStandalone(t, t.TempDir(), mode.flags...)
 		client := newPulsarClient(t, s.URL)
 		topic := topicName(t)
 		c, err := client.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "held", Type: pulsar.Shared})
@@ -92,6 +111,8 @@ func TestDelayedIndexMemoryBench(t *testing.T) {
 		r.took = time.Since(start)
 		time.Sleep(2 * time.Second) // the last seal's I/O
 		r.heapAfter, r.rssAfter = brokerMemory(t, pprofDir, s.Pid())
+		ss := topicStats(t, s.AdminURL, topic).Subscriptions["held"]
+		r.buckets, r.merges = ss.DelayedIndexBuckets, ss.DelayedIndexMerges
 		code, b := adminCall(t, "GET", s.AdminURL+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/stats", nil)
 		if m := regexp.MustCompile(`"delayedMessageIndexSizeInBytes":(\d+)`).FindSubmatch(b); code == 200 && m != nil {
 			r.indexSize, _ = strconv.ParseInt(string(m[1]), 10, 64)
@@ -104,10 +125,10 @@ func TestDelayedIndexMemoryBench(t *testing.T) {
 	mb := func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\n%d messages delayed 10-60 min, one Shared subscription, meridian standalone:\n", n)
-	fmt.Fprintf(&sb, "| index | heap before | heap after | heap delta | RSS before | RSS after | index estimate | produce+index |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| index | heap before | heap after | heap delta | RSS before | RSS after | index estimate | buckets | merges | produce+index |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.mode, mb(r.heapBefore), mb(r.heapAfter), mb(r.heapAfter-r.heapBefore),
-			mb(r.rssBefore), mb(r.rssAfter), mb(r.indexSize), r.took.Round(time.Second))
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %d | %d | %s |\n", r.mode, mb(r.heapBefore), mb(r.heapAfter), mb(r.heapAfter-r.heapBefore),
+			mb(r.rssBefore), mb(r.rssAfter), mb(r.indexSize), r.buckets, r.merges, r.took.Round(time.Second))
 	}
 	t.Log(sb.String())
 }
