@@ -6,20 +6,65 @@ package admin
 // stats interval (internal/ratemeter); counters count since the topic
 // was loaded on this broker, as Pulsar's reset on an unload.
 
-import "slices"
-
-// TopicStats is GET .../stats.
-type TopicStats struct {
+// Traffic is what every topic's stats and a partitioned topic's sum
+// share: the rates and counters in and out. MsgInCounter counts the
+// messages persisted (a non-persistent topic's: received) since the topic
+// was loaded on this broker.
+type Traffic struct {
 	MsgRateIn        float64 `json:"msgRateIn"`
 	MsgRateOut       float64 `json:"msgRateOut"`
 	MsgThroughputIn  float64 `json:"msgThroughputIn"`
 	MsgThroughputOut float64 `json:"msgThroughputOut"`
 	AverageMsgSize   float64 `json:"averageMsgSize"`
-	MsgInCounter     int64   `json:"msgInCounter"` // messages persisted since the topic was loaded on this broker
+	MsgInCounter     int64   `json:"msgInCounter"`
 	BytesInCounter   int64   `json:"bytesInCounter"`
 	MsgOutCounter    int64   `json:"msgOutCounter"`
 	BytesOutCounter  int64   `json:"bytesOutCounter"`
-	StorageSize      int64   `json:"storageSize"`
+}
+
+// add sums o into t; the average message size is the sum's.
+func (t *Traffic) add(o Traffic) {
+	t.MsgRateIn += o.MsgRateIn
+	t.MsgRateOut += o.MsgRateOut
+	t.MsgThroughputIn += o.MsgThroughputIn
+	t.MsgThroughputOut += o.MsgThroughputOut
+	t.MsgInCounter += o.MsgInCounter
+	t.BytesInCounter += o.BytesInCounter
+	t.MsgOutCounter += o.MsgOutCounter
+	t.BytesOutCounter += o.BytesOutCounter
+	if t.MsgRateIn > 0 {
+		t.AverageMsgSize = t.MsgThroughputIn / t.MsgRateIn
+	}
+}
+
+// mergeByName folds x into the element of list that has its name, or
+// appends it: a producer of a partitioned topic has one producer per
+// partition, all with its name, listed once.
+func mergeByName[T any](list []T, x T, name func(*T) string, fold func(into *T, x T)) []T {
+	for i := range list {
+		if name(&list[i]) == name(&x) {
+			fold(&list[i], x)
+			return list
+		}
+	}
+	return append(list, x)
+}
+
+// addPublisher sums x's rates into p.
+func (p *PublisherStats) addPublisher(x PublisherStats) {
+	p.MsgRateIn += x.MsgRateIn
+	p.MsgThroughputIn += x.MsgThroughputIn
+	if p.MsgRateIn > 0 {
+		p.AverageMsgSize = p.MsgThroughputIn / p.MsgRateIn
+	}
+}
+
+func publisherName(p *PublisherStats) string { return p.ProducerName }
+
+// TopicStats is GET .../stats.
+type TopicStats struct {
+	Traffic
+	StorageSize int64 `json:"storageSize"`
 	// BacklogSize estimates the bytes of the largest subscription backlog.
 	BacklogSize          int64                        `json:"backlogSize"`
 	Entries              int64                        `json:"entries"`
@@ -199,21 +244,13 @@ type MessageRangeInfo struct {
 // stats summed (subscriptions and publishers merged), and each
 // partition's with perPartition=true.
 type PartitionedTopicStats struct {
-	MsgRateIn        float64                      `json:"msgRateIn"`
-	MsgRateOut       float64                      `json:"msgRateOut"`
-	MsgThroughputIn  float64                      `json:"msgThroughputIn"`
-	MsgThroughputOut float64                      `json:"msgThroughputOut"`
-	AverageMsgSize   float64                      `json:"averageMsgSize"`
-	MsgInCounter     int64                        `json:"msgInCounter"`
-	BytesInCounter   int64                        `json:"bytesInCounter"`
-	MsgOutCounter    int64                        `json:"msgOutCounter"`
-	BytesOutCounter  int64                        `json:"bytesOutCounter"`
-	StorageSize      int64                        `json:"storageSize"`
-	BacklogSize      int64                        `json:"backlogSize"`
-	Publishers       []PublisherStats             `json:"publishers"`
-	Subscriptions    map[string]SubscriptionStats `json:"subscriptions"`
-	Replication      map[string]ReplicatorStats   `json:"replication"`
-	Metadata         struct {
+	Traffic
+	StorageSize   int64                        `json:"storageSize"`
+	BacklogSize   int64                        `json:"backlogSize"`
+	Publishers    []PublisherStats             `json:"publishers"`
+	Subscriptions map[string]SubscriptionStats `json:"subscriptions"`
+	Replication   map[string]ReplicatorStats   `json:"replication"`
+	Metadata      struct {
 		Partitions int `json:"partitions"`
 	} `json:"metadata"`
 	Partitions map[string]TopicStats `json:"partitions"`
@@ -221,37 +258,11 @@ type PartitionedTopicStats struct {
 
 // add folds one partition's stats into the sum.
 func (p *PartitionedTopicStats) add(name string, st TopicStats, perPartition bool) {
-	p.MsgRateIn += st.MsgRateIn
-	p.MsgRateOut += st.MsgRateOut
-	p.MsgThroughputIn += st.MsgThroughputIn
-	p.MsgThroughputOut += st.MsgThroughputOut
-	p.MsgInCounter += st.MsgInCounter
-	p.BytesInCounter += st.BytesInCounter
-	p.MsgOutCounter += st.MsgOutCounter
-	p.BytesOutCounter += st.BytesOutCounter
+	p.Traffic.add(st.Traffic)
 	p.StorageSize += st.StorageSize
 	p.BacklogSize += st.BacklogSize
-	if p.MsgRateIn > 0 {
-		p.AverageMsgSize = p.MsgThroughputIn / p.MsgRateIn
-	}
-	// A producer of a partitioned topic has one producer per partition,
-	// all with its name: listed once.
 	for _, ps := range st.Publishers {
-		found := false
-		for i := range p.Publishers {
-			if p.Publishers[i].ProducerName == ps.ProducerName {
-				q := &p.Publishers[i]
-				q.MsgRateIn += ps.MsgRateIn
-				q.MsgThroughputIn += ps.MsgThroughputIn
-				if q.MsgRateIn > 0 {
-					q.AverageMsgSize = q.MsgThroughputIn / q.MsgRateIn
-				}
-				found = true
-			}
-		}
-		if !found {
-			p.Publishers = append(p.Publishers, ps)
-		}
+		p.Publishers = mergeByName(p.Publishers, ps, publisherName, (*PublisherStats).addPublisher)
 	}
 	for sub, ss := range st.Subscriptions {
 		agg, ok := p.Subscriptions[sub]
@@ -303,19 +314,11 @@ func (p *PartitionedTopicStats) add(name string, st TopicStats, perPartition boo
 // connection). msgDropCounter is Meridian's: the drops since the topic
 // was loaded, as the other counters count.
 type NonPersistentTopicStats struct {
-	MsgRateIn        float64                                   `json:"msgRateIn"`
-	MsgRateOut       float64                                   `json:"msgRateOut"`
-	MsgThroughputIn  float64                                   `json:"msgThroughputIn"`
-	MsgThroughputOut float64                                   `json:"msgThroughputOut"`
-	AverageMsgSize   float64                                   `json:"averageMsgSize"`
-	MsgInCounter     int64                                     `json:"msgInCounter"`
-	BytesInCounter   int64                                     `json:"bytesInCounter"`
-	MsgOutCounter    int64                                     `json:"msgOutCounter"`
-	BytesOutCounter  int64                                     `json:"bytesOutCounter"`
-	MsgDropRate      float64                                   `json:"msgDropRate"`
-	MsgDropCounter   int64                                     `json:"msgDropCounter"`
-	Publishers       []NonPersistentPublisherStats             `json:"publishers"`
-	Subscriptions    map[string]NonPersistentSubscriptionStats `json:"subscriptions"`
+	Traffic
+	MsgDropRate    float64                                   `json:"msgDropRate"`
+	MsgDropCounter int64                                     `json:"msgDropCounter"`
+	Publishers     []NonPersistentPublisherStats             `json:"publishers"`
+	Subscriptions  map[string]NonPersistentSubscriptionStats `json:"subscriptions"`
 	// Replication: the best-effort sender to each remote region, once
 	// the first message was offered to it.
 	Replication map[string]NonPersistentReplicatorStats `json:"replication"`
@@ -338,32 +341,16 @@ type NonPersistentPartitionedTopicStats struct {
 
 // add folds one partition's stats into the sum.
 func (p *NonPersistentPartitionedTopicStats) add(name string, st NonPersistentTopicStats, perPartition bool) {
-	p.MsgRateIn += st.MsgRateIn
-	p.MsgRateOut += st.MsgRateOut
-	p.MsgThroughputIn += st.MsgThroughputIn
-	p.MsgThroughputOut += st.MsgThroughputOut
-	p.MsgInCounter += st.MsgInCounter
-	p.BytesInCounter += st.BytesInCounter
-	p.MsgOutCounter += st.MsgOutCounter
-	p.BytesOutCounter += st.BytesOutCounter
+	p.Traffic.add(st.Traffic)
 	p.MsgDropRate += st.MsgDropRate
 	p.MsgDropCounter += st.MsgDropCounter
-	if p.MsgRateIn > 0 {
-		p.AverageMsgSize = p.MsgThroughputIn / p.MsgRateIn
-	}
 	for _, ps := range st.Publishers {
-		i := slices.IndexFunc(p.Publishers, func(q NonPersistentPublisherStats) bool { return q.ProducerName == ps.ProducerName })
-		if i < 0 {
-			p.Publishers = append(p.Publishers, ps)
-			continue
-		}
-		q := &p.Publishers[i]
-		q.MsgRateIn += ps.MsgRateIn
-		q.MsgThroughputIn += ps.MsgThroughputIn
-		q.MsgDropRate += ps.MsgDropRate
-		if q.MsgRateIn > 0 {
-			q.AverageMsgSize = q.MsgThroughputIn / q.MsgRateIn
-		}
+		p.Publishers = mergeByName(p.Publishers, ps,
+			func(q *NonPersistentPublisherStats) string { return q.ProducerName },
+			func(q *NonPersistentPublisherStats, x NonPersistentPublisherStats) {
+				q.addPublisher(x.PublisherStats)
+				q.MsgDropRate += x.MsgDropRate
+			})
 	}
 	for sub, ss := range st.Subscriptions {
 		agg, ok := p.Subscriptions[sub]

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -214,39 +215,13 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 		if err != nil {
 			return nil, err
 		}
-		n, err := s.cfg.Meta.Partitions(r.Context(), tn)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("%w: Partitioned Topic %s not found", meta.ErrNotFound, tn)
-		}
-		per := r.URL.Query().Get("perPartition") != "false"
 		ps := NonPersistentPartitionedTopicStats{Partitions: map[string]NonPersistentTopicStats{}}
 		ps.Publishers = []NonPersistentPublisherStats{}
 		ps.Subscriptions = map[string]NonPersistentSubscriptionStats{}
 		ps.Replication = map[string]NonPersistentReplicatorStats{}
-		ps.Metadata.Partitions = n
-		for i := 0; i < n; i++ {
-			name := tn.PartitionName(i)
-			st, err := s.cfg.Broker.NonPersistentStats(r.Context(), name)
-			if errors.Is(err, meta.ErrTopicNotFound) {
-				continue // not loaded: nobody produces or consumes it
-			}
-			var no meta.NotOwnerError
-			if errors.As(err, &no) && no.OwnerAdminURL != "" && s.cfg.PeerHTTP != nil {
-				// Another broker has it loaded: its stats are the owner's.
-				err = s.peerStats(r, no.OwnerAdminURL, "/admin/v2/non-persistent/"+strings.TrimPrefix(name.String(), "non-persistent://")+"/stats", &st)
-				if errors.Is(err, errPeerNotFound) {
-					continue
-				}
-				if err != nil {
-					return nil, fmt.Errorf("partition %s, from its owner %s: %w", name, no.OwnerAdminURL, err)
-				}
-			} else if err != nil {
-				return nil, fmt.Errorf("partition %s: %w", name, err)
-			}
-			ps.add(name.String(), st, per)
+		ps.Metadata.Partitions, err = foldPartitions(s, r, tn, s.cfg.Broker.NonPersistentStats, ps.add)
+		if err != nil {
+			return nil, err
 		}
 		return ps, nil
 	})
@@ -339,37 +314,17 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 		if err != nil {
 			return nil, err
 		}
-		n, err := s.cfg.Meta.Partitions(r.Context(), tn)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("%w: Partitioned Topic %s not found", meta.ErrNotFound, tn)
-		}
-		per := r.URL.Query().Get("perPartition") != "false"
 		ps := PartitionedTopicStats{Publishers: []PublisherStats{}, Subscriptions: map[string]SubscriptionStats{},
 			Replication: map[string]ReplicatorStats{}, Partitions: map[string]TopicStats{}}
-		ps.Metadata.Partitions = n
-		for i := 0; i < n; i++ {
-			name := tn.PartitionName(i).String()
-			t, err := s.cfg.Broker.Topic(r.Context(), name, false)
-			if errors.Is(err, meta.ErrTopicNotFound) {
-				continue // registered by its creation, never written: no stats
-			}
-			var no meta.NotOwnerError
-			if errors.As(err, &no) && no.OwnerAdminURL != "" && s.cfg.PeerHTTP != nil {
-				// Another broker owns it: its stats are the owner's.
-				st, err := s.peerTopicStats(r, no.OwnerAdminURL, name)
-				if err != nil {
-					return nil, fmt.Errorf("partition %s, from its owner %s: %w", name, no.OwnerAdminURL, err)
-				}
-				ps.add(name, st, per)
-				continue
-			}
+		ps.Metadata.Partitions, err = foldPartitions(s, r, tn, func(ctx context.Context, name meta.TopicName) (TopicStats, error) {
+			t, err := s.cfg.Broker.Topic(ctx, name.String(), false)
 			if err != nil {
-				return nil, fmt.Errorf("partition %s: %w", name, err)
+				return TopicStats{}, err
 			}
-			ps.add(name, t.Stats(), per)
+			return t.Stats(), nil
+		}, ps.add)
+		if err != nil {
+			return nil, err
 		}
 		return ps, nil
 	})
@@ -391,13 +346,44 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 	})
 }
 
-// peerTopicStats asks the broker at ownerAdminURL for the stats of topic,
-// which it owns, with the caller's credentials (its Authorization header)
-// and authoritative=true, so that it answers itself or fails.
-func (s *Server) peerTopicStats(r *http.Request, ownerAdminURL, topic string) (TopicStats, error) {
-	var st TopicStats
-	err := s.peerStats(r, ownerAdminURL, "/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/stats", &st)
-	return st, err
+// foldPartitions folds the stats of each partition of the partitioned
+// topic tn into add (perPartition, unless the request says false) and
+// returns the number of partitions. A partition this broker serves is
+// read with local; one another broker serves (meta.NotOwnerError), from
+// its owner with the caller's credentials; one loaded nowhere
+// (meta.ErrTopicNotFound here, or errPeerNotFound from its owner) adds
+// nothing.
+func foldPartitions[S any](s *Server, r *http.Request, tn meta.TopicName, local func(context.Context, meta.TopicName) (S, error), add func(name string, st S, perPartition bool)) (int, error) {
+	n, err := s.cfg.Meta.Partitions(r.Context(), tn)
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("%w: Partitioned Topic %s not found", meta.ErrNotFound, tn)
+	}
+	per := r.URL.Query().Get("perPartition") != "false"
+	for i := 0; i < n; i++ {
+		name := tn.PartitionName(i)
+		st, err := local(r.Context(), name)
+		if errors.Is(err, meta.ErrTopicNotFound) {
+			continue // not loaded: registered, never written, or nobody produces or consumes it
+		}
+		var no meta.NotOwnerError
+		if errors.As(err, &no) && no.OwnerAdminURL != "" && s.cfg.PeerHTTP != nil {
+			path := "/admin/v2/" + name.Domain + "/" + strings.TrimPrefix(name.String(), name.Domain+"://") + "/stats"
+			err = s.peerStats(r, no.OwnerAdminURL, path, &st)
+			if errors.Is(err, errPeerNotFound) {
+				continue
+			}
+			if err != nil {
+				return 0, fmt.Errorf("partition %s, from its owner %s: %w", name, no.OwnerAdminURL, err)
+			}
+		} else if err != nil {
+			return 0, fmt.Errorf("partition %s: %w", name, err)
+		}
+		add(name.String(), st, per)
+	}
+	return n, nil
 }
 
 // errPeerNotFound: the peer answered 404 (for a non-persistent topic: it
