@@ -353,7 +353,8 @@ func (rs *replSender) send(batches []replicator.Batch) {
 		now := rs.clock.Now()
 		rs.t.svc.metrics.Sent.Add(float64(len(b.Entries)))
 		rs.t.svc.observeSent(b, now)
-		rs.out.Add(now, int64(len(b.Entries)), int64(b.Bytes()))
+		n, size := replicatedSize(b.Entries)
+		rs.out.Add(now, n, size)
 	}
 }
 

@@ -445,7 +445,15 @@ func TestSyncReceiptsWakeAtTheTimeout(t *testing.T) {
 func TestSenderStatusRateOut(t *testing.T) {
 	e := newShellEnv(t)
 	l, st := &memLog{}, newMemStream()
-	l.add(4, 100)
+	l.add(6, 100)
+	// Two of them are not for west (replicate_to): they go as Skip
+	// placeholders, which carry no message and count in no rate, as the
+	// applier's msgRateIn does not count them either.
+	l.mu.Lock()
+	for i := 1; i < 6; i += 3 {
+		l.entries[i].ReplicateTo = []string{"south"}
+	}
+	l.mu.Unlock()
 	top := e.topic(activeActive)
 	rs := e.sender(t, top, testShellConfig(), l, st)
 	r := top.replState() // as syncReplication registers a sender it starts
@@ -455,8 +463,14 @@ func TestSenderStatusRateOut(t *testing.T) {
 	go rs.run()
 	e.sleep(t)
 	b := st.last()
-	if len(b.Entries) != 4 {
-		t.Fatalf("sent %d entries, want 4", len(b.Entries))
+	skips := 0
+	for _, en := range b.Entries {
+		if en.Skip {
+			skips++
+		}
+	}
+	if len(b.Entries) != 6 || skips != 2 {
+		t.Fatalf("sent %d entries, %d of them placeholders, want 6 and 2", len(b.Entries), skips)
 	}
 	sts := top.Status()
 	if len(sts) != 1 || sts[0].Remote != "west" {

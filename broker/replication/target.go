@@ -188,7 +188,7 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
 			return
 		}
 		t.svc.metrics.Applied.Add(float64(len(w.Entries)))
-		n, size := appendedSize(w.Entries)
+		n, size := replicatedSize(w.Entries)
 		slot.in.Add(t.svc.clock.Now(), n, size)
 		t.recordOrphans(rec, w.Entries, orphans, quarantine, qpos)
 		r.Done(append(out, ack), nil)
@@ -196,10 +196,12 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
 	return nil
 }
 
-// appendedSize counts the entries of es this topic appended (a Skip
-// entry, or an orphan kept aside in quarantine, appends nothing) and
-// their bytes.
-func appendedSize(es []replicator.Entry) (entries, bytes int64) {
+// replicatedSize counts the entries of es that carry a message, and
+// their bytes: what a sender's msgRateOut and an applier's msgRateIn
+// count. A Skip entry (a replicate_to placeholder, or an orphan kept
+// aside in quarantine) carries none: the sender sends only its sequence,
+// the applier appends nothing.
+func replicatedSize(es []replicator.Entry) (entries, bytes int64) {
 	for i := range es {
 		if !es[i].Skip {
 			entries++
