@@ -101,3 +101,32 @@ func TestLoadPlanGivesOldBookiesAMetricsPort(t *testing.T) {
 		seen[a] = true
 	}
 }
+
+// Issue 30: a TLS deployment's bookies and etcd members (region, global
+// and witness) start with --require-client-auth, so that one whose TLS
+// settings went missing refuses to start instead of serving its port to
+// any caller; a plaintext deployment's do not (they would refuse to
+// start).
+func TestTLSPlanRequiresClientAuthOnBookiesAndEtcd(t *testing.T) {
+	for _, tls := range []bool{true, false} {
+		plan, err := up.NewPlan(up.Options{DataDir: t.TempDir(), TLS: tls})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, ps := range plan.Procs {
+			role := ps.Args[0]
+			has := slices.Contains(ps.Args, "--require-client-auth")
+			want := tls && (role == "bookie" || role == "etcd")
+			if has != want {
+				t.Errorf("TLS %v: %s (%s): --require-client-auth %v, want %v", tls, ps.Name, role, has, want)
+			}
+			if want {
+				n++
+			}
+		}
+		if tls && n < 8 {
+			t.Errorf("TLS plan: only %d bookies and etcd members require client auth", n)
+		}
+	}
+}

@@ -235,7 +235,14 @@ func NewPlan(o Options) (*Plan, error) {
 	}
 	if o.TLS {
 		for i := range p.Procs {
-			p.Procs[i].Args = append(p.Procs[i].Args, tlsArgs(o.DataDir, p.Procs[i].Name)...)
+			ps := &p.Procs[i]
+			ps.Args = append(ps.Args, tlsArgs(o.DataDir, ps.Name)...)
+			if ps.Args[0] == "bookie" || ps.Args[0] == "etcd" {
+				// Mutual TLS is what they authenticate callers with: a
+				// bookie or an etcd member of a TLS deployment refuses to
+				// start rather than serve an unauthenticated port.
+				ps.Args = append(ps.Args, "--require-client-auth")
+			}
 		}
 	}
 	c, err := freePort(o.Host)
