@@ -86,6 +86,15 @@ type Config struct {
 	// whose bookies share one process and machine, uses 16 MiB).
 	MemTableSizeBytes int `yaml:"mem_table_size_bytes"`
 
+	// GCInterval is how often the bookie collects garbage (gc.go): it
+	// deletes from its index the ledgers that cluster metadata no longer
+	// has (topic deletion, retention) and removes the entry log files left
+	// with no live entry (BookKeeper's gcWaitTime; 15 min as in OMB's
+	// config). A negative value turns collection off: nothing on this
+	// bookie's disk is ever freed. Without a Registry that lists ledgers
+	// (LedgerLister) the bookie collects nothing. Default: 15m.
+	GCInterval time.Duration `yaml:"gc_interval"`
+
 	// MaxInflightPerStream bounds the adds of one AddEntries stream that
 	// are received but not yet answered; the stream stops reading (gRPC flow
 	// control pushes back on the client) until responses are sent.
@@ -125,6 +134,7 @@ const (
 	DefaultZeroAheadBytes       = 8 << 20
 	DefaultMaxInflightPerStream = 1024
 	DefaultShutdownTimeout      = 5 * time.Second
+	DefaultGCInterval           = 15 * time.Minute
 )
 
 // DefaultConfig returns a Config with every default filled in except the
@@ -140,6 +150,7 @@ func DefaultConfig() Config {
 		MemTableSizeBytes:    DefaultMemTableSizeBytes,
 		MaxInflightPerStream: DefaultMaxInflightPerStream,
 		ShutdownTimeout:      DefaultShutdownTimeout,
+		GCInterval:           DefaultGCInterval,
 	}
 }
 
@@ -176,6 +187,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = d.ShutdownTimeout
+	}
+	if c.GCInterval == 0 {
+		c.GCInterval = d.GCInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

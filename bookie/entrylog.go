@@ -603,6 +603,9 @@ func (s *Store) openEntryLog() error {
 	if err := flush(); err != nil {
 		return fmt.Errorf("bookie: replay entry log: %w", err)
 	}
+	if err := s.loadUsage(); err != nil {
+		return err
+	}
 	next := cp.file
 	if len(ids) > 0 {
 		next = max(next, ids[len(ids)-1])
