@@ -604,7 +604,11 @@ func (s *Store) openEntryLog() error {
 		return fmt.Errorf("bookie: replay entry log: %w", err)
 	}
 	if err := s.loadUsage(); err != nil {
-		return err
+		// A damaged index serves what it can (its damaged entries read as
+		// CORRUPT); only garbage collection, which must know every file
+		// the index points to, stays off until a restart reads it whole.
+		s.usageErr = err
+		s.log.Error("bookie: the index could not be read whole at open; garbage collection is off until restart", "dir", s.dir, "err", err)
 	}
 	next := cp.file
 	if len(ids) > 0 {

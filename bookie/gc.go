@@ -307,6 +307,9 @@ func (s *Store) collect(o *op) {
 }
 
 func (s *Store) collectLocked(c *collectOp) error {
+	if s.usageErr != nil {
+		return fmt.Errorf("bookie: gc: the index was not read whole at open (%v); nothing is collected until a restart reads it", s.usageErr)
+	}
 	// The index is synced up to the log's end first: the next open replays
 	// only frames written after this point, so no replay brings back an
 	// entry deleted below, and every file before it is in the index whole.

@@ -209,6 +209,9 @@ type Store struct {
 	// An entry replaced by a recovery add stays counted in its old file,
 	// which keeps that file until the ledger is deleted: never too little.
 	usage map[uint32]map[int64]int64
+	// usageErr: building usage at open failed (a damaged index); garbage
+	// collection refuses to run (set before the committer starts).
+	usageErr error
 }
 
 type opKind uint8
