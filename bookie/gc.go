@@ -87,7 +87,7 @@ type GCResult struct {
 // errGCNoMetadata: the bookie has no LedgerLister to compare with.
 var errGCNoMetadata = errors.New("bookie: gc: no cluster metadata to compare with (the registry does not list ledgers)")
 
-// Test hooks: gcHookListed runs after a pass's first metadata listing;
+// Test hooks: gcHookListed runs after a pass's metadata listings;
 // gcHookAfterIndex after its index deletions are synced and before any
 // file is unlinked.
 var gcHookListed, gcHookAfterIndex func()
@@ -143,7 +143,7 @@ func collectGarbage(ctx context.Context, st *Store, reg Registry, lister LedgerL
 	var gone []int64
 	if len(held) > 0 {
 		inMeta := make(map[int64]bool)
-		for i := range 2 {
+		for range 2 {
 			ids, err := lister.ListLedgers(ctx)
 			if err != nil {
 				return res, fmt.Errorf("bookie: gc: list ledgers in metadata: %w", err)
@@ -151,9 +151,9 @@ func collectGarbage(ctx context.Context, st *Store, reg Registry, lister LedgerL
 			for _, id := range ids {
 				inMeta[id] = true
 			}
-			if i == 0 && gcHookListed != nil {
-				gcHookListed()
-			}
+		}
+		if gcHookListed != nil {
+			gcHookListed()
 		}
 		if err := checkGCIdentity(ctx, reg, cookie); err != nil {
 			return res, err

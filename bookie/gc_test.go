@@ -406,8 +406,9 @@ func TestGCReclaimsDeletedLedgers(t *testing.T) {
 	checkStored(t, st, live2, n)
 }
 
-// A ledger created while a pass runs (after it listed metadata) is kept,
-// whole: only ledgers the bookie held before the listing are candidates.
+// A ledger created while a pass runs (after it listed metadata, before it
+// deletes) is kept, whole: only ledgers the bookie held before the listing
+// are candidates.
 func TestGCKeepsLedgerCreatedDuringPass(t *testing.T) {
 	r := newGCRig(t)
 	const n = 30
