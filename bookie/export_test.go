@@ -28,7 +28,12 @@ func SetGCHooks(listed, afterIndex func()) (restore func()) {
 
 // CollectGarbageWith runs a GC pass on st against reg and lister.
 func CollectGarbageWith(ctx context.Context, st *Store, reg Registry, lister LedgerLister, cookie *metapb.Cookie) (GCResult, error) {
-	return collectGarbage(ctx, st, reg, lister, cookie, discardLogger())
+	return collectGarbage(ctx, st, reg, lister, cookie, 0, discardLogger())
+}
+
+// CompactWith is CollectGarbageWith compacting files below threshold.
+func CompactWith(ctx context.Context, st *Store, reg Registry, lister LedgerLister, cookie *metapb.Cookie, threshold float64) (GCResult, error) {
+	return collectGarbage(ctx, st, reg, lister, cookie, threshold, discardLogger())
 }
 
 // FileLedgers returns, per entry log file, the ledgers the index points

@@ -80,6 +80,11 @@ type GCResult struct {
 	// and their size.
 	FilesRemoved   int
 	BytesReclaimed int64
+	// FilesCompacted counts the files below the compaction threshold
+	// whose live entries were written again (and which were then
+	// removed: counted in FilesRemoved too); BytesRewritten their size.
+	FilesCompacted int
+	BytesRewritten int64
 	// Duration is the pass's duration.
 	Duration time.Duration
 }
@@ -101,7 +106,7 @@ func (s *Server) CollectGarbage(ctx context.Context) (GCResult, error) {
 	}
 	s.gcMu.Lock()
 	defer s.gcMu.Unlock()
-	res, err := collectGarbage(ctx, s.store, s.reg, lister, s.cookie, s.log)
+	res, err := collectGarbage(ctx, s.store, s.reg, lister, s.cookie, s.cfg.CompactionThreshold, s.log)
 	s.m.onGC(res, err)
 	return res, err
 }
@@ -125,14 +130,16 @@ func (s *Server) gcLoop() {
 			s.log.Warn("bookie: garbage collection pass failed; nothing more deleted, retrying at the next interval", "err", err, "interval", s.cfg.GCInterval)
 		case res.LedgersDeleted > 0 || res.FilesRemoved > 0:
 			s.log.Info("bookie: garbage collection", "ledgers_held", res.Held, "ledgers_deleted", res.LedgersDeleted,
-				"files_removed", res.FilesRemoved, "bytes_reclaimed", res.BytesReclaimed, "took", res.Duration)
+				"files_removed", res.FilesRemoved, "bytes_reclaimed", res.BytesReclaimed,
+				"files_compacted", res.FilesCompacted, "bytes_rewritten", res.BytesRewritten, "took", res.Duration)
 		}
 	}
 }
 
 // collectGarbage is one pass (see the comment at the top of this file).
-// cookie is the identity the bookie runs with.
-func collectGarbage(ctx context.Context, st *Store, reg Registry, lister LedgerLister, cookie *metapb.Cookie, log *slog.Logger) (GCResult, error) {
+// cookie is the identity the bookie runs with; files below compactBelow
+// of live bytes are compacted (compact.go; <= 0: none).
+func collectGarbage(ctx context.Context, st *Store, reg Registry, lister LedgerLister, cookie *metapb.Cookie, compactBelow float64, log *slog.Logger) (GCResult, error) {
 	start := time.Now()
 	var res GCResult
 	held, err := st.heldLedgers()
@@ -164,7 +171,7 @@ func collectGarbage(ctx context.Context, st *Store, reg Registry, lister LedgerL
 			}
 		}
 	}
-	c, err := st.collectIndex(gone)
+	c, err := st.submitCollect(&collectOp{ledgers: gone, compactBelow: compactBelow})
 	if err != nil {
 		return res, fmt.Errorf("bookie: gc: delete ledgers from the index: %w", err)
 	}
@@ -176,6 +183,17 @@ func collectGarbage(ctx context.Context, st *Store, reg Registry, lister LedgerL
 		gcHookAfterIndex()
 	}
 	res.FilesRemoved, res.BytesReclaimed, err = st.removeLogFiles(c.files)
+	if err == nil && len(c.compact) > 0 {
+		var files int
+		var freed int64
+		files, freed, res.BytesRewritten, err = st.compact(c.compact)
+		res.FilesCompacted = len(c.compact)
+		res.FilesRemoved += files
+		res.BytesReclaimed += freed
+		if err != nil {
+			err = fmt.Errorf("bookie: gc: %w", err)
+		}
+	}
 	res.Duration = time.Since(start)
 	return res, err
 }
@@ -272,23 +290,29 @@ func (s *Store) addUsage(file uint32, ledger, n int64) {
 	m[ledger] += n
 }
 
-// collectOp is an opCollect's request and result.
+// collectOp is an opCollect's request and result: a collection
+// (ledgers, compactBelow), or compaction's moves or dropFile.
 type collectOp struct {
-	ledgers []int64 // to delete
+	ledgers      []int64 // to delete
+	compactBelow float64 // also return the files to compact
+	moves        []move  // compaction: entries to write again
+	dropFile     uint32  // compaction: the file no index entry points into any more
 	// Results.
 	deleted    int
 	deletedIDs []int64
 	files      []uint32 // entry log files no index entry points into any more
+	compact    []compactCandidate
 }
 
 // collectIndex deletes ledgers from the index (through the committer, so
 // it is ordered with adds and fences) and returns the log files left
 // without any entry.
 func (s *Store) collectIndex(ledgers []int64) (*collectOp, error) {
-	c := &collectOp{ledgers: ledgers}
-	ch := make(chan error, 1)
-	s.submit(&op{kind: opCollect, gc: c, done: func(_ FenceResult, err error) { ch <- err }})
-	if err := <-ch; err != nil {
+	return s.submitCollect(&collectOp{ledgers: ledgers})
+}
+
+func (s *Store) submitCollect(c *collectOp) (*collectOp, error) {
+	if err := s.submitGC(c); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -303,7 +327,17 @@ func (s *Store) collect(o *op) {
 		o.done(FenceResult{}, fmt.Errorf("%w: a commit failed, restart required: %v", ErrReadOnly, failErr))
 		return
 	}
-	o.done(FenceResult{}, s.collectLocked(o.gc))
+	c := o.gc
+	var err error
+	switch {
+	case c.moves != nil:
+		err = s.moveLocked(c.moves)
+	case c.dropFile != 0:
+		delete(s.usage, c.dropFile)
+	default:
+		err = s.collectLocked(c)
+	}
+	o.done(FenceResult{}, err)
 }
 
 func (s *Store) collectLocked(c *collectOp) error {
@@ -374,7 +408,8 @@ func (s *Store) collectLocked(c *collectOp) error {
 		delete(s.usage, id)
 		c.files = append(c.files, id)
 	}
-	return nil
+	c.compact, err = s.compactCandidates(c.compactBelow)
+	return err
 }
 
 // removeLogFiles unlinks entry log files no index entry points into. Reads

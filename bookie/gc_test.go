@@ -66,7 +66,8 @@ func newGCRig(t *testing.T, mutate ...func(*bookie.Config)) *gcRig {
 	cfg.DataDir = r.dir
 	cfg.MemTableSizeBytes = 4 << 20
 	cfg.ShutdownTimeout = 2 * time.Second
-	cfg.GCInterval = -1 // passes run when the test says
+	cfg.GCInterval = -1          // passes run when the test says
+	cfg.CompactionThreshold = -1 // whole files only, unless a test says
 	cfg.Logger = gcLogger()
 	for _, m := range mutate {
 		m(&cfg)
@@ -613,4 +614,74 @@ func TestGCLoopRunsEveryInterval(t *testing.T) {
 	if got := metricValue(t, r.srv, "meridian_bookie_gc_deleted_ledgers_total"); got != 1 {
 		t.Errorf("meridian_bookie_gc_deleted_ledgers_total = %v, want 1", got)
 	}
+}
+
+// Compaction: files whose live entries fill less than the threshold have
+// them written again at the end of the log and are removed; the live
+// ledger reads back byte for byte, before and after a restart.
+func TestGCCompactsPartlyLiveFiles(t *testing.T) {
+	r := newGCRig(t, func(c *bookie.Config) { c.CompactionThreshold = 0.2 })
+	const live, per = 8, 10 // one live entry in ten
+	wLive, wDel := r.create(), r.create()
+	for range live {
+		r.append(wLive, 1)
+		r.append(wDel, per-1)
+	}
+	for _, w := range []*ledger.Writer{wLive, wDel} {
+		if err := w.Close(r.ctx()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := r.write(20) // a live ledger of whole files: left alone
+	r.delete(wDel.ID())
+	st := r.srv.Store()
+	fl, err := bookie.FileLedgers(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := bookie.CurrentLogFile(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sparse []string // files holding wLive and wDel only, not current
+	for f, ls := range fl {
+		if f != cur && ls[wLive.ID()] && !ls[full] {
+			sparse = append(sparse, filepath.Base(bookie.EntryLogPath(st, f)))
+		}
+	}
+	if len(sparse) < 3 {
+		t.Fatalf("want at least 3 sparse files, got %v", sparse)
+	}
+	res, err := r.srv.CollectGarbage(r.ctx())
+	if err != nil {
+		t.Fatalf("pass: %+v, %v", res, err)
+	}
+	t.Logf("pass: %+v; sparse files %v", res, sparse)
+	after := logFiles(t, st)
+	for _, f := range sparse {
+		if _, ok := after[f]; ok {
+			t.Errorf("sparse file %s (10%% live) is still on disk", f)
+		}
+	}
+	if res.FilesCompacted < len(sparse) || res.BytesRewritten <= 0 {
+		t.Errorf("compacted %d files (%d bytes), want at least %d", res.FilesCompacted, res.BytesRewritten, len(sparse))
+	}
+	if got := metricValue(t, r.srv, "meridian_bookie_gc_compacted_files_total"); got != float64(res.FilesCompacted) {
+		t.Errorf("meridian_bookie_gc_compacted_files_total = %v, want %d", got, res.FilesCompacted)
+	}
+	r.readAll(wLive.ID(), live)
+	r.readAll(full, 20)
+	checkCollected(t, st, wDel.ID(), live*(per-1))
+	if err := r.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.start()
+	st = r.srv.Store()
+	checkStored(t, st, wLive.ID(), live)
+	checkStored(t, st, full, 20)
+	if res, err := r.srv.CollectGarbage(r.ctx()); err != nil {
+		t.Fatalf("pass after restart: %+v, %v", res, err)
+	}
+	checkStored(t, st, wLive.ID(), live)
+	checkStored(t, st, full, 20)
 }

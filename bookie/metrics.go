@@ -33,6 +33,8 @@ type metrics struct {
 	gcLedgers       prometheus.Counter
 	gcFiles         prometheus.Counter
 	gcBytes         prometheus.Counter
+	gcCompacted     prometheus.Counter
+	gcRewritten     prometheus.Counter
 	gcLastPass      prometheus.Gauge
 	gcLastPassStamp prometheus.Gauge
 }
@@ -93,6 +95,12 @@ func newMetrics(region, rack, bookieID string) *metrics {
 		gcBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_bookie_gc_reclaimed_bytes_total", Help: "Bytes of the entry log files removed by garbage collection.", ConstLabels: labels,
 		}),
+		gcCompacted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_bookie_gc_compacted_files_total", Help: "Entry log files below the compaction threshold whose live entries were written again (the files are then removed).", ConstLabels: labels,
+		}),
+		gcRewritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_bookie_gc_rewritten_bytes_total", Help: "Bytes of live entries compaction wrote again.", ConstLabels: labels,
+		}),
 		gcLastPass: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_bookie_gc_last_pass_seconds", Help: "Duration of the last garbage collection pass that completed.", ConstLabels: labels,
 		}),
@@ -100,7 +108,7 @@ func newMetrics(region, rack, bookieID string) *metrics {
 			Name: "meridian_bookie_gc_last_success_timestamp_seconds", Help: "Unix time of the last garbage collection pass that completed (0: none yet).", ConstLabels: labels,
 		}),
 	}
-	m.reg.MustRegister(m.gcPasses, m.gcLedgers, m.gcFiles, m.gcBytes, m.gcLastPass, m.gcLastPassStamp)
+	m.reg.MustRegister(m.gcPasses, m.gcLedgers, m.gcFiles, m.gcBytes, m.gcCompacted, m.gcRewritten, m.gcLastPass, m.gcLastPassStamp)
 	m.gcPasses.WithLabelValues("ok")
 	m.gcPasses.WithLabelValues("failed")
 	m.reg.MustRegister(m.adds, m.addLatency, m.groupCommits, m.commitFailures, m.commitEntries,
@@ -136,6 +144,8 @@ func (m *metrics) onGC(r GCResult, err error) {
 	m.gcLedgers.Add(float64(r.LedgersDeleted))
 	m.gcFiles.Add(float64(r.FilesRemoved))
 	m.gcBytes.Add(float64(r.BytesReclaimed))
+	m.gcCompacted.Add(float64(r.FilesCompacted))
+	m.gcRewritten.Add(float64(r.BytesRewritten))
 	if err != nil {
 		m.gcPasses.WithLabelValues("failed").Inc()
 		return

@@ -42,6 +42,7 @@ func newBookieCmd() *cobra.Command {
 		f.IntVar(&bc.MemTableSizeBytes, "mem-table-size-bytes", bookie.DefaultMemTableSizeBytes, "Pebble memtable size in bytes")
 		f.IntVar(&bc.MaxInflightPerStream, "max-inflight-per-stream", bookie.DefaultMaxInflightPerStream, "adds of one stream received and not yet answered, at most")
 		f.DurationVar(&bc.GCInterval, "gc-interval", bookie.DefaultGCInterval, "how often the bookie deletes the ledgers cluster metadata no longer has and removes entry log files left with no live entry (BookKeeper's gcWaitTime; negative: never, the disk is never freed)")
+		f.Float64Var(&bc.CompactionThreshold, "compaction-threshold", bookie.DefaultCompactionThreshold, "after each garbage collection, entry log files with less than this fraction live are rewritten and removed (BookKeeper's minorCompactionThreshold; negative: off)")
 		f.DurationVar(&bc.ShutdownTimeout, "shutdown-timeout", bookie.DefaultShutdownTimeout, "how long a stopping bookie waits for open calls before cutting them")
 		f.BoolVar(&requireAuth, "require-client-auth", false, "refuse to start unless the gRPC port authenticates its callers: mutual TLS (--tls-cert-file, --tls-key-file, --tls-trust-certs-file); without TLS a bookie serves any caller's adds, reads and fencing")
 		f.BoolVar(&powerLoss, "simulate-power-loss", false, "drills and tests only: keep every write not yet fsynced in memory (bookie.PowerLossFS), so a kill -9 of this bookie loses what a power loss would")
@@ -106,6 +107,16 @@ var bookieRules = map[string]config.Rule{
 	"bookie.max_inflight_per_stream": config.IntMin(1, "adds"),
 	"bookie.shutdown_timeout":        config.Positive,
 	"bookie.gc_interval":             config.AnyDuration,
+	"bookie.compaction_threshold": func(v string) error {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return err
+		}
+		if x >= 1 {
+			return errors.New("want a fraction below 1 (negative: off)")
+		}
+		return nil
+	},
 }
 
 // The bookie follows its decommission record (read-only, then removed).
