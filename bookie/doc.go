@@ -87,11 +87,13 @@
 // built from the index at open); a file with no ledger left, before the
 // checkpoint and not the one being written, is unlinked — after the index
 // deletions are synced, so a crash in between leaves only a file nothing
-// points to, removed by the next pass. Space comes back as whole files:
-// a file holding one live entry is kept whole (no compaction yet), so a
-// bookie's disk must hold the live data of its ledgers plus the files
-// still shared with live ledgers (at most one file's worth, 256 MiB, per
-// long-lived ledger). In a multi-region deployment the bookie must be
+// points to, removed by the next pass. A file whose live entries fill
+// less than Config.CompactionThreshold (0.2, BookKeeper's minor
+// compaction) has them written again at the end of the log (each index
+// entry moved only if it still points where it was read) and is then
+// removed the same way (compact.go). So a bookie's disk holds its live
+// data plus up to a fifth of dead data per file still in use (more with
+// compaction off). In a multi-region deployment the bookie must be
 // given the global store (--global-etcd): stretched ledgers' metadata is
 // there, not in the region's etcd. See gc.go.
 //

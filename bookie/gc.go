@@ -54,9 +54,8 @@ import (
 //     being written, and when it lies before the checkpoint (the open
 //     replays nothing from it).
 //
-// A file holding some live entries is kept whole (compaction of partly
-// live files is a later step), so space comes back as whole files: a file
-// goes once every ledger with an entry in it is deleted.
+// A file holding some live entries is kept until compaction (compact.go)
+// rewrites them, when they fill less than Config.CompactionThreshold of it.
 
 // LedgerLister is an optional extension of Registry
 // (cluster.BookieRegistry implements it): the ledgers that exist in cluster
