@@ -62,6 +62,9 @@ func (s *Store) compact(cands []compactCandidate) (files int, freed, moved int64
 		}
 		moved += n
 	}
+	if gcHookCompacted != nil {
+		gcHookCompacted()
+	}
 	// The files left without entries go as garbage collection's do.
 	co, err := s.collectIndex(nil)
 	if err != nil {

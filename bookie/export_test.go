@@ -26,6 +26,14 @@ func SetGCHooks(listed, afterIndex func()) (restore func()) {
 	return func() { gcHookListed, gcHookAfterIndex = ol, oa }
 }
 
+// SetCompactedHook sets the hook run after compaction's moves until
+// restore.
+func SetCompactedHook(f func()) (restore func()) {
+	old := gcHookCompacted
+	gcHookCompacted = f
+	return func() { gcHookCompacted = old }
+}
+
 // CollectGarbageWith runs a GC pass on st against reg and lister.
 func CollectGarbageWith(ctx context.Context, st *Store, reg Registry, lister LedgerLister, cookie *metapb.Cookie) (GCResult, error) {
 	return collectGarbage(ctx, st, reg, lister, cookie, 0, discardLogger())

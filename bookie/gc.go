@@ -93,8 +93,9 @@ var errGCNoMetadata = errors.New("bookie: gc: no cluster metadata to compare wit
 
 // Test hooks: gcHookListed runs after a pass's metadata listings;
 // gcHookAfterIndex after its index deletions are synced and before any
-// file is unlinked.
-var gcHookListed, gcHookAfterIndex func()
+// file is unlinked; gcHookCompacted after compaction moved the live
+// entries and before the compacted files are unlinked.
+var gcHookListed, gcHookAfterIndex, gcHookCompacted func()
 
 // CollectGarbage runs one garbage collection pass now (the GC loop runs
 // one every Config.GCInterval). Passes do not overlap.

@@ -515,7 +515,7 @@ func TestGCFailedListingDeletesNothing(t *testing.T) {
 // removes the files left behind.
 func TestGCCrashBetweenIndexDeleteAndUnlink(t *testing.T) {
 	if dir := os.Getenv("MERIDIAN_GC_CRASH_DIR"); dir != "" {
-		gcCrashChild(t, dir, os.Getenv("MERIDIAN_GC_CRASH_ETCD"))
+		gcCrashChild(t, dir, os.Getenv("MERIDIAN_GC_CRASH_ETCD"), false)
 		return
 	}
 	r := newGCRig(t, func(c *bookie.Config) { *c = c.SimulatePowerLoss() })
@@ -530,13 +530,7 @@ func TestGCCrashBetweenIndexDeleteAndUnlink(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestGCCrashBetweenIndexDeleteAndUnlink$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "MERIDIAN_GC_CRASH_DIR="+r.dir, "MERIDIAN_GC_CRASH_ETCD="+r.url)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("the child was to be killed in the pass: %v\n%s", err, out)
-	}
+	runCrashChild(t, "TestGCCrashBetweenIndexDeleteAndUnlink", r)
 	onDisk := map[string]bool{}
 	ents, err := os.ReadDir(filepath.Join(r.dir, "entrylog"))
 	if err != nil {
@@ -586,17 +580,118 @@ func TestGCCrashBetweenIndexDeleteAndUnlink(t *testing.T) {
 	checkStored(t, st, live, n)
 }
 
-// gcCrashChild runs a pass on the data dir and is killed by the hook.
-func gcCrashChild(t *testing.T, dir, url string) {
+// runCrashChild runs test in a child process on the rig's data dir, where
+// it is killed (-9) in its pass.
+func runCrashChild(t *testing.T, test string, r *gcRig) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "MERIDIAN_GC_CRASH_DIR="+r.dir, "MERIDIAN_GC_CRASH_ETCD="+r.url)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the child was to be killed in the pass: %v\n%s", err, out)
+	}
+}
+
+// gcCrashChild runs a pass on the data dir and is killed by the hook:
+// after the index deletions, or (compact) after compaction's moves.
+func gcCrashChild(t *testing.T, dir, url string, compact bool) {
+	t.Cleanup(bookie.SetEntryLogFileBytes(gcLogFileBytes))
 	st, err := bookie.OpenStore(dir, bookie.StoreOptions{FS: bookie.NewPowerLossStoreFS(), Logger: gcLogger(), MemTableSizeBytes: 4 << 20})
 	if err != nil {
 		t.Fatalf("child: open: %v", err)
 	}
 	reg := cluster.NewBookieRegistry(testutil.Store(t, url, gcPrefix), 0)
 	cookie, _ := st.Cookie()
-	bookie.SetGCHooks(nil, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} })
+	kill := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
+	if compact {
+		bookie.SetCompactedHook(kill)
+		res, err := bookie.CompactWith(context.Background(), st, reg, reg, cookie, 0.2)
+		t.Fatalf("child: the pass returned: %+v, %v", res, err)
+	}
+	bookie.SetGCHooks(nil, kill)
 	res, err := bookie.CollectGarbageWith(context.Background(), st, reg, reg, cookie)
 	t.Fatalf("child: the pass returned: %+v, %v", res, err)
+}
+
+// A bookie killed (-9, losing what was not synced) after compaction wrote
+// the live entries again and before it unlinked the compacted files opens
+// cleanly with every live entry readable, and the next pass removes the
+// files.
+func TestGCCrashDuringCompaction(t *testing.T) {
+	if dir := os.Getenv("MERIDIAN_GC_CRASH_DIR"); dir != "" {
+		gcCrashChild(t, dir, os.Getenv("MERIDIAN_GC_CRASH_ETCD"), true)
+		return
+	}
+	r := newGCRig(t, func(c *bookie.Config) { *c = c.SimulatePowerLoss() })
+	const live, per = 8, 10
+	wLive, wDel := r.create(), r.create()
+	for range live {
+		r.append(wLive, 1)
+		r.append(wDel, per-1)
+	}
+	for _, w := range []*ledger.Writer{wLive, wDel} {
+		if err := w.Close(r.ctx()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.delete(wDel.ID())
+	var sparse []string // every file but the current one: about 10% live
+	fl, err := bookie.FileLedgers(r.srv.Store())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := bookie.CurrentLogFile(r.srv.Store())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, ls := range fl {
+		if f != cur && ls[wLive.ID()] {
+			sparse = append(sparse, filepath.Base(bookie.EntryLogPath(r.srv.Store(), f)))
+		}
+	}
+	if len(sparse) < 3 {
+		t.Fatalf("want at least 3 sparse files, got %v", sparse)
+	}
+	if err := r.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	runCrashChild(t, "TestGCCrashDuringCompaction", r)
+	for _, f := range sparse {
+		if _, err := os.Stat(filepath.Join(r.dir, "entrylog", f)); err != nil {
+			t.Fatalf("file %s was unlinked before the crash; the hook was to run before: %v", f, err)
+		}
+	}
+	open := func() *bookie.Store {
+		t.Helper()
+		st, err := bookie.OpenStore(r.dir, bookie.StoreOptions{FS: bookie.NewPowerLossStoreFS(), Logger: gcLogger(), MemTableSizeBytes: 4 << 20})
+		if err != nil {
+			t.Fatalf("open after the crash: %v", err)
+		}
+		return st
+	}
+	st := open()
+	checkStored(t, st, wLive.ID(), live)
+	checkCollected(t, st, wDel.ID(), live*(per-1))
+	cookie, _ := st.Cookie()
+	reg := cluster.NewBookieRegistry(r.store, 0)
+	res, err := bookie.CompactWith(r.ctx(), st, reg, reg, cookie, 0.2)
+	if err != nil {
+		t.Fatalf("pass after the crash: %+v, %v", res, err)
+	}
+	after := logFiles(t, st)
+	for _, f := range sparse {
+		if _, ok := after[f]; ok {
+			t.Errorf("compacted file %s is still on disk after the pass that followed the crash (%+v)", f, res)
+		}
+	}
+	checkStored(t, st, wLive.ID(), live)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st = open()
+	defer st.Close()
+	checkStored(t, st, wLive.ID(), live)
 }
 
 // The GC loop runs a pass every gc_interval on its own.
