@@ -244,8 +244,13 @@ func (s *Store) moveLocked(ms []move) error {
 // compactCandidates returns the files (before the checkpoint, not the
 // current one) whose live bytes are below threshold of their size
 // (committer).
+//
+// A read-only store (its disk at the usage threshold) compacts nothing:
+// compaction writes before it frees, and a write that fails (ENOSPC)
+// would leave the store failed until restart (BookKeeper suspends
+// compaction on a full disk too). Whole files still go.
 func (s *Store) compactCandidates(threshold float64) ([]compactCandidate, error) {
-	if threshold <= 0 {
+	if threshold <= 0 || s.readOnly.Load() {
 		return nil, nil
 	}
 	var out []compactCandidate

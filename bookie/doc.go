@@ -91,7 +91,9 @@
 // less than Config.CompactionThreshold (0.2, BookKeeper's minor
 // compaction) has them written again at the end of the log (each index
 // entry moved only if it still points where it was read) and is then
-// removed the same way (compact.go). So a bookie's disk holds its live
+// removed the same way (compact.go); a read-only bookie (disk at its
+// threshold) does not compact, as compaction writes before it frees.
+// So a bookie's disk holds its live
 // data plus up to a fifth of dead data per file still in use (more with
 // compaction off). In a multi-region deployment the bookie must be
 // given the global store (--global-etcd): stretched ledgers' metadata is
