@@ -88,7 +88,7 @@ func (s *Store) compactFile(c compactCandidate) (int64, error) {
 		return err
 	}
 	for _, l := range c.ledgers {
-		ms, err := s.liveEntriesIn(c.file, l)
+		ms, err := s.liveEntriesIn(c.file, l, true)
 		if err != nil {
 			return moved, err
 		}
@@ -109,7 +109,7 @@ func (s *Store) compactFile(c compactCandidate) (int64, error) {
 	// Nothing may point into the file any more (entries are never added
 	// to an old file): check, then drop its usage.
 	for _, l := range c.ledgers {
-		ms, err := s.liveEntriesIn(c.file, l)
+		ms, err := s.liveEntriesIn(c.file, l, false)
 		if err != nil {
 			return moved, err
 		}
@@ -120,9 +120,9 @@ func (s *Store) compactFile(c compactCandidate) (int64, error) {
 	return moved, s.submitGC(&collectOp{dropFile: c.file})
 }
 
-// liveEntriesIn reads the entries of ledger l the index points into file,
-// checking each against its digest.
-func (s *Store) liveEntriesIn(file uint32, l int64) ([]move, error) {
+// liveEntriesIn returns the entries of ledger l the index points into
+// file; with read, their payloads too, each checked against its digest.
+func (s *Store) liveEntriesIn(file uint32, l int64, read bool) ([]move, error) {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
@@ -150,6 +150,10 @@ func (s *Store) liveEntriesIn(file uint32, l int64) ([]move, error) {
 		var k entryKey
 		copy(k[:], it.Key())
 		id := int64(binary.BigEndian.Uint64(k[9:17]))
+		if !read {
+			out = append(out, move{key: k, from: iv.at})
+			continue
+		}
 		p := make([]byte, iv.n)
 		if err := s.elog.readAt(file, iv.at.off, p); err != nil {
 			_ = it.Close()
