@@ -219,7 +219,7 @@ type opKind uint8
 const (
 	opAdd opKind = iota
 	opFence
-	opCollect // gc.go: delete collected ledgers from the index
+	opCollect // gc.go, compact.go: garbage collection's index and log work
 )
 
 type op struct {
