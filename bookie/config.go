@@ -86,6 +86,22 @@ type Config struct {
 	// whose bookies share one process and machine, uses 16 MiB).
 	MemTableSizeBytes int `yaml:"mem_table_size_bytes"`
 
+	// GCInterval is how often the bookie collects garbage (gc.go): it
+	// deletes from its index the ledgers that cluster metadata no longer
+	// has (topic deletion, retention) and removes the entry log files left
+	// with no live entry (BookKeeper's gcWaitTime; 15 min as in OMB's
+	// config). A negative value turns collection off: nothing on this
+	// bookie's disk is ever freed. Without a Registry that lists ledgers
+	// (LedgerLister) the bookie collects nothing. Default: 15m.
+	GCInterval time.Duration `yaml:"gc_interval"`
+	// CompactionThreshold: after each garbage collection pass, an entry
+	// log file whose live entries fill less than this fraction of it has
+	// them written again at the end of the log and is removed (BookKeeper's
+	// minor compaction, minorCompactionThreshold 0.2). Higher frees more
+	// space sooner for more rewriting. A negative value turns compaction
+	// off (files go only when nothing in them is live). Default: 0.2.
+	CompactionThreshold float64 `yaml:"compaction_threshold"`
+
 	// MaxInflightPerStream bounds the adds of one AddEntries stream that
 	// are received but not yet answered; the stream stops reading (gRPC flow
 	// control pushes back on the client) until responses are sent.
@@ -125,6 +141,8 @@ const (
 	DefaultZeroAheadBytes       = 8 << 20
 	DefaultMaxInflightPerStream = 1024
 	DefaultShutdownTimeout      = 5 * time.Second
+	DefaultGCInterval           = 15 * time.Minute
+	DefaultCompactionThreshold  = 0.2
 )
 
 // DefaultConfig returns a Config with every default filled in except the
@@ -140,6 +158,8 @@ func DefaultConfig() Config {
 		MemTableSizeBytes:    DefaultMemTableSizeBytes,
 		MaxInflightPerStream: DefaultMaxInflightPerStream,
 		ShutdownTimeout:      DefaultShutdownTimeout,
+		GCInterval:           DefaultGCInterval,
+		CompactionThreshold:  DefaultCompactionThreshold,
 	}
 }
 
@@ -176,6 +196,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = d.ShutdownTimeout
+	}
+	if c.GCInterval == 0 {
+		c.GCInterval = d.GCInterval
+	}
+	if c.CompactionThreshold == 0 {
+		c.CompactionThreshold = d.CompactionThreshold
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -229,6 +255,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInflightPerStream < 0 {
 		errs = append(errs, fmt.Errorf("bookie: config: max_inflight_per_stream %d must be positive", c.MaxInflightPerStream))
+	}
+	if c.CompactionThreshold >= 1 {
+		errs = append(errs, fmt.Errorf("bookie: config: compaction_threshold %v must be below 1 (negative: off)", c.CompactionThreshold))
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("bookie: config: shutdown_timeout %v must be positive", c.ShutdownTimeout))

@@ -24,6 +24,8 @@ group_commit_max_delay: 0s
 group_commit_max_bytes: 4194304
 max_entry_bytes: 5308416
 mem_table_size_bytes: 67108864
+gc_interval: 15m0s
+compaction_threshold: 0.2
 max_inflight_per_stream: 1024
 shutdown_timeout: 5s
 `

@@ -21,7 +21,9 @@
 //     it is refused FENCED. Recovery adds are accepted on fenced ledgers.
 //     Fencing is idempotent and never undone.
 //  3. Never answer "no such entry" unless authoritative. NO_SUCH_ENTRY and
-//     NO_SUCH_LEDGER mean "this bookie never stored it". A stored entry that
+//     NO_SUCH_LEDGER mean "this bookie never stored it", or, for
+//     NO_SUCH_LEDGER, "the ledger was deleted from cluster metadata and
+//     this bookie collected it" (garbage collection). A stored entry that
 //     fails its CRC32C digest, or a Pebble corruption error, is CORRUPT
 //     (BookKeeper #2908 truncated ledgers by answering NoSuchEntry on a read
 //     error). A ledger this bookie may have held before losing its disk is in
@@ -52,7 +54,7 @@
 //	"m/format-version"          uint32 format version (FormatVersion)
 //	"m/cookie"                  metapb.Cookie
 //	"m/checkpoint"              log file(4) offset(8)
-//	'l' ledger(8)               flags(1: bit0 fenced, bit1 limbo) maxLAC(8)
+//	'l' ledger(8)               flags(1: bit0 fenced, bit1 limbo, bit2 deleted) maxLAC(8)
 //	'e' ledger(8) entry(8)      lac(8) digest(4) log file(4) offset(8) len(4)
 //
 // (big-endian, so keys sort numerically). Index writes are not synced: the
@@ -69,9 +71,33 @@
 // Entries are written once, as sent (uncompressed; producers compress
 // their batches when they want to): an LSM holding them wrote each entry to
 // its WAL, to a table at flush and again at every compaction, and those
-// compactions stalled adds (docs/performance.md). Log files are never
-// rewritten or deleted yet: bookies do not collect deleted ledgers' data
-// (a later issue), so size a bookie's disk for everything it is sent.
+// compactions stalled adds (docs/performance.md).
+//
+// # Garbage collection
+//
+// Every Config.GCInterval (default 15 min, BookKeeper's gcWaitTime) the
+// bookie lists the ledgers it holds, then the ledgers in cluster metadata
+// (twice, through the Registry's LedgerLister; a failed listing deletes
+// nothing), checks that metadata still holds its cookie (a wiped metadata
+// store lists no ledger), and deletes from its index every ledger it held
+// before the listing that metadata no longer has. The ledger's record
+// stays as a fenced tombstone (no add is acknowledged for it again; reads
+// answer NO_SUCH_LEDGER, or UNKNOWN in limbo). Per log file the store
+// keeps the bytes of each ledger in it (BookKeeper's EntryLogMetadata,
+// built from the index at open); a file with no ledger left, before the
+// checkpoint and not the one being written, is unlinked — after the index
+// deletions are synced, so a crash in between leaves only a file nothing
+// points to, removed by the next pass. A file whose live entries fill
+// less than Config.CompactionThreshold (0.2, BookKeeper's minor
+// compaction) has them written again at the end of the log (each index
+// entry moved only if it still points where it was read) and is then
+// removed the same way (compact.go); a read-only bookie (disk at its
+// threshold) does not compact, as compaction writes before it frees.
+// So a bookie's disk holds its live
+// data plus up to a fifth of dead data per file still in use (more with
+// compaction off). In a multi-region deployment the bookie must be
+// given the global store (--global-etcd): stretched ledgers' metadata is
+// there, not in the region's etcd. See gc.go.
 //
 // OpenStore refuses a directory whose format version it does not know, and
 // a non-empty directory that is not a bookie store. Format version 1 (entries

@@ -603,6 +603,13 @@ func (s *Store) openEntryLog() error {
 	if err := flush(); err != nil {
 		return fmt.Errorf("bookie: replay entry log: %w", err)
 	}
+	if err := s.loadUsage(); err != nil {
+		// A damaged index serves what it can (its damaged entries read as
+		// CORRUPT); only garbage collection, which must know every file
+		// the index points to, stays off until a restart reads it whole.
+		s.usageErr = err
+		s.log.Error("bookie: the index could not be read whole at open; garbage collection is off until restart", "dir", s.dir, "err", err)
+	}
 	next := cp.file
 	if len(ids) > 0 {
 		next = max(next, ids[len(ids)-1])

@@ -21,7 +21,9 @@ const FormatVersion uint32 = 2
 //	'e' ledgerID(8) entryID(8)             -> lac(8) digest(4) file(4) offset(8) len(4)
 //
 // An entry's value says where its payload is in the entry log. Ledger flags:
-// bit 0 fenced, bit 1 limbo. maxLAC is the largest LAC piggybacked on any
+// bit 0 fenced, bit 1 limbo, bit 2 deleted (the ledger was deleted from
+// cluster metadata and its entries collected: gc.go; the record stays, as
+// a fenced tombstone, and the ledger has no 'e' key). maxLAC is the largest LAC piggybacked on any
 // add of the ledger stored here (-1 if none). Every ledger with an entry
 // also has a ledger record, written in the same frame as its first entry.
 // Ledger and entry ids are >= 0, so the big-endian encoding of the int64
@@ -38,8 +40,9 @@ const (
 	prefixLedger = 'l'
 	prefixEntry  = 'e'
 
-	flagFenced = 1 << 0
-	flagLimbo  = 1 << 1
+	flagFenced  = 1 << 0
+	flagLimbo   = 1 << 1
+	flagDeleted = 1 << 2
 
 	entryHeaderLen  = 12                  // lac(8) digest(4)
 	indexValueLen   = entryHeaderLen + 16 // lac(8) digest(4) file(4) offset(8) len(4)

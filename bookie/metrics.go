@@ -2,6 +2,7 @@ package bookie
 
 import (
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -27,6 +28,15 @@ type metrics struct {
 	readOnly       prometheus.Gauge
 	diskUsage      prometheus.Gauge
 	clientAuth     prometheus.Gauge
+
+	gcPasses        *prometheus.CounterVec // by result
+	gcLedgers       prometheus.Counter
+	gcFiles         prometheus.Counter
+	gcBytes         prometheus.Counter
+	gcCompacted     prometheus.Counter
+	gcRewritten     prometheus.Counter
+	gcLastPass      prometheus.Gauge
+	gcLastPassStamp prometheus.Gauge
 }
 
 func newMetrics(region, rack, bookieID string) *metrics {
@@ -73,7 +83,34 @@ func newMetrics(region, rack, bookieID string) *metrics {
 			Name: "meridian_bookie_client_auth_required", ConstLabels: labels,
 			Help: "1 when the gRPC port authenticates its callers (mutual TLS; adds, reads and fencing only for a certificate of the CA naming role broker or autorecovery), 0 when it serves any caller (plaintext).",
 		}),
+		gcPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_bookie_gc_passes_total", Help: "Garbage collection passes, by result (ok; failed: a metadata listing or the identity check failed, nothing was deleted).", ConstLabels: labels,
+		}, []string{"result"}),
+		gcLedgers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_bookie_gc_deleted_ledgers_total", Help: "Ledgers deleted from the index by garbage collection (absent from cluster metadata).", ConstLabels: labels,
+		}),
+		gcFiles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_bookie_gc_removed_files_total", Help: "Entry log files removed by garbage collection (no live entry left in them).", ConstLabels: labels,
+		}),
+		gcBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_bookie_gc_reclaimed_bytes_total", Help: "Bytes of the entry log files removed by garbage collection.", ConstLabels: labels,
+		}),
+		gcCompacted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_bookie_gc_compacted_files_total", Help: "Entry log files below the compaction threshold whose live entries were written again (the files are then removed).", ConstLabels: labels,
+		}),
+		gcRewritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_bookie_gc_rewritten_bytes_total", Help: "Bytes of live entries compaction wrote again.", ConstLabels: labels,
+		}),
+		gcLastPass: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_bookie_gc_last_pass_seconds", Help: "Duration of the last garbage collection pass that completed.", ConstLabels: labels,
+		}),
+		gcLastPassStamp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_bookie_gc_last_success_timestamp_seconds", Help: "Unix time of the last garbage collection pass that completed (0: none yet).", ConstLabels: labels,
+		}),
 	}
+	m.reg.MustRegister(m.gcPasses, m.gcLedgers, m.gcFiles, m.gcBytes, m.gcCompacted, m.gcRewritten, m.gcLastPass, m.gcLastPassStamp)
+	m.gcPasses.WithLabelValues("ok")
+	m.gcPasses.WithLabelValues("failed")
 	m.reg.MustRegister(m.adds, m.addLatency, m.groupCommits, m.commitFailures, m.commitEntries,
 		m.commitLatency, m.bytesWritten, m.reads, m.fences, m.readOnly, m.diskUsage, m.clientAuth)
 	// Every status series exists from the start, at 0, so alerts and
@@ -101,6 +138,21 @@ func (m *metrics) onCommit(ci CommitInfo) {
 	m.commitEntries.Observe(float64(ci.Entries))
 	m.commitLatency.Observe(ci.Duration.Seconds())
 	m.bytesWritten.Add(float64(ci.Bytes))
+}
+
+func (m *metrics) onGC(r GCResult, err error) {
+	m.gcLedgers.Add(float64(r.LedgersDeleted))
+	m.gcFiles.Add(float64(r.FilesRemoved))
+	m.gcBytes.Add(float64(r.BytesReclaimed))
+	m.gcCompacted.Add(float64(r.FilesCompacted))
+	m.gcRewritten.Add(float64(r.BytesRewritten))
+	if err != nil {
+		m.gcPasses.WithLabelValues("failed").Inc()
+		return
+	}
+	m.gcPasses.WithLabelValues("ok").Inc()
+	m.gcLastPass.Set(r.Duration.Seconds())
+	m.gcLastPassStamp.Set(float64(time.Now().UnixNano()) / 1e9)
 }
 
 // allStatuses are the statuses a bookie answers with (bookiepb.Status),

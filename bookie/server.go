@@ -66,6 +66,8 @@ type Server struct {
 	health     *healthz.Checker // /healthz, /readyz on the metrics port
 	diskTurned func()           // the disk loop's turn, for /healthz
 
+	gcMu sync.Mutex // serializes garbage collection passes
+
 	regMu        sync.Mutex // serializes Register calls
 	registered   bool       // Start registered; guarded by regMu
 	registeredRO bool       // read_only of the last successful Register; guarded by regMu
@@ -364,6 +366,12 @@ func (s *Server) listen() error {
 	s.started = true
 	s.wg.Add(1)
 	go s.diskLoop()
+	if _, ok := s.reg.(LedgerLister); ok && s.reg != nil && s.cfg.GCInterval > 0 {
+		s.wg.Add(1)
+		go s.gcLoop()
+	} else if s.reg != nil && s.cfg.GCInterval > 0 {
+		s.log.Warn("bookie: the registry lists no ledgers: garbage collection is off, nothing on this disk is freed")
+	}
 	return nil
 }
 

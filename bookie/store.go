@@ -141,6 +141,10 @@ type ledgerState struct {
 	hasRecord bool // a ledger record is on disk (or in the batch being built)
 	fenced    bool
 	limbo     bool // the limbo flag is on disk; see Store.inLimbo
+	// deleted: the ledger was deleted from cluster metadata and collected
+	// (gc.go): no entry is left, the record is a fenced tombstone, and
+	// every add is refused.
+	deleted   bool
 	lac       int64
 	lastEntry int64
 	// lastLAC is the LAC piggybacked on entry lastEntry, recLAC the one
@@ -197,6 +201,17 @@ type Store struct {
 	// checkpointed is the log position of the last checkpoint (committer
 	// only, and Close after it).
 	checkpointed logPos
+
+	// usage is, per entry log file, the record bytes of each ledger the
+	// index points to in it (BookKeeper's EntryLogMetadata): built from the
+	// index at open, added to by every commit, and taken from by garbage
+	// collection (gc.go). Committer only (OpenStore before it starts).
+	// An entry replaced by a recovery add stays counted in its old file,
+	// which keeps that file until the ledger is deleted: never too little.
+	usage map[uint32]map[int64]int64
+	// usageErr: building usage at open failed (a damaged index); garbage
+	// collection refuses to run (set before the committer starts).
+	usageErr error
 }
 
 type opKind uint8
@@ -204,6 +219,7 @@ type opKind uint8
 const (
 	opAdd opKind = iota
 	opFence
+	opCollect // gc.go, compact.go: garbage collection's index and log work
 )
 
 type op struct {
@@ -211,6 +227,7 @@ type op struct {
 	ledger int64
 	e      Entry // opAdd; e.Payload is the caller's until done
 	done   func(FenceResult, error)
+	gc     *collectOp // opCollect
 
 	// Set by the committer while building the batch.
 	res     FenceResult
@@ -281,6 +298,7 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 		committerDone: make(chan struct{}),
 		ledgers:       make(map[int64]*ledgerState),
 		uncertain:     make(map[entryKey]struct{}),
+		usage:         make(map[uint32]map[int64]int64),
 	}
 	if err := s.checkFormat(); err != nil {
 		_ = db.Close()
@@ -586,10 +604,15 @@ func (s *Store) run() {
 		if !ok {
 			return
 		}
+		if first.kind == opCollect {
+			s.collect(first)
+			continue
+		}
 		batch = append(batch[:0], first)
 		size := first.recordLen()
 		open := true
 		var deadline <-chan time.Time
+		var collect *op // an opCollect met while gathering: it runs after the batch
 		if s.opts.GroupCommitMaxDelay > 0 {
 			if timer == nil {
 				timer = time.NewTimer(s.opts.GroupCommitMaxDelay)
@@ -618,6 +641,10 @@ func (s *Store) run() {
 				open = false
 				break gather
 			}
+			if o.kind == opCollect {
+				collect = o
+				break gather
+			}
 			batch = append(batch, o)
 			size += o.recordLen()
 		}
@@ -626,6 +653,9 @@ func (s *Store) run() {
 		}
 		s.commit(batch)
 		clear(batch)
+		if collect != nil {
+			s.collect(collect)
+		}
 		if !open {
 			return
 		}
@@ -690,6 +720,9 @@ func (s *Store) commit(ops []*op) {
 			case s.readOnly.Load():
 				o.err = ErrReadOnly
 				continue
+			case st.deleted:
+				o.err = fmt.Errorf("%w: ledger %d was deleted from metadata and collected here; add of entry %d refused", ErrFenced, o.ledger, e.EntryID)
+				continue
 			case inLimbo && !e.Recovery:
 				o.err = fmt.Errorf("%w: ledger %d (limbo covers ledgers <= %d)", ErrLimbo, o.ledger, limbo)
 				continue
@@ -720,6 +753,7 @@ func (s *Store) commit(ops []*op) {
 					return
 				}
 				pending[k] = pendingEntry{lac: e.LAC, digest: e.Digest, payload: payload}
+				s.addUsage(at.file, o.ledger, int64(o.recordLen()))
 				o.written = true
 				entries++
 			}
@@ -743,14 +777,7 @@ func (s *Store) commit(ops []*op) {
 	for id := range dirty {
 		st := work[id]
 		st.recLAC = st.lac
-		v := make([]byte, ledgerRecordLen)
-		if st.fenced {
-			v[0] |= flagFenced
-		}
-		if st.limbo {
-			v[0] |= flagLimbo
-		}
-		binary.BigEndian.PutUint64(v[1:], uint64(st.lac))
+		v := encodeLedgerRecord(st)
 		s.elog.appendLedger(id, v)
 		if err := b.Set(ledgerKey(id), v, nil); err != nil {
 			// Cannot happen for an in-memory batch; fail everything to be safe.
@@ -910,6 +937,7 @@ func (s *Store) loadLedger(id int64) (ledgerState, error) {
 		st.hasRecord = true
 		st.fenced = v[0]&flagFenced != 0
 		st.limbo = v[0]&flagLimbo != 0
+		st.deleted = v[0]&flagDeleted != 0
 		st.lac = int64(binary.BigEndian.Uint64(v[1:]))
 		st.recLAC = st.lac
 		closer.Close()
@@ -995,6 +1023,8 @@ func (s *Store) Read(ledgerID, entryID int64) (lac int64, payload []byte, digest
 	switch {
 	case s.inLimbo(ledgerID, st):
 		return 0, nil, 0, fmt.Errorf("%w: ledger %d is in limbo and entry %d is not here", ErrUnknown, ledgerID, entryID)
+	case st.deleted:
+		return 0, nil, 0, fmt.Errorf("%w: ledger %d was deleted from metadata and collected here", ErrNoSuchLedger, ledgerID)
 	case !st.hasRecord:
 		return 0, nil, 0, fmt.Errorf("%w: ledger %d", ErrNoSuchLedger, ledgerID)
 	default:
@@ -1049,6 +1079,8 @@ func (s *Store) ReadLac(ledgerID int64) (lac, lastEntryID int64, fenced bool, er
 	switch {
 	case s.inLimbo(ledgerID, st):
 		return st.lac, st.lastEntry, st.fenced, fmt.Errorf("%w: ledger %d is in limbo", ErrUnknown, ledgerID)
+	case st.deleted:
+		return -1, -1, false, fmt.Errorf("%w: ledger %d was deleted from metadata and collected here", ErrNoSuchLedger, ledgerID)
 	case !st.hasRecord:
 		return -1, -1, false, fmt.Errorf("%w: ledger %d", ErrNoSuchLedger, ledgerID)
 	}

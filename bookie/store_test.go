@@ -386,6 +386,11 @@ func TestPebbleCorruptionIsCorrupt(t *testing.T) {
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("read from a damaged sstable block: %v, want ErrCorrupt", err)
 	}
+	// Garbage collection, which must know every file the index points
+	// to, refuses to run on an index it could not read whole.
+	if _, err := s.collectIndex([]int64{4}); err == nil {
+		t.Fatal("garbage collection ran on a damaged index")
+	}
 }
 
 func TestIdempotentRetryAndConflict(t *testing.T) {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/meridian-mq/meridian/proto/metapb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -83,6 +85,48 @@ func (r *BookieRegistry) PutCookie(ctx context.Context, c *metapb.Cookie) error 
 // far in this store (ledger ids are etcd revisions, see IDAllocator).
 func (r *BookieRegistry) LedgerIDHighWater(ctx context.Context) (int64, error) {
 	return NewIDAllocator(r.s).HighWater(ctx)
+}
+
+// ledgersPrefix is where ledger metadata lives in a store, one key per
+// ledger, "/ledgers/" and the id in 20 digits (bookie/ledger's ledgerKey).
+const ledgersPrefix = "/ledgers/"
+
+// ListLedgers returns the id of every ledger in the region's store,
+// ascending (ListLedgerIDs). It implements bookie.LedgerLister, for the
+// bookie's garbage collection. In a multi-region deployment the global
+// store holds the metadata of stretched ledgers, whose entries are on
+// regions' bookies too: a bookie there must list it as well
+// (cmd/meridian's bookie does), or it takes them for deleted ledgers.
+func (r *BookieRegistry) ListLedgers(ctx context.Context) ([]int64, error) {
+	return ListLedgerIDs(ctx, r.s)
+}
+
+// ListLedgerIDs returns the id of every ledger whose metadata is in s,
+// ascending, for garbage collection: the store is read in one request at
+// one revision (linearizable), and a failure, a truncated answer or a key
+// under the prefix that is not a ledger's is an error, never a shorter
+// list.
+func ListLedgerIDs(ctx context.Context, s *Store) ([]int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.abs(ledgersPrefix), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: list %s%s: %w", s.prefix, ledgersPrefix, err)
+	}
+	if resp.More || int64(len(resp.Kvs)) != resp.Count {
+		return nil, fmt.Errorf("cluster: list %s%s: truncated answer (%d of %d keys)", s.prefix, ledgersPrefix, len(resp.Kvs), resp.Count)
+	}
+	ids := make([]int64, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		rel := strings.TrimPrefix(string(kv.Key), s.abs(ledgersPrefix))
+		id, err := strconv.ParseInt(rel, 10, 64)
+		if err != nil || len(rel) != 20 || id < 0 {
+			return nil, fmt.Errorf("cluster: list %s%s: key %q is not a ledger's", s.prefix, ledgersPrefix, kv.Key)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 // Register publishes reg under a lease kept alive until Deregister or until

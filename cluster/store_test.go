@@ -3,6 +3,8 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -293,5 +295,33 @@ func TestBookieRegistryRegistersAgainAfterItsLeaseIsLost(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	if _, err := s.Get(ctx, "/bookies/writable/b1"); !errors.Is(err, cluster.ErrNotFound) {
 		t.Fatalf("after Deregister: %v, want no registration", err)
+	}
+}
+
+// ListLedgerIDs, which a bookie's garbage collection deletes by, lists
+// every ledger of the store (not another prefix's), ascending, and fails
+// rather than skip a key under /ledgers/ that is not a ledger's.
+func TestListLedgerIDs(t *testing.T) {
+	url := testutil.StartEtcd(t)
+	s := testutil.Store(t, url, "/east")
+	other := testutil.Store(t, url, "/west")
+	ctx := context.Background()
+	for _, id := range []int64{42, 7, 1000000} {
+		if _, err := s.Put(ctx, fmt.Sprintf("/ledgers/%020d", id), []byte("m")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := other.Put(ctx, fmt.Sprintf("/ledgers/%020d", 5), []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := cluster.NewBookieRegistry(s, 0).ListLedgers(ctx)
+	if err != nil || !slices.Equal(ids, []int64{7, 42, 1000000}) {
+		t.Fatalf("ListLedgers = %v, %v; want [7 42 1000000]", ids, err)
+	}
+	if _, err := s.Put(ctx, "/ledgers/junk", nil); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := cluster.ListLedgerIDs(ctx, s); err == nil {
+		t.Fatalf("a key that is not a ledger's was skipped: %v", ids)
 	}
 }

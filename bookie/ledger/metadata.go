@@ -139,7 +139,8 @@ func ListLedgers(ctx context.Context, s *cluster.Store) ([]int64, error) {
 }
 
 // DeleteLedger removes a ledger's metadata. Its entries on bookies become
-// garbage (collected by the bookies' GC, a later issue).
+// garbage: each bookie's garbage collection (bookie/gc.go) deletes them
+// within its gc_interval and frees their entry log files.
 func DeleteLedger(ctx context.Context, s *cluster.Store, id int64) error {
 	return s.Delete(ctx, ledgerKey(id))
 }

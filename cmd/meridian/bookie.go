@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridian-mq/meridian/bookie"
@@ -24,7 +26,7 @@ func newBookieCmd() *cobra.Command {
 		Short: "Run a bookie: a storage node keeping ledger entries durably on Pebble",
 	}
 	f := cmd.Flags()
-	md.register(f, "region of this bookie", false)
+	md.register(f, "region of this bookie", true)
 	config.Group(f, "bookie", func() {
 		f.StringVar(&bc.ID, "id", "", "bookie id (default: the advertised address)")
 		f.StringVar(&bc.ListenAddr, "listen", bookie.DefaultListenAddr, "gRPC listen address")
@@ -39,6 +41,8 @@ func newBookieCmd() *cobra.Command {
 		f.IntVar(&bc.MaxEntryBytes, "max-entry-bytes", bookie.DefaultMaxEntryBytes, "largest entry payload accepted, in bytes")
 		f.IntVar(&bc.MemTableSizeBytes, "mem-table-size-bytes", bookie.DefaultMemTableSizeBytes, "Pebble memtable size in bytes")
 		f.IntVar(&bc.MaxInflightPerStream, "max-inflight-per-stream", bookie.DefaultMaxInflightPerStream, "adds of one stream received and not yet answered, at most")
+		f.DurationVar(&bc.GCInterval, "gc-interval", bookie.DefaultGCInterval, "how often the bookie deletes the ledgers cluster metadata no longer has and removes entry log files left with no live entry (BookKeeper's gcWaitTime; negative: never, the disk is never freed)")
+		f.Float64Var(&bc.CompactionThreshold, "compaction-threshold", bookie.DefaultCompactionThreshold, "after each garbage collection, entry log files with less than this fraction live are rewritten and removed (BookKeeper's minorCompactionThreshold; negative: off)")
 		f.DurationVar(&bc.ShutdownTimeout, "shutdown-timeout", bookie.DefaultShutdownTimeout, "how long a stopping bookie waits for open calls before cutting them")
 		f.BoolVar(&requireAuth, "require-client-auth", false, "refuse to start unless the gRPC port authenticates its callers: mutual TLS (--tls-cert-file, --tls-key-file, --tls-trust-certs-file); without TLS a bookie serves any caller's adds, reads and fencing")
 		f.BoolVar(&powerLoss, "simulate-power-loss", false, "drills and tests only: keep every write not yet fsynced in memory (bookie.PowerLossFS), so a kill -9 of this bookie loses what a power loss would")
@@ -55,7 +59,9 @@ func newBookieCmd() *cobra.Command {
 	config.Bind(f, "tls-key-file", "security.tls.key_file", "bookie.tls.key_file")
 	config.Bind(f, "tls-trust-certs-file", "security.tls.ca_file", "bookie.tls.ca_file")
 	withConfig(cmd, func(eff *config.Effective) error {
-		return validateAll(eff, rules(logRules, regionRules, gossipRules, bookieRules), func(eff *config.Effective) error {
+		return validateAll(eff, rules(logRules, regionRules, gossipRules, bookieRules, map[string]config.Rule{
+			"metadata.global": config.URLList(false),
+		}), func(eff *config.Effective) error {
 			return clientAuthCheck(eff, "bookie.require_client_auth", "security.tls")
 		})
 	}, func(cmd *cobra.Command, _ *config.Effective) error {
@@ -100,10 +106,27 @@ var bookieRules = map[string]config.Rule{
 	"bookie.mem_table_size_bytes":    config.IntMin(1<<20, "bytes, at least 1 MiB"),
 	"bookie.max_inflight_per_stream": config.IntMin(1, "adds"),
 	"bookie.shutdown_timeout":        config.Positive,
+	"bookie.gc_interval":             config.AnyDuration,
+	"bookie.compaction_threshold": func(v string) error {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return err
+		}
+		if x >= 1 {
+			return errors.New("want a fraction below 1 (negative: off)")
+		}
+		return nil
+	},
 }
 
 // The bookie follows its decommission record (read-only, then removed).
 var _ bookie.Decommissioner = (*cluster.BookieRegistry)(nil)
+
+// Its ledger listing is what garbage collection compares with.
+var (
+	_ bookie.Decommissioner = (*bookieLedgers)(nil)
+	_ bookie.LedgerLister   = (*bookieLedgers)(nil)
+)
 
 // runBookie runs one bookie until ctx ends (or a decommission removed it).
 func runBookie(ctx context.Context, md metadataFlags, sec SecurityFileConfig, c bookie.Config, gossip *gossipFlags) error {
@@ -116,8 +139,18 @@ func runBookie(ctx context.Context, md metadataFlags, sec SecurityFileConfig, c 
 		return err
 	}
 	defer store.Close()
-	reg := cluster.NewBookieRegistry(store, 0)
-	reg.Logger = c.Logger
+	breg := cluster.NewBookieRegistry(store, 0)
+	breg.Logger = c.Logger
+	reg := &bookieLedgers{BookieRegistry: breg, region: md.region}
+	if eps := splitList(md.globalEtcd); len(eps) > 0 {
+		reg.wantGlobal = true
+		defer reg.close() // after cancel: connect has returned or gives up
+		gctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go reg.connect(gctx, func(ctx context.Context) (*cluster.Store, error) {
+			return sec.connectStore(ctx, eps, globalPrefix(md.root), tlsSrc)
+		}, c.Logger)
+	}
 	srv, err := bookie.New(c, reg)
 	if err != nil {
 		return err
@@ -137,6 +170,7 @@ func runBookie(ctx context.Context, md metadataFlags, sec SecurityFileConfig, c 
 		return err
 	}
 	if m != nil {
+		reg.gossip.Store(m)
 		defer m.Shutdown()
 		defer func() {
 			lctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -154,4 +188,72 @@ func runBookie(ctx context.Context, md metadataFlags, sec SecurityFileConfig, c 
 		return fmt.Errorf("bookie close: %w", err)
 	}
 	return nil
+}
+
+// bookieLedgers is the bookie's registry, whose ledger listing (for
+// garbage collection) covers every store that can hold the metadata of a
+// ledger on this bookie: the region's, and with --global-etcd the global
+// store, where stretched ledgers live (broker/stretched) with entries on
+// this region's bookies too. The global store is connected in the
+// background, so a bookie starts while it is unreachable; until it is
+// connected every listing fails and garbage collection deletes nothing.
+// Without --global-etcd, a bookie whose gossip sees members of another
+// region (a multi-region deployment) refuses to list: it would take a
+// stretched ledger for a deleted one.
+type bookieLedgers struct {
+	*cluster.BookieRegistry
+	region     string
+	wantGlobal bool
+	global     atomic.Pointer[cluster.Store]
+	gossip     atomic.Pointer[cluster.Membership]
+}
+
+func (g *bookieLedgers) ListLedgers(ctx context.Context) ([]int64, error) {
+	if !g.wantGlobal {
+		if m := g.gossip.Load(); m != nil {
+			for _, mem := range m.Members() {
+				if mem.Region != "" && mem.Region != g.region {
+					return nil, fmt.Errorf("gossip sees region %q (member %s) but the bookie has no --global-etcd: stretched ledgers' metadata is in the global store; garbage collection deletes nothing until it is given", mem.Region, mem.Name)
+				}
+			}
+		}
+		return g.BookieRegistry.ListLedgers(ctx)
+	}
+	gs := g.global.Load()
+	if gs == nil {
+		return nil, errors.New("the global store (stretched ledgers' metadata) is not connected yet")
+	}
+	ids, err := g.BookieRegistry.ListLedgers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	more, err := cluster.ListLedgerIDs(ctx, gs)
+	if err != nil {
+		return nil, err
+	}
+	return append(ids, more...), nil
+}
+
+// connect dials the global store until it answers or ctx ends.
+func (g *bookieLedgers) connect(ctx context.Context, dial func(context.Context) (*cluster.Store, error), log *slog.Logger) {
+	for wait := time.Second; ctx.Err() == nil; wait = min(2*wait, 30*time.Second) {
+		s, err := dial(ctx)
+		if err == nil {
+			if ctx.Err() != nil || !g.global.CompareAndSwap(nil, s) {
+				s.Close()
+			}
+			return
+		}
+		log.Warn("bookie: global store not reachable; garbage collection waits for it", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (g *bookieLedgers) close() {
+	if s := g.global.Swap(nil); s != nil {
+		s.Close()
+	}
 }

@@ -178,7 +178,9 @@ func NewPlan(o Options) (*Plan, error) {
 			name := fmt.Sprintf("%s-bookie-%d", r, i)
 			rack := fmt.Sprintf("r%d", (i-1)%o.RacksPerRegion+1)
 			p.Procs = append(p.Procs, ProcSpec{Name: name, Role: "bookie", Region: r, Rack: rack, Addr: a[0], Gossip: a[1], Metrics: a[2],
-				Args: []string{"bookie", "--region", r, "--etcd", h + etcd.Addr, "--id", name, "--rack", rack,
+				// The global store too: stretched ledgers' metadata is
+				// there, and the bookie's garbage collection must see it.
+				Args: []string{"bookie", "--region", r, "--etcd", h + etcd.Addr, "--global-etcd", globalURLs(globals, r, h), "--id", name, "--rack", rack,
 					"--listen", a[0], "--metrics", a[2], "--data-dir", filepath.Join(o.DataDir, name)}})
 		}
 		for i := 1; i <= o.BrokersPerRegion; i++ {
