@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/entry"
@@ -345,6 +346,9 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 		if err != nil {
 			c.sendError(m.GetRequestId(), err)
 			return
+		}
+		if d := c.b.cfg.SubscribeFaultDelay; d > 0 {
+			time.Sleep(d)
 		}
 		c.mu.Lock()
 		if c.consumers[id] != nil {
