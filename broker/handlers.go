@@ -334,6 +334,7 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 		defer func() {
 			c.mu.Lock()
 			delete(c.pendingSub, id)
+			delete(c.closedSubs, id)
 			c.mu.Unlock()
 		}()
 		ctx, cancel := c.ctx()
@@ -355,6 +356,32 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 			c.mu.Unlock()
 			cs.sub.removeConsumer(cs)
 			c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer id %d already in use", meta.ErrConsumerBusy, id))
+			return
+		}
+		select {
+		case <-c.closed:
+			// The connection closed while the subscription was made:
+			// close already let go of the connection's consumers, not of
+			// this one. Kept, it stayed in the subscription for good — a
+			// consumer no client owns, with no permits: an Exclusive
+			// subscription refused every later consumer as busy, and
+			// Key_Shared held the keys its hash range took, Shared lost
+			// nothing (issue 32: the 100-topic region outage drill's
+			// acknowledged messages never delivered on its Exclusive and
+			// Key_Shared subscriptions, none on Shared; the Go client
+			// drops a connection silent for two keepalives, and every
+			// consumer of a client shares one connection per broker).
+			c.mu.Unlock()
+			cs.sub.removeConsumer(cs)
+			return
+		default:
+		}
+		if c.closedSubs[id] {
+			// The client closed the consumer (CLOSE_CONSUMER) while this
+			// request ran: it is not the client's any more.
+			c.mu.Unlock()
+			cs.sub.removeConsumer(cs)
+			c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer %d was closed while it subscribed", meta.ErrServiceNotReady, id))
 			return
 		}
 		c.consumers[id] = cs
@@ -383,6 +410,12 @@ func (c *conn) handleCloseConsumer(m *pb.CommandCloseConsumer) {
 	c.mu.Lock()
 	cs := c.consumers[m.GetConsumerId()]
 	delete(c.consumers, m.GetConsumerId())
+	if cs == nil && c.pendingSub[m.GetConsumerId()] {
+		// Still subscribing (the Go client closes a consumer whose
+		// SUBSCRIBE timed out on its side, then subscribes again): the
+		// subscription, once made, is let go of (handleSubscribe).
+		c.closedSubs[m.GetConsumerId()] = true
+	}
 	c.mu.Unlock()
 	if cs != nil {
 		cs.sub.removeConsumer(cs)
