@@ -71,9 +71,6 @@ type conn struct {
 	consumers      map[uint64]*Consumer
 	pendingProduce map[uint64]chan struct{} // producer creations in progress, by producer id
 	pendingSub     map[uint64]bool          // subscriptions in progress, by consumer id
-	// closedSubs: consumer ids of pendingSub the client closed
-	// (CLOSE_CONSUMER) before their subscription was made.
-	closedSubs map[uint64]bool
 	// waitingProducers: producers queued for exclusive access
 	// (WaitForExclusive) whose PRODUCER request is held, by producer id.
 	waitingProducers map[uint64]*Producer
@@ -104,7 +101,6 @@ func newConn(b *Broker, nc net.Conn) *conn {
 		consumers:        map[uint64]*Consumer{},
 		pendingProduce:   map[uint64]chan struct{}{},
 		pendingSub:       map[uint64]bool{},
-		closedSubs:       map[uint64]bool{},
 		waitingProducers: map[uint64]*Producer{},
 		closedProducers:  map[uint64]struct{}{},
 		npProducers:      map[uint64]*npProducer{},

@@ -334,7 +334,6 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 		defer func() {
 			c.mu.Lock()
 			delete(c.pendingSub, id)
-			delete(c.closedSubs, id)
 			c.mu.Unlock()
 		}()
 		ctx, cancel := c.ctx()
@@ -376,14 +375,6 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 			return
 		default:
 		}
-		if c.closedSubs[id] {
-			// The client closed the consumer (CLOSE_CONSUMER) while this
-			// request ran: it is not the client's any more.
-			c.mu.Unlock()
-			cs.sub.removeConsumer(cs)
-			c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer %d was closed while it subscribed", meta.ErrServiceNotReady, id))
-			return
-		}
 		c.consumers[id] = cs
 		c.mu.Unlock()
 		c.sendSuccess(m.GetRequestId())
@@ -410,12 +401,6 @@ func (c *conn) handleCloseConsumer(m *pb.CommandCloseConsumer) {
 	c.mu.Lock()
 	cs := c.consumers[m.GetConsumerId()]
 	delete(c.consumers, m.GetConsumerId())
-	if cs == nil && c.pendingSub[m.GetConsumerId()] {
-		// Still subscribing (the Go client closes a consumer whose
-		// SUBSCRIBE timed out on its side, then subscribes again): the
-		// subscription, once made, is let go of (handleSubscribe).
-		c.closedSubs[m.GetConsumerId()] = true
-	}
 	c.mu.Unlock()
 	if cs != nil {
 		cs.sub.removeConsumer(cs)

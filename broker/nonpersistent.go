@@ -779,7 +779,6 @@ func (c *conn) handleNPSubscribe(m *pb.CommandSubscribe) {
 		defer func() {
 			c.mu.Lock()
 			delete(c.pendingSub, id)
-			delete(c.closedSubs, id)
 			c.mu.Unlock()
 		}()
 		ctx, cancel := c.ctx()
@@ -806,13 +805,6 @@ func (c *conn) handleNPSubscribe(m *pb.CommandSubscribe) {
 			cs.sub.removeConsumer(cs)
 			return
 		default:
-		}
-		if c.closedSubs[id] {
-			// Closed by the client while it subscribed (handleSubscribe).
-			c.mu.Unlock()
-			cs.sub.removeConsumer(cs)
-			c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer %d was closed while it subscribed", meta.ErrServiceNotReady, id))
-			return
 		}
 		c.npConsumers[id] = cs
 		c.mu.Unlock()

@@ -108,12 +108,15 @@ func TestSubscribeOnAClosedConnectionLeavesNoConsumer(t *testing.T) {
 	}
 }
 
-// The same for a consumer the client closes (CLOSE_CONSUMER, as the Go
-// client does when its SUBSCRIBE timed out on its side) while its
-// SUBSCRIBE is made: the subscription, once made, lets it go and the
-// request is answered with an error, so nothing holds the subscription
-// for a consumer no one will feed.
-func TestConsumerClosedWhileSubscribingLeavesNoConsumer(t *testing.T) {
+// A consumer the client closes (CLOSE_CONSUMER) while its SUBSCRIBE is
+// made, and subscribes again on the same connection, gets the consumer
+// the first request made, at once. The Go client does exactly this when
+// creation outlasts its operation timeout (a failover holds it for the
+// new region's lease): letting that consumer go instead, as a first fix
+// of issue 32 did, made every repeat wait the whole creation again, time
+// out again and close again — with creation held 6 s and a 5 s timeout,
+// no consumer came back in the 100-topic outage drill (lost 89,997).
+func TestConsumerClosedWhileSubscribingIsTakenByTheRepeat(t *testing.T) {
 	t.Setenv("MERIDIAN_FAULT_SUBSCRIBE_DELAY", subscribeDelay.String())
 	s := standalone(t)
 	topic := topicName(t)
@@ -128,16 +131,16 @@ func TestConsumerClosedWhileSubscribingLeavesNoConsumer(t *testing.T) {
 	if c := r.answerTo(2); c.GetType() != pb.BaseCommand_SUCCESS {
 		t.Fatalf("close consumer: %v %v", c.GetType(), c.GetError())
 	}
-	if c := r.answerTo(1); c.GetType() != pb.BaseCommand_ERROR || c.GetError().GetError() != pb.ServerError_ServiceNotReady {
-		t.Fatalf("the SUBSCRIBE of a consumer closed meanwhile: %v %v, want ERROR ServiceNotReady", c.GetType(), c.GetError())
+	r.answerTo(1) // the first SUBSCRIBE, once its delay is over
+	start := time.Now()
+	r.send(subscribeCmd(topic, "s", 1, 3))
+	if c := r.answerTo(3); c.GetType() != pb.BaseCommand_SUCCESS {
+		t.Fatalf("repeated SUBSCRIBE: %v %v, want SUCCESS", c.GetType(), c.GetError())
 	}
-	if n := subscriptionConsumers(t, s.AdminURL, topic, "s"); n != 0 {
-		t.Fatalf("subscription has %d consumers, want 0", n)
+	if d := time.Since(start); d >= subscribeDelay/2 {
+		t.Fatalf("repeated SUBSCRIBE answered after %v: it made the subscription again (delay %v) instead of taking the consumer made", d, subscribeDelay)
 	}
-	// Another connection gets the Exclusive subscription.
-	r2 := dialRaw(t, s.URL)
-	r2.send(subscribeCmd(topic, "s", 1, 3))
-	if c := r2.answerTo(3); c.GetType() != pb.BaseCommand_SUCCESS {
-		t.Fatalf("subscribe on another connection: %v %v, want SUCCESS", c.GetType(), c.GetError())
+	if n := subscriptionConsumers(t, s.AdminURL, topic, "s"); n != 1 {
+		t.Fatalf("subscription has %d consumers, want 1", n)
 	}
 }
