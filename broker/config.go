@@ -247,6 +247,13 @@ type Config struct {
 	// drills (cmd/meridian reads it from MERIDIAN_FAULT_* variables). The
 	// zero value injects nothing.
 	ReplicationFaults replication.Faults
+	// SubscribeFaultDelay is fault injection for end-to-end tests: every
+	// SUBSCRIBE of a persistent topic waits this long once its
+	// subscription is made, before its consumer is taken onto the
+	// connection (the window in which the connection may close, or the
+	// client close the consumer). cmd/meridian reads it from
+	// MERIDIAN_FAULT_SUBSCRIBE_DELAY; zero: none.
+	SubscribeFaultDelay time.Duration
 	// ReplicationVerifier is the background replication verifier
 	// (replication.VerifierConfig: period, rate, settle); zero: off.
 	ReplicationVerifier replication.VerifierConfig

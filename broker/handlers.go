@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/entry"
@@ -346,12 +347,33 @@ func (c *conn) handleSubscribe(m *pb.CommandSubscribe) {
 			c.sendError(m.GetRequestId(), err)
 			return
 		}
+		if d := c.b.cfg.SubscribeFaultDelay; d > 0 {
+			time.Sleep(d)
+		}
 		c.mu.Lock()
 		if c.consumers[id] != nil {
 			c.mu.Unlock()
 			cs.sub.removeConsumer(cs)
 			c.sendError(m.GetRequestId(), fmt.Errorf("%w: consumer id %d already in use", meta.ErrConsumerBusy, id))
 			return
+		}
+		select {
+		case <-c.closed:
+			// The connection closed while the subscription was made:
+			// close already let go of the connection's consumers, not of
+			// this one. Kept, it stayed in the subscription for good — a
+			// consumer no client owns, with no permits: an Exclusive
+			// subscription refused every later consumer as busy, and
+			// Key_Shared held the keys its hash range took, Shared lost
+			// nothing (issue 32: the 100-topic region outage drill's
+			// acknowledged messages never delivered on its Exclusive and
+			// Key_Shared subscriptions, none on Shared; the Go client
+			// drops a connection silent for two keepalives, and every
+			// consumer of a client shares one connection per broker).
+			c.mu.Unlock()
+			cs.sub.removeConsumer(cs)
+			return
+		default:
 		}
 		c.consumers[id] = cs
 		c.mu.Unlock()

@@ -260,6 +260,11 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 			break
 		}
 	}
+	if n := rec.missing(subs); n > 0 && ctx.Err() == nil {
+		r.prog.phase("recording the subscriptions")
+		r.dumpSubscriptions(ctx)
+		r.note("the drain ended with %d deliveries missing: every live region's stats and internal stats of each topic, taken then (consumers attached), are in %s", n, filepath.Join(r.o.Out, "undelivered"))
+	}
 	r.w.stopConsuming()
 	stopSampling()
 	bg.Wait()

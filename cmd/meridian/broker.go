@@ -235,9 +235,13 @@ func runBroker(md metadataFlags, c brokerFlags, gossip gossipFlags, rf recoveryF
 	if err != nil {
 		return err
 	}
+	subDelay, err := subscribeFaultDelay(md.region)
+	if err != nil {
+		return err
+	}
 	bc := broker.Config{
-		ReplicationFaults: faults,
-		Cluster:           md.region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
+		ReplicationFaults: faults, SubscribeFaultDelay: subDelay,
+		Cluster: md.region, BrokerID: c.ID, ListenAddr: c.ListenAddr, AdvertisedAddr: c.AdvertisedAddr, AdminAddr: c.AdminAddr,
 		ShutdownDrainDelay: c.ShutdownDrainDelay,
 		MaxMessageSize:     c.MaxMessageSize, NamespaceLevelMetrics: !c.ExposeTopicLevelMetrics, OwnershipTTL: c.OwnershipTTL, Store: store, GlobalStore: global, Ledgers: lc, Bookies: bookies, Logger: log,
 		BundleSplitTopics: c.BundleSplitTopics, PolicyCheckInterval: c.PolicyCheckInterval, Health: health,
@@ -343,4 +347,29 @@ func replicationFaults() (replication.Faults, error) {
 		f.AlterTopic, f.AlterSeq = v[:i], seq
 	}
 	return f, nil
+}
+
+// subscribeFaultDelay reads MERIDIAN_FAULT_SUBSCRIBE_DELAY=[REGION:]D
+// (end-to-end tests and drills): how long every SUBSCRIBE waits once its
+// subscription is made, before its consumer is taken onto the connection
+// (broker.Config.SubscribeFaultDelay) — in the brokers of REGION only
+// when one is named (a drill holds the survivor's subscriptions, not
+// those the workload makes before the fault). Unset: none.
+func subscribeFaultDelay(region string) (time.Duration, error) {
+	v := os.Getenv("MERIDIAN_FAULT_SUBSCRIBE_DELAY")
+	if v == "" {
+		return 0, nil
+	}
+	only, ds, named := strings.Cut(v, ":")
+	if !named {
+		only, ds = "", v
+	}
+	d, err := time.ParseDuration(ds)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("MERIDIAN_FAULT_SUBSCRIBE_DELAY=%q: want [REGION:]DURATION, a duration >= 0", v)
+	}
+	if only != "" && only != region {
+		return 0, nil
+	}
+	return d, nil
 }

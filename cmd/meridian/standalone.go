@@ -157,8 +157,13 @@ file > default); --print-config shows the result.`,
 			return err
 		}
 		defer lc.Close()
+		subDelay, err := subscribeFaultDelay("standalone")
+		if err != nil {
+			return err
+		}
 		bc := broker.Config{
-			Cluster: "standalone", ListenAddr: listen, AdvertisedAddr: advertise, AdminAddr: adminAddr, ReplicationAddr: replListen,
+			SubscribeFaultDelay: subDelay,
+			Cluster:             "standalone", ListenAddr: listen, AdvertisedAddr: advertise, AdminAddr: adminAddr, ReplicationAddr: replListen,
 			Store: store, Ledgers: lc, Logger: log, PolicyCheckInterval: policyEvery, MaxMessageSize: maxMessageSize,
 			NamespaceLevelMetrics:          !topicMetrics,
 			DedupProducerInactivityTimeout: dedupTimeout(dedupInactivity),

@@ -3,6 +3,7 @@ package check
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -116,6 +117,9 @@ func figureOf(name string, r Result) (figure, bool) {
 		return figure{seconds, r.Cut.ResumeConsumeMax, unrecoveredTopics(r.Cut, true)}, true
 	}
 	if f, ok := publishFigure(name, r); ok {
+		return f, true
+	}
+	if f, ok := lostInFigure(name, r); ok {
 		return f, true
 	}
 	if v, ok := r.Measured[name]; ok {
@@ -332,4 +336,28 @@ func format(f float64, u unit) string {
 		return strconv.FormatFloat(math.Round(f*1000)/1000, 'f', -1, 64) + "s"
 	}
 	return strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+// lostInFigure is lost_acked_in[REGION]: the lost messages (counted per
+// subscription, as lost is) that REGION acknowledged — by the ledger of
+// their receipt. A region that acknowledged nothing is no figure: a typo
+// must not pass.
+func lostInFigure(name string, r Result) (figure, bool) {
+	region, ok := strings.CutPrefix(name, "lost_acked_in[")
+	if !ok || !strings.HasSuffix(region, "]") {
+		return figure{}, false
+	}
+	region = strings.TrimSuffix(region, "]")
+	if !slices.ContainsFunc(r.Series, func(p Point) bool { return p.Region == region && p.Acked > 0 }) {
+		return figure{}, false
+	}
+	n := 0
+	for _, s := range r.Subscriptions {
+		for _, m := range s.LostMessages {
+			if m.Region == region {
+				n++
+			}
+		}
+	}
+	return figure{unit: count, value: float64(n)}, true
 }

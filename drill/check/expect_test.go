@@ -226,3 +226,23 @@ func TestEvaluateKeepsOrder(t *testing.T) {
 		t.Errorf("pass = %v %v %v, want true false true", vs[0].Pass, vs[1].Pass, vs[2].Pass)
 	}
 }
+
+// lost_acked_in[REGION] counts the lost messages REGION acknowledged, per
+// subscription as lost does; a region that acknowledged nothing (a typo)
+// is no figure and fails.
+func TestEvaluateLostAckedIn(t *testing.T) {
+	r := judged()
+	r.Series = []Point{{T: 0, Region: "east", Acked: 5}, {T: 20, Region: "west", Acked: 5}}
+	r.Subscriptions = []SubResult{
+		{Name: "ex", LostMessages: []Message{{Seq: 1, Region: "east"}, {Seq: 7, Region: "west"}}},
+		{Name: "ks", LostMessages: []Message{{Seq: 7, Region: "west"}, {Seq: 8}}},
+	}
+	runCases(t, r, nil, []expectCase{
+		{"lost_acked_in[west]", "0", false},
+		{"lost_acked_in[west]", "2", true},
+		{"lost_acked_in[east]", "1", true},
+	})
+	if v := one(t, "lost_acked_in[wset]", "0", r, nil); v.Pass {
+		t.Errorf("a region that acknowledged nothing: %+v, want a failure", v)
+	}
+}
