@@ -220,12 +220,22 @@ func TestReplacementBreaksTheRackRuleWhenNoBookieKeepsIt(t *testing.T) {
 		}
 	}
 	r.Bookie(lone.Id).Kill()
-	const total = 400
-	for i := int64(100); i < total; i++ {
-		if _, err := w.Append(ctx, payloadOf(w.ID(), i)); err != nil {
-			t.Fatalf("add %d after the lone r1 bookie died: %v", i, err)
+	killed := time.Now()
+	// Adds go on at Qa meanwhile; the change commits once the failed
+	// bookie was found not back (a probe of up to 500 ms).
+	next := int64(100)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(w.Metadata().Meta.Fragments) < 2 || next < 400 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ensemble change within 30 s of the lone r1 bookie's death (%d adds)", next)
 		}
+		if _, err := w.Append(ctx, payloadOf(w.ID(), next)); err != nil {
+			t.Fatalf("add %d after the lone r1 bookie died: %v", next, err)
+		}
+		next++
 	}
+	total := next
+	t.Logf("ensemble changed within %v of the kill; %d adds", time.Since(killed).Round(time.Millisecond), total)
 	m := w.Metadata()
 	last := m.LastFragment()
 	if len(m.Meta.Fragments) != 2 {
@@ -242,12 +252,13 @@ func TestReplacementBreaksTheRackRuleWhenNoBookieKeepsIt(t *testing.T) {
 	if !strings.Contains(logs.String(), "breaks the placement rule") {
 		t.Fatalf("no warning about the broken rule in the log:\n%s", logs.String())
 	}
-	// The new fragment holds every entry on its whole write set.
+	// The new fragment holds its entries (the first 300) on their whole
+	// write sets.
 	addrs := map[string]string{}
 	for _, b := range r.Bookies {
 		addrs[b.ID] = b.Addr
 	}
-	for e := last.FirstEntryId; e < total; e++ {
+	for e := last.FirstEntryId; e < min(total, last.FirstEntryId+300); e++ {
 		for _, p := range writeSet(e, 3, 3) {
 			resp := readDirect(t, addrs[last.Ensemble[p].Id], w.ID(), e)
 			if resp.Status != bookiepb.Status_OK {
