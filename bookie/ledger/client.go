@@ -176,6 +176,11 @@ type Client struct {
 
 	// breaking counts Stats.ReplacementsBreakingPlacement.
 	breaking atomic.Uint64
+
+	// probes: the last Info probe of each bookie that failed (is it
+	// back?), shared by the writers (answersShared).
+	bmu    sync.Mutex
+	probes map[string]*backProbe
 }
 
 // Stats are a client's counters since New.

@@ -170,6 +170,24 @@ func TestBookieRestartDoesNotStallTheWriter(t *testing.T) {
 	}
 }
 
+// waitDirect waits until the bookie at addr holds entry e (read directly):
+// an add completes on Qa acknowledgements, and the write to the rest of
+// its write set may still be on its way.
+func waitDirect(t *testing.T, addr, bookie string, ledgerID, e int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp := readDirect(t, addr, ledgerID, e)
+		if resp.Status == bookiepb.Status_OK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("entry %d is not on %s within 10 s: %v", e, bookie, resp.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -260,10 +278,7 @@ func TestReplacementBreaksTheRackRuleWhenNoBookieKeepsIt(t *testing.T) {
 	}
 	for e := last.FirstEntryId; e < min(total, last.FirstEntryId+300); e++ {
 		for _, p := range writeSet(e, 3, 3) {
-			resp := readDirect(t, addrs[last.Ensemble[p].Id], w.ID(), e)
-			if resp.Status != bookiepb.Status_OK {
-				t.Fatalf("entry %d on %s: %v", e, last.Ensemble[p].Id, resp.Status)
-			}
+			waitDirect(t, addrs[last.Ensemble[p].Id], last.Ensemble[p].Id, w.ID(), e)
 		}
 	}
 }
@@ -348,9 +363,7 @@ func TestWriterGoesOnWithoutAReplacementWhileQaHolds(t *testing.T) {
 	}
 	for e := last.FirstEntryId; e < next; e++ {
 		for _, p := range writeSet(e, 3, 3) {
-			if resp := readDirect(t, addrs[last.Ensemble[p].Id], id, e); resp.Status != bookiepb.Status_OK {
-				t.Fatalf("entry %d on %s: %v", e, last.Ensemble[p].Id, resp.Status)
-			}
+			waitDirect(t, addrs[last.Ensemble[p].Id], last.Ensemble[p].Id, id, e)
 		}
 	}
 

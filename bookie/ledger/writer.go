@@ -759,7 +759,7 @@ func (w *Writer) chooseReplacements(ens []*metapb.BookieRef, toReplace map[int]b
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if w.c.answers(&metapb.BookieRef{Id: ref.Id, Addr: ref.Addr}) {
+				if w.c.answersShared(&metapb.BookieRef{Id: ref.Id, Addr: ref.Addr}) {
 					mu.Lock()
 					back[id] = true
 					mu.Unlock()
@@ -831,6 +831,51 @@ func (w *Writer) chooseReplacements(ens []*metapb.BookieRef, toReplace map[int]b
 		return out, replaced, breaking, fmt.Errorf("%w: %w", ErrNotEnoughBookies, errors.Join(errs...))
 	}
 	return out, replaced, breaking, nil
+}
+
+// backProbe is one Info probe of a bookie, shared by the client's
+// writers (answersShared).
+type backProbe struct {
+	done chan struct{} // closed once ok and at are set
+	ok   bool
+	at   time.Time
+}
+
+// backProbeFresh: how long a probe's answer serves every writer of the
+// client. A broker holds a writer per topic: when a bookie dies, each
+// writer whose change finds no spare asks whether it is back, every
+// round of its retry (up to 1 s apart); one probe a second per bookie
+// answers them all.
+const backProbeFresh = time.Second
+
+// answersShared is answers, asked at most once per backProbeFresh per
+// bookie for all of the client's writers (callers during a probe wait
+// for it).
+func (c *Client) answersShared(b *metapb.BookieRef) bool {
+	c.bmu.Lock()
+	if c.probes == nil {
+		c.probes = map[string]*backProbe{}
+	}
+	if p := c.probes[b.Id]; p != nil {
+		select {
+		case <-p.done:
+			if time.Since(p.at) < backProbeFresh {
+				c.bmu.Unlock()
+				return p.ok
+			}
+		default:
+			c.bmu.Unlock()
+			<-p.done
+			return p.ok
+		}
+	}
+	p := &backProbe{done: make(chan struct{})}
+	c.probes[b.Id] = p
+	c.bmu.Unlock()
+	p.ok = c.answers(b)
+	p.at = time.Now()
+	close(p.done)
+	return p.ok
 }
 
 // answers reports whether bookie b answers an Info call within
