@@ -46,7 +46,10 @@ type Broker struct {
 	gown      *ownership     // stretched namespaces' bundles, in the global store
 	bundles   *cluster.Cache // the region's bundle boundaries, watched (boundariesHint)
 	stretched *stretched.Placement
-	fo        *failoverctl.Shell
+	// stretchedLive is stretched once started, for the metrics (the admin
+	// API serves before).
+	stretchedLive atomic.Pointer[stretched.Placement]
+	fo            *failoverctl.Shell
 	// foStarted is set once fo is made and its control started: the
 	// metrics read fo only then (the admin API serves before).
 	foStarted atomic.Bool

@@ -24,7 +24,11 @@ func (b *Broker) startStretched() (*stretched.Placement, error) {
 	if b.guard != nil {
 		cfg.DialOptions = b.guard.GRPCDialOptions()
 	}
-	return stretched.Start(cfg, stretchedHost{b})
+	p, err := stretched.Start(cfg, stretchedHost{b})
+	if p != nil {
+		b.stretchedLive.Store(p)
+	}
+	return p, err
 }
 
 // stretchedHost is the broker as the stretched placement sees it.

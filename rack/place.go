@@ -38,6 +38,7 @@ func Place(bookies []Bookie, p Policy, req Request, rng *rand.Rand) ([]Bookie, A
 		return nil, AdherenceFail, err
 	}
 	pl := newPool(bookies, p, req.Exclude, nil, req.E, rng)
+	pl.readOnly = max(req.ReadOnly, 0)
 	fail := func(format string, args ...any) ([]Bookie, Adherence, error) {
 		return nil, AdherenceFail, &PlacementError{Op: "place", Usable: pl.total, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -119,7 +120,7 @@ type pool struct {
 	total     int        // usable bookies
 
 	// Why bookies were not usable, for error messages.
-	live, excluded, unlabelled, outside int
+	live, readOnly, excluded, unlabelled, outside int
 }
 
 type poolRack struct {
@@ -176,7 +177,10 @@ func newPool(bookies []Bookie, p Policy, exclude, skip map[string]bool, e int, r
 }
 
 func (pl *pool) describeUsable() string {
-	s := fmt.Sprintf("%d usable (%d live", pl.total, pl.live)
+	s := fmt.Sprintf("%d usable (%d live", pl.total, pl.live+pl.readOnly)
+	if pl.readOnly > 0 {
+		s += fmt.Sprintf(", %d read-only", pl.readOnly)
+	}
 	if pl.excluded > 0 {
 		s += fmt.Sprintf(", %d excluded or already in the ensemble", pl.excluded)
 	}

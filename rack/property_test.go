@@ -774,6 +774,11 @@ func TestPlacementErrorIs(t *testing.T) {
 	if want := "rack: not enough bookies: place: need 3 bookies, only 1 usable (1 live)"; err.Error() != want {
 		t.Fatalf("%q, want %q", err.Error(), want)
 	}
+	// Read-only bookies the caller left out count among the live ones.
+	_, _, err = Place(nil, DefaultPolicy(), Request{E: 3, Qw: 3, Qa: 2, ReadOnly: 4}, rand.New(rand.NewPCG(0, 0)))
+	if want := "rack: not enough bookies: place: need 3 bookies, only 0 usable (4 live, 4 read-only)"; err == nil || err.Error() != want {
+		t.Fatalf("%v, want %q", err, want)
+	}
 }
 
 // TestCheckFixedCases pins Check on hand-made ensembles.

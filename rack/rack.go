@@ -231,6 +231,11 @@ type Request struct {
 	LocalRegion string
 	// LocalRack: prefer position 0 in rack (LocalRegion, LocalRack). Optional.
 	LocalRack string
+	// ReadOnly: how many live bookies the caller left out of the
+	// candidates because they are registered read-only (full disk,
+	// decommissioning). Only for error messages: "0 usable (4 live, 4
+	// read-only)" says why, where "0 usable (0 live)" did not.
+	ReadOnly int
 }
 
 // Adherence says how well an ensemble meets its policy.

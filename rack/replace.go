@@ -50,6 +50,7 @@ func Replace(bookies []Bookie, p Policy, req Request, ensemble []Bookie, idx int
 		members[b.ID] = true
 	}
 	pl := newPool(bookies, p, req.Exclude, members, e, rng)
+	pl.readOnly = max(req.ReadOnly, 0)
 	fail := func(format string, args ...any) (Bookie, Adherence, error) {
 		return Bookie{}, AdherenceFail, &PlacementError{Op: "replace", Usable: pl.total, Reason: fmt.Sprintf(format, args...)}
 	}

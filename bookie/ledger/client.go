@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meridian-mq/meridian/cluster"
@@ -50,8 +51,27 @@ type BookieSource interface {
 	Lookup(id string) (*metapb.BookieRegistration, bool)
 }
 
+// ReadOnlyLister is an optional BookieSource method: the registered
+// bookies that are read-only. A source that has it lets "not enough
+// bookies" errors count them ("0 usable (4 live, 4 read-only)"); the
+// client never writes to them.
+type ReadOnlyLister interface {
+	ReadOnly() []*metapb.BookieRegistration
+}
+
 // ViewSource adapts a cluster.BookieView to BookieSource.
 type ViewSource struct{ View *cluster.BookieView }
+
+// ReadOnly returns the bookies registered read-only (ReadOnlyLister).
+func (v ViewSource) ReadOnly() []*metapb.BookieRegistration {
+	var out []*metapb.BookieRegistration
+	for _, b := range v.View.Bookies(false) {
+		if b.State == cluster.BookieReadOnly {
+			out = append(out, b.Reg)
+		}
+	}
+	return out
+}
 
 func (v ViewSource) Writable() []*metapb.BookieRegistration {
 	bs := v.View.Bookies(true)
@@ -86,9 +106,12 @@ type Config struct {
 	AddTimeout time.Duration
 	// ReadTimeout bounds each read request to one bookie. Default 5s.
 	ReadTimeout time.Duration
-	// EnsembleChangeTimeout: how long an ensemble change keeps looking for a
-	// replacement (and retrying metadata) before pending adds fail. Default
-	// 30s.
+	// EnsembleChangeTimeout: how long a pending add may be unable to reach
+	// its ack quorum on the current ensemble's live bookies while the
+	// ensemble change finds no replacement (or cannot commit one to
+	// metadata) before the writer fails. While every pending add can still
+	// reach Qa, the writer goes on and the change keeps retrying
+	// (BookKeeper's delayEnsembleChange). Default 30s.
 	EnsembleChangeTimeout time.Duration
 	// MaxEntryBytes: the largest payload accepted. Default 5 MiB + 64 KiB (a
 	// 5 MiB message plus its metadata). Must not exceed the bookies' limit.
@@ -150,6 +173,28 @@ type Client struct {
 
 	lmu   sync.Mutex
 	lease *cluster.Lease // nil until the first Create (or after it was lost)
+
+	// breaking counts Stats.ReplacementsBreakingPlacement.
+	breaking atomic.Uint64
+
+	// probes: the last Info probe of each bookie that failed (is it
+	// back?), shared by the writers (answersShared).
+	bmu    sync.Mutex
+	probes map[string]*backProbe
+}
+
+// Stats are a client's counters since New.
+type Stats struct {
+	// ReplacementsBreakingPlacement: ensemble members replaced, under an
+	// enforced placement policy, by a bookie that breaks its rack rule
+	// because no bookie kept it (each logged as a warning). The broker
+	// exports it as meridian_broker_ensemble_replacements_breaking_placement_total.
+	ReplacementsBreakingPlacement uint64
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{ReplacementsBreakingPlacement: c.breaking.Load()}
 }
 
 // New returns a client.
@@ -287,8 +332,10 @@ func (o *CreateOptions) normalize() error {
 // WritableBookies returns how many bookies new ensembles may use now.
 func (c *Client) WritableBookies() int { return len(c.cfg.Bookies.Writable()) }
 
-// candidates returns the writable bookies as placement candidates.
-func (c *Client) candidates() ([]rack.Bookie, map[string]*metapb.BookieRegistration) {
+// candidates returns the writable bookies as placement candidates, and how
+// many registered bookies are read-only (for error messages; 0 when the
+// source cannot tell: see ReadOnlyLister).
+func (c *Client) candidates() ([]rack.Bookie, map[string]*metapb.BookieRegistration, int) {
 	regs := c.cfg.Bookies.Writable()
 	out := make([]rack.Bookie, 0, len(regs))
 	byID := make(map[string]*metapb.BookieRegistration, len(regs))
@@ -296,7 +343,15 @@ func (c *Client) candidates() ([]rack.Bookie, map[string]*metapb.BookieRegistrat
 		out = append(out, rack.Bookie{ID: r.Id, Region: r.Region, Rack: r.Rack})
 		byID[r.Id] = r
 	}
-	return out, byID
+	readOnly := 0
+	if l, ok := c.cfg.Bookies.(ReadOnlyLister); ok {
+		for _, r := range l.ReadOnly() {
+			if byID[r.Id] == nil {
+				readOnly++
+			}
+		}
+	}
+	return out, byID, readOnly
 }
 
 func (c *Client) rand() *rand.Rand {
@@ -311,8 +366,8 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Writer, error) {
 	if err := o.normalize(); err != nil {
 		return nil, err
 	}
-	cands, byID := c.candidates()
-	ens, _, err := rack.Place(cands, o.Placement, rack.Request{E: o.EnsembleSize, Qw: o.WriteQuorum, Qa: o.AckQuorum, LocalRegion: c.cfg.Region, LocalRack: c.cfg.Rack}, c.rand())
+	cands, byID, readOnly := c.candidates()
+	ens, _, err := rack.Place(cands, o.Placement, rack.Request{E: o.EnsembleSize, Qw: o.WriteQuorum, Qa: o.AckQuorum, LocalRegion: c.cfg.Region, LocalRack: c.cfg.Rack, ReadOnly: readOnly}, c.rand())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotEnoughBookies, err)
 	}

@@ -101,6 +101,8 @@ func TestEnsembleChangeOnBookieKill(t *testing.T) {
 	for e := last.FirstEntryId; e < total; e++ {
 		for _, p := range writeSet(e, 3, 3) {
 			b := last.Ensemble[p]
+			// The copy beyond Qa may still be on its way.
+			waitDirect(t, addrs[b.Id], b.Id, id, e)
 			resp := readDirect(t, addrs[b.Id], id, e)
 			if resp.Status != bookiepb.Status_OK || !bytes.Equal(resp.Payload, payloadOf(id, e)) {
 				t.Fatalf("entry %d on replica %s: status %v", e, b.Id, resp.Status)

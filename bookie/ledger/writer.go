@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,17 +14,21 @@ import (
 	"github.com/meridian-mq/meridian/proto/bookiepb"
 	"github.com/meridian-mq/meridian/proto/metapb"
 	"github.com/meridian-mq/meridian/rack"
+	"google.golang.org/grpc"
 )
 
 // Writer appends entries to one ledger. It is the ledger's only writer.
 // Safe for concurrent use.
 //
 // Ordering contract: an add completes (its callback runs with a nil error)
-// only after AckQuorum bookies of its write set acknowledged it as durable
-// AND every earlier entry completed; callbacks run in entry order. While an
-// ensemble change is in flight no add completes, so an entry is never
+// only after AckQuorum bookies of its write set, in the ensemble committed
+// to metadata, acknowledged it as durable AND every earlier entry
+// completed; callbacks run in entry order. While an ensemble change's
+// compare-and-swap is in flight no add completes, so an entry is never
 // reported through an ensemble that is not yet in metadata (BookKeeper
-// #1591, #3005).
+// #1591, #3005); while the change looks for a replacement, adds that
+// reach Qa on the current ensemble's live bookies complete (see
+// ensembleChange).
 type Writer struct {
 	c          *Client
 	id         int64
@@ -39,10 +44,13 @@ type Writer struct {
 	length     int64
 	pending    []*pendingAdd // entries lac+1 .. lastPushed, in order
 	failed     map[int]bool  // ensemble positions waiting to be replaced
-	bad        map[string]time.Time
+	bad        map[string]badMark
 	unavail    map[string]unavailSince // members seen unregistered or read-only (idle replacement)
 	swept      []string                // the bookie ids it is filed under in Client.byBookie (under Client.wmu)
+	// changing: the ensemble change loop runs. committing: its
+	// compare-and-swap is in flight; completions wait for it.
 	changing   bool
+	committing bool
 	sendSeq    uint64
 	err        error // terminal: every later add fails with it
 	closing    bool
@@ -68,6 +76,16 @@ type pendingAdd struct {
 	// after: refusals of adds made after this one, reported right after
 	// its own callback (so callbacks run in call order).
 	after []completion
+}
+
+// badMark: when a bookie last failed for this writer, and whether it went
+// away (its stream broke, a dial or send failed, or it left the registry)
+// rather than answering with an error or not answering in time. A bookie
+// that went away and answers again (it was restarted) may be chosen again
+// before its minute is up; a slow or refusing one may not.
+type badMark struct {
+	at   time.Time
+	gone bool
 }
 
 type completion struct {
@@ -97,7 +115,7 @@ func newWriter(c *Client, m Metadata) *Writer {
 		lastPushed: -1,
 		lac:        -1,
 		failed:     map[int]bool{},
-		bad:        map[string]time.Time{},
+		bad:        map[string]badMark{},
 		unavail:    map[string]unavailSince{},
 		stopScan:   make(chan struct{}),
 	}
@@ -293,6 +311,12 @@ func (w *Writer) AppendAsync(payload []byte, cb func(entryID int64, err error)) 
 	pa.digest = digest.Entry(w.id, pa.entry, pa.lac, payload)
 	w.pending = append(w.pending, pa)
 	w.startScanLocked()
+	if len(w.failed) > 0 && !w.changing {
+		// A position still waits for a replacement: the change loop left
+		// while the writer was idle; it looks again now.
+		w.changing = true
+		go w.ensembleChange()
+	}
 	sends := w.prepareSendsLocked(pa, nil)
 	w.mu.Unlock()
 	w.doSends(sends)
@@ -390,16 +414,16 @@ func (w *Writer) onResult(entry int64, slot int, seq uint64, resp *bookiepb.AddR
 		if reason == nil {
 			reason = fmt.Errorf("%s: %s", resp.Status, resp.Message)
 		}
-		w.markFailedLocked(p, reason)
+		w.markFailedLocked(p, reason, err != nil)
 	}
 	w.mu.Unlock()
 	w.deliver()
 }
 
 // completeLocked completes, in order, every head entry that has its ack
-// quorum, unless an ensemble change is in flight.
+// quorum, unless an ensemble change's compare-and-swap is in flight.
 func (w *Writer) completeLocked() {
-	if w.changing {
+	if w.committing {
 		return
 	}
 	n := 0
@@ -441,13 +465,15 @@ func (w *Writer) stopScanning() {
 	})
 }
 
-func (w *Writer) markFailedLocked(p int, reason error) {
+// markFailedLocked stops sending to position p and starts the ensemble
+// change; gone: the bookie went away (a transport error), see badMark.
+func (w *Writer) markFailedLocked(p int, reason error, gone bool) {
 	if w.failed[p] {
 		return
 	}
 	ref := w.meta.LastFragment().Ensemble[p]
 	w.failed[p] = true
-	w.bad[ref.Id] = time.Now()
+	w.bad[ref.Id] = badMark{at: time.Now(), gone: gone}
 	w.c.cfg.Logger.Warn("bookie failed for ledger", "ledger", w.id, "bookie", ref.Id, "position", p, "err", reason)
 	if !w.changing {
 		w.changing = true
@@ -481,132 +507,390 @@ func (w *Writer) deliver() {
 	}
 }
 
-// ensembleChange replaces every failed position: a new fragment starting at
+// ensembleChange replaces the failed positions: a new fragment starting at
 // the first unconfirmed entry (LAC+1), committed to metadata by
 // compare-and-swap BEFORE any pending entry is re-sent to a replacement or
-// completed.
+// completed through it.
+//
+// Completions are held only while the compare-and-swap is in flight (one
+// etcd round trip), not while a replacement is searched for: a rolling
+// restart of bookies, where the only spare is often the bookie restarted
+// just before, held every add of the writer for seconds. Meanwhile an add
+// completes once Qa bookies of its write set in the committed ensemble
+// acknowledged it, the failed position left out (BookKeeper's
+// delayEnsembleChange). When no replacement exists at all the writer goes
+// on like that and the change keeps retrying; it fails only when some
+// pending add cannot reach Qa on the live members for
+// EnsembleChangeTimeout.
+//
+// The known cost: an entry acknowledged while a position waits has fewer
+// than Qw copies (the failed position's is missing), and nothing writes
+// it there when the bookie returns. The hole runs to the end of its
+// fragment (the position gets no entry until a new fragment replaces it),
+// so the auto-recovery scrub, which reads the last entry each member of a
+// completed fragment stores (autorecovery.SampleEntries), finds it once
+// the fragment is completed and queues the copy; while the fragment is the
+// open ledger's last one, nothing copies it.
 func (w *Writer) ensembleChange() {
-	deadline := time.Now().Add(w.c.cfg.EnsembleChangeTimeout)
 	backoff := 50 * time.Millisecond
+	var blockedSince, lastCommit time.Time
+	var lastErr error
 	for {
 		w.mu.Lock()
-		if w.err != nil {
+		if w.err != nil || len(w.failed) == 0 || w.closing && len(w.pending) == 0 {
 			w.changing = false
 			w.mu.Unlock()
 			w.deliver()
 			return
 		}
-		toReplace := make(map[int]bool, len(w.failed))
-		for p := range w.failed {
-			toReplace[p] = true
-		}
+		toReplace := maps.Clone(w.failed)
 		cur := w.meta
-		start := w.lac + 1
-		exclude := map[string]bool{}
-		for id, at := range w.bad {
-			if time.Since(at) < time.Minute {
-				exclude[id] = true
+		now := time.Now()
+		for id, m := range w.bad {
+			if now.Sub(m.at) >= time.Minute {
+				delete(w.bad, id)
 			}
 		}
+		bad := maps.Clone(w.bad)
 		w.mu.Unlock()
 
-		newEns, err := w.chooseReplacements(cur.LastFragment().Ensemble, toReplace, exclude)
-		var next Metadata
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			next, err = updateMeta(ctx, w.c.cfg.Store, cur, func(m *metapb.LedgerMetadata) (*metapb.LedgerMetadata, error) {
-				switch m.State {
-				case metapb.LedgerState_OPEN:
-				case metapb.LedgerState_CLOSED:
-					return nil, fmt.Errorf("%w: ledger %d closed by another process", ErrClosed, w.id)
-				default:
-					return nil, fmt.Errorf("%w: ledger %d is being recovered", ErrFenced, w.id)
-				}
-				last := m.Fragments[len(m.Fragments)-1]
-				if last.FirstEntryId == start {
-					last.Ensemble = newEns
-				} else {
-					m.Fragments = append(m.Fragments, &metapb.Fragment{FirstEntryId: start, Ensemble: newEns})
-				}
-				return m, nil
-			})
-			cancel()
-		}
+		newEns, replaced, breaking, err := w.chooseReplacements(cur.LastFragment().Ensemble, toReplace, bad, true)
 		if err != nil {
-			if errors.Is(err, ErrFenced) || errors.Is(err, ErrClosed) || errors.Is(err, ErrNoSuchLedger) || time.Now().After(deadline) {
-				w.mu.Lock()
-				w.failLocked(fmt.Errorf("ledger %d: ensemble change: %w", w.id, err))
+			lastErr = err
+		}
+		committed := false
+		// Commits follow each other no faster than the backoff: a
+		// replacement that fails again at once must not cost a metadata
+		// write per round trip.
+		if len(replaced) > 0 && (lastCommit.IsZero() || time.Since(lastCommit) >= backoff) {
+			if err := w.commitChange(cur, newEns, replaced, breaking); err != nil {
+				lastErr = err
+				w.c.cfg.Logger.Warn("ensemble change retry", "ledger", w.id, "err", err)
+			} else {
+				committed, lastCommit = true, time.Now()
+			}
+		}
+
+		w.mu.Lock()
+		if w.err != nil || len(w.failed) == 0 {
+			w.mu.Unlock()
+			continue
+		}
+		now = time.Now()
+		if w.blockedLocked() {
+			if blockedSince.IsZero() {
+				blockedSince = now
+			}
+			if now.Sub(blockedSince) >= w.c.cfg.EnsembleChangeTimeout {
+				if lastErr == nil {
+					lastErr = ErrNotEnoughBookies
+				}
+				w.failLocked(fmt.Errorf("ledger %d: ensemble change: %w", w.id, lastErr))
 				w.changing = false
 				w.mu.Unlock()
 				w.deliver()
 				return
 			}
-			w.c.cfg.Logger.Warn("ensemble change retry", "ledger", w.id, "err", err)
-			time.Sleep(backoff)
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-
-		w.mu.Lock()
-		w.meta = next
-		w.c.reindexWriter(w, next.LastFragment().Ensemble)
-		w.c.cfg.Logger.Info("ensemble changed", "ledger", w.id, "first_entry", start, "ensemble", ensembleString(newEns))
-		var sends []send
-		for _, pa := range w.pending {
-			for slot := range w.qw {
-				if toReplace[w.position(pa.entry, slot)] {
-					if pa.acked[slot] {
-						pa.acked[slot] = false
-						pa.nacked--
-					}
-				}
+		} else {
+			blockedSince = time.Time{}
+			if len(w.pending) == 0 && !committed {
+				// Idle: the next add (or the idle sweep) looks again.
+				w.changing = false
+				w.mu.Unlock()
+				return
 			}
-			sends = append(sends, w.prepareSendsLocked(pa, toReplace)...)
-		}
-		for p := range toReplace {
-			delete(w.failed, p)
-		}
-		done := len(w.failed) == 0 || w.err != nil
-		if done {
-			w.changing = false
-			w.completeLocked()
 		}
 		w.mu.Unlock()
-		w.doSends(sends)
-		w.deliver()
-		if done {
-			return
+		if committed {
+			continue // the positions left, at once
 		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
-// chooseReplacements returns a copy of ens with each position in toReplace
-// filled by rack.Replace under the ledger's placement policy.
-func (w *Writer) chooseReplacements(ens []*metapb.BookieRef, toReplace map[int]bool, exclude map[string]bool) ([]*metapb.BookieRef, error) {
-	cands, byID := w.c.candidates()
-	out := make([]*metapb.BookieRef, len(ens))
-	copy(out, ens)
-	positions := make([]int, 0, len(toReplace))
-	for p := range toReplace {
-		positions = append(positions, p)
-		exclude[ens[p].Id] = true
+// blockedLocked reports whether a pending add cannot reach its ack quorum
+// on the current ensemble: fewer than Qa of its write set acknowledged it
+// or sit at a position that is not failed.
+func (w *Writer) blockedLocked() bool {
+	for _, pa := range w.pending {
+		n := 0
+		for slot := range w.qw {
+			if pa.acked[slot] || !w.failed[w.position(pa.entry, slot)] {
+				n++
+			}
+		}
+		if n < w.qa {
+			return true
+		}
 	}
-	sort.Ints(positions)
+	return false
+}
+
+// commitChange commits newEns (cur's last ensemble with the positions of
+// replaced filled) as the fragment starting at LAC+1, holding completions
+// for the compare-and-swap only, then drops the acks the replaced
+// positions gave for pending entries and re-sends those entries to the
+// replacements. breaking: positions whose replacement breaks the
+// placement rule (logged and counted once committed).
+func (w *Writer) commitChange(cur Metadata, newEns []*metapb.BookieRef, replaced map[int]bool, breaking map[int]string) error {
+	w.mu.Lock()
+	if w.err != nil {
+		w.mu.Unlock()
+		return w.err
+	}
+	w.committing = true
+	start := w.lac + 1
+	w.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	next, err := updateMeta(ctx, w.c.cfg.Store, cur, func(m *metapb.LedgerMetadata) (*metapb.LedgerMetadata, error) {
+		switch m.State {
+		case metapb.LedgerState_OPEN:
+		case metapb.LedgerState_CLOSED:
+			return nil, fmt.Errorf("%w: ledger %d closed by another process", ErrClosed, w.id)
+		default:
+			return nil, fmt.Errorf("%w: ledger %d is being recovered", ErrFenced, w.id)
+		}
+		last := m.Fragments[len(m.Fragments)-1]
+		if last.FirstEntryId == start {
+			last.Ensemble = newEns
+		} else {
+			m.Fragments = append(m.Fragments, &metapb.Fragment{FirstEntryId: start, Ensemble: newEns})
+		}
+		return m, nil
+	})
+	cancel()
+
+	w.mu.Lock()
+	w.committing = false
+	if err != nil {
+		if errors.Is(err, ErrFenced) || errors.Is(err, ErrClosed) || errors.Is(err, ErrNoSuchLedger) {
+			w.failLocked(fmt.Errorf("ledger %d: ensemble change: %w", w.id, err))
+		} else {
+			w.completeLocked() // what reached Qa on the committed ensemble meanwhile
+		}
+		w.mu.Unlock()
+		w.deliver()
+		return err
+	}
+	w.meta = next
+	w.c.reindexWriter(w, next.LastFragment().Ensemble)
+	w.c.cfg.Logger.Info("ensemble changed", "ledger", w.id, "first_entry", start, "ensemble", ensembleString(newEns))
+	old := cur.LastFragment().Ensemble
+	for p, why := range breaking {
+		w.c.breaking.Add(1)
+		w.c.cfg.Logger.Warn("ensemble change breaks the placement rule: no bookie keeps it", "ledger", w.id, "position", p,
+			"failed", old[p].Id, "replacement", newEns[p].Id, "policy", w.policy.String(), "why", why)
+	}
+	var sends []send
+	for _, pa := range w.pending {
+		for slot := range w.qw {
+			if replaced[w.position(pa.entry, slot)] && pa.acked[slot] {
+				pa.acked[slot] = false
+				pa.nacked--
+			}
+		}
+		sends = append(sends, w.prepareSendsLocked(pa, replaced)...)
+	}
+	for p := range replaced {
+		delete(w.failed, p)
+	}
+	w.completeLocked()
+	w.mu.Unlock()
+	w.doSends(sends)
+	w.deliver()
+	return nil
+}
+
+// backProbeTimeout bounds the Info call that tells whether a bookie that
+// failed is back.
+const backProbeTimeout = 500 * time.Millisecond
+
+// chooseReplacements returns a copy of ens with positions of toReplace
+// filled under the ledger's placement policy, the positions it filled,
+// those of them whose replacement breaks the policy's rule (with why), and
+// an error saying why the others found none. For each position, in order
+// (fallback false: the first only, as the idle sweep wants):
+//  1. rack.Replace among the writable bookies that did not fail within
+//     the last minute (bad);
+//  2. the same, with the bookies of bad that went away and answer again
+//     (restarted: in a rolling restart the only spare is often the bookie
+//     restarted just before);
+//  3. the failed member itself, when it went away and answers again (a
+//     new fragment with it in its place: the placement is unchanged);
+//  4. under an enforced policy, a bookie that breaks the rack rule (the
+//     best rack.Replace finds without Enforce; for a region-aware policy
+//     only one that keeps the region rule), logged and counted
+//     (Stats.ReplacementsBreakingPlacement) once committed.
+//
+// A position none of these fills stays failed: the writer goes on without
+// it while its adds can reach Qa.
+func (w *Writer) chooseReplacements(ens []*metapb.BookieRef, toReplace map[int]bool, bad map[string]badMark, fallback bool) ([]*metapb.BookieRef, map[int]bool, map[int]string, error) {
+	cands, byID, readOnly := w.c.candidates()
+	out := slices.Clone(ens)
+	positions := slices.Sorted(maps.Keys(toReplace))
+	replaced := map[int]bool{}
+	var breaking map[int]string
+	var errs []error
 	rng := w.c.rand()
+	req := rack.Request{E: w.e, Qw: w.qw, Qa: w.qa, LocalRegion: w.c.cfg.Region, LocalRack: w.c.cfg.Rack, ReadOnly: readOnly}
+	// back: which bookies of bad that went away answer now, asked once
+	// per call, all at a time, and only when a position needs it.
+	var back map[string]bool
+	probe := func() {
+		if back != nil {
+			return
+		}
+		back = map[string]bool{}
+		var ids []string
+		for id, m := range bad {
+			if m.gone {
+				ids = append(ids, id)
+			}
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			ref := byID[id]
+			if ref == nil {
+				continue // not registered writable
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if w.c.answersShared(&metapb.BookieRef{Id: ref.Id, Addr: ref.Addr}) {
+					mu.Lock()
+					back[id] = true
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	chosen := map[string]bool{}
+	exclude := func(withBack bool) map[string]bool {
+		ex := maps.Clone(chosen)
+		for id := range bad {
+			if !withBack || !back[id] {
+				ex[id] = true
+			}
+		}
+		return ex
+	}
+	take := func(p int, id string) {
+		r := byID[id]
+		out[p] = &metapb.BookieRef{Id: r.Id, Addr: r.Addr, Region: r.Region, Rack: r.Rack}
+		replaced[p] = true
+		chosen[id] = true
+	}
 	for _, p := range positions {
 		cur := make([]rack.Bookie, len(out))
 		for i, r := range out {
 			cur[i] = toRack(r)
 		}
-		b, _, err := rack.Replace(cands, w.policy, rack.Request{E: w.e, Qw: w.qw, Qa: w.qa, Exclude: exclude, LocalRegion: w.c.cfg.Region, LocalRack: w.c.cfg.Rack}, cur, p, rng)
-		if err != nil {
-			return nil, fmt.Errorf("%w: replace %s: %v", ErrNotEnoughBookies, ens[p].Id, err)
+		req.Exclude = exclude(false)
+		b, _, err := rack.Replace(cands, w.policy, req, cur, p, rng)
+		if err == nil {
+			take(p, b.ID)
+			continue
 		}
-		r := byID[b.ID]
-		out[p] = &metapb.BookieRef{Id: r.Id, Addr: r.Addr, Region: r.Region, Rack: r.Rack}
-		exclude[b.ID] = true
+		if !fallback {
+			errs = append(errs, fmt.Errorf("replace %s: %v", ens[p].Id, err))
+			continue
+		}
+		probe()
+		req.Exclude = exclude(true)
+		if b, _, err2 := rack.Replace(cands, w.policy, req, cur, p, rng); err2 == nil {
+			w.c.cfg.Logger.Info("replacing with a bookie that failed within the last minute and is back", "ledger", w.id, "position", p, "failed", ens[p].Id, "replacement", b.ID)
+			take(p, b.ID)
+			continue
+		}
+		if self := ens[p].Id; back[self] && !chosen[self] {
+			w.c.cfg.Logger.Info("a failed bookie is back: it takes its position again in a new fragment", "ledger", w.id, "position", p, "bookie", self)
+			take(p, self)
+			continue
+		}
+		if w.policy.Enforce {
+			relaxed := w.policy
+			relaxed.Enforce = false
+			labelled := slices.DeleteFunc(slices.Clone(cands), func(b rack.Bookie) bool { return b.Rack == "" })
+			b, a, err2 := rack.Replace(labelled, relaxed, req, cur, p, rng)
+			if err2 == nil && (w.policy.Kind != rack.RegionAware || a >= rack.AdherenceSoft) {
+				take(p, b.ID)
+				if breaking == nil {
+					breaking = map[int]string{}
+				}
+				breaking[p] = err.Error()
+				continue
+			}
+		}
+		errs = append(errs, fmt.Errorf("replace %s: %v", ens[p].Id, err))
 	}
-	return out, nil
+	if len(errs) > 0 {
+		return out, replaced, breaking, fmt.Errorf("%w: %w", ErrNotEnoughBookies, errors.Join(errs...))
+	}
+	return out, replaced, breaking, nil
+}
+
+// backProbe is one Info probe of a bookie, shared by the client's
+// writers (answersShared).
+type backProbe struct {
+	done chan struct{} // closed once ok and at are set
+	ok   bool
+	at   time.Time
+}
+
+// backProbeFresh: how long a probe's answer serves every writer of the
+// client. A broker holds a writer per topic: when a bookie dies, each
+// writer whose change finds no spare asks whether it is back, every
+// round of its retry (up to 1 s apart); one probe a second per bookie
+// answers them all.
+const backProbeFresh = time.Second
+
+// answersShared is answers, asked at most once per backProbeFresh per
+// bookie for all of the client's writers (callers during a probe wait
+// for it).
+func (c *Client) answersShared(b *metapb.BookieRef) bool {
+	c.bmu.Lock()
+	if c.probes == nil {
+		c.probes = map[string]*backProbe{}
+	}
+	if p := c.probes[b.Id]; p != nil {
+		select {
+		case <-p.done:
+			if time.Since(p.at) < backProbeFresh {
+				c.bmu.Unlock()
+				return p.ok
+			}
+		default:
+			c.bmu.Unlock()
+			<-p.done
+			return p.ok
+		}
+	}
+	p := &backProbe{done: make(chan struct{})}
+	c.probes[b.Id] = p
+	c.bmu.Unlock()
+	p.ok = c.answers(b)
+	p.at = time.Now()
+	close(p.done)
+	return p.ok
+}
+
+// answers reports whether bookie b answers an Info call within
+// backProbeTimeout, as itself and writable: a bookie that went away and
+// is back.
+func (c *Client) answers(b *metapb.BookieRef) bool {
+	conn, err := c.conn(b)
+	if err != nil {
+		return false
+	}
+	conn.cc.ResetConnectBackoff() // a restarted bookie: not after the reconnect backoff
+	ctx, cancel := context.WithTimeout(c.ctx, backProbeTimeout)
+	defer cancel()
+	info, err := conn.client.Info(ctx, &bookiepb.InfoRequest{}, grpc.WaitForReady(true))
+	return err == nil && info.BookieId == b.Id && !info.ReadOnly
 }
 
 // startScanLocked starts the timeout scanner unless it runs or the writer
@@ -645,7 +929,7 @@ func (w *Writer) scanTimeouts() {
 				for slot := range w.qw {
 					if pa.seq[slot] != 0 && now.Sub(pa.sentAt[slot]) > w.addTimeout {
 						pa.seq[slot] = 0
-						w.markFailedLocked(w.position(pa.entry, slot), fmt.Errorf("no answer within %s", w.addTimeout))
+						w.markFailedLocked(w.position(pa.entry, slot), fmt.Errorf("no answer within %s", w.addTimeout), false)
 					}
 				}
 			}
@@ -701,19 +985,20 @@ func (w *Writer) idleReplaceLocked(now time.Time) {
 	if len(due) == 0 {
 		return
 	}
-	exclude := map[string]bool{}
-	for id, at := range w.bad {
-		if now.Sub(at) < time.Minute {
-			exclude[id] = true
+	bad := map[string]badMark{}
+	for id, m := range w.bad {
+		if now.Sub(m.at) < time.Minute {
+			bad[id] = m
 		}
 	}
-	if _, err := w.chooseReplacements(ens, due, exclude); err != nil {
+	_, replaced, _, _ := w.chooseReplacements(ens, due, bad, false)
+	if len(replaced) == 0 {
 		return // nowhere to go yet; the writer keeps its ensemble and looks again
 	}
-	for p := range due {
+	for p := range replaced {
 		w.c.cfg.Logger.Info("replacing an unavailable bookie of an idle ledger", "ledger", w.id, "bookie", ens[p].Id, "position", p)
 		w.failed[p] = true
-		w.bad[ens[p].Id] = now
+		w.bad[ens[p].Id] = badMark{at: now, gone: true}
 		delete(w.unavail, ens[p].Id)
 	}
 	w.changing = true

@@ -576,12 +576,15 @@ func TestTrimDeletesConsumedLedgers(t *testing.T) {
 // ledger is recovered, appends it holds succeed, the others (certainly not
 // in it) are re-sent to a new ledger. The producer sees no error, and every
 // payload is in the log exactly once, in order. Two failures in a row:
-//  1. one bookie dies and no replacement exists (3 bookies, E=3), so the
-//     ensemble change times out;
+//  1. two of the three bookies die (E=3, Qa=2): no replacement exists and
+//     the ack quorum is out of reach, so the ensemble change times out (with
+//     one dead the writer goes on at Qa on the two left: issue 28's
+//     delayed ensemble change, no failure to settle);
 //  2. all three bookies are stopped (SIGSTOP), 16 more appends are
-//     issued (they reach no bookie's disk), and the bookies are killed with
-//     SIGKILL and restarted: recovery finds those 16 entries absent, so
-//     they are re-sent to a new ledger — not lost, not reported failed.
+//     issued (they reach no bookie's disk), the writer fails once they
+//     time out, and the bookies are killed with SIGKILL and restarted:
+//     recovery finds those 16 entries absent, so they are re-sent to a new
+//     ledger — not lost, not reported failed.
 func TestLedgerFailureSettlesAppendsExactly(t *testing.T) {
 	r := startRegion(t)
 	lc := newLedgerClient(t, r.Store, func(c *ledger.Config) {
@@ -647,17 +650,25 @@ func TestLedgerFailureSettlesAppendsExactly(t *testing.T) {
 	}
 
 	produce(0, func(release func()) {
-		// kill -9, appends while it is dead (the writer loses it), and
-		// start it again.
+		// kill -9 two, appends while they are dead (the writer fails once
+		// EnsembleChangeTimeout has passed with Qa out of reach), and
+		// start them again after that (back sooner, they would be taken
+		// again and the writer would not fail).
 		r.Bookies[1].Kill()
+		r.Bookies[2].Kill()
 		release()
+		time.Sleep(5 * time.Second)
 		r.Bookies[1].Restart()
+		r.Bookies[2].Restart()
 	})
 	s := ml.Stats()
-	t.Logf("after one bookie's restart: %+v", s)
+	t.Logf("after two bookies' restart: %+v", s)
 	if s.LedgerFailures != 1 {
 		t.Fatalf("%d ledger failures, want 1", s.LedgerFailures)
 	}
+	// Appends in flight when the two died may have reached no live
+	// bookie: those were re-sent (checkEntries proves each once).
+	resent1 := s.AppendsResent
 
 	ps = append(ps, appendN(t, ml, n, 50)...)
 	for _, b := range r.Bookies {
@@ -676,6 +687,12 @@ func TestLedgerFailureSettlesAppendsExactly(t *testing.T) {
 	for i := range stuck {
 		ml.AppendAsync(payload(n+50+i), func(p mledger.Position, err error) { ch <- res{i, p, err} })
 	}
+	// Stopped past AddTimeout and then EnsembleChangeTimeout (2 s each):
+	// the adds time out and Qa is out of reach, so the writer fails.
+	// Killed at once, each bookie's stream would break, and the restarted
+	// bookies would be taken back (issue 28): the writer would re-send
+	// the 16 itself, with no ledger failure to settle.
+	time.Sleep(6 * time.Second)
 	for _, b := range r.Bookies {
 		b.Restart() // SIGKILL (works on a stopped process), then start
 	}
@@ -688,8 +705,8 @@ func TestLedgerFailureSettlesAppendsExactly(t *testing.T) {
 	}
 	s = ml.Stats()
 	t.Logf("after all bookies' restart: %+v", s)
-	if s.LedgerFailures != 2 || s.AppendsResent != stuck {
-		t.Fatalf("%d ledger failures and %d appends re-sent, want 2 and %d", s.LedgerFailures, s.AppendsResent, stuck)
+	if s.LedgerFailures != 2 || s.AppendsResent-resent1 != stuck {
+		t.Fatalf("%d ledger failures and %d appends re-sent at the second, want 2 and %d", s.LedgerFailures, s.AppendsResent-resent1, stuck)
 	}
 	checkEntries(t, readAll(t, ml, mledger.Earliest, 64), ps, 0)
 }

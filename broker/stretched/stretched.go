@@ -529,6 +529,23 @@ func (m *multiRegionBookies) Writable() []*metapb.BookieRegistration {
 	return out
 }
 
+// ReadOnly returns the read-only bookies of this region and the mirrored
+// ones of the others (ledger.ReadOnlyLister).
+func (m *multiRegionBookies) ReadOnly() []*metapb.BookieRegistration {
+	var out []*metapb.BookieRegistration
+	if l, ok := m.local.(ledger.ReadOnlyLister); ok {
+		out = l.ReadOnly()
+	}
+	for _, v := range m.remote() {
+		for _, b := range v.Bookies(false) {
+			if b.State == cluster.BookieReadOnly {
+				out = append(out, b.Reg)
+			}
+		}
+	}
+	return out
+}
+
 func (m *multiRegionBookies) Lookup(id string) (*metapb.BookieRegistration, bool) {
 	if r, ok := m.local.Lookup(id); ok {
 		return r, true
@@ -548,6 +565,9 @@ func (m *multiRegionBookies) close() {
 		v.Close()
 	}
 }
+
+// LedgerStats returns the counters of the stretched ledgers' client.
+func (s *Placement) LedgerStats() ledger.Stats { return s.client.Stats() }
 
 // LedgerConfig adapts a topic's managed-ledger config to a stretched
 // namespace: metadata in the global store, the stretched ledger client,

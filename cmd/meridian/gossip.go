@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/cluster"
 	"github.com/meridian-mq/meridian/internal/config"
 	"github.com/meridian-mq/meridian/proto/metapb"
@@ -111,6 +112,15 @@ func (g gossipFilteredBookies) Writable() []*metapb.BookieRegistration {
 
 func (g gossipFilteredBookies) Lookup(id string) (*metapb.BookieRegistration, bool) {
 	return g.inner.Lookup(id)
+}
+
+// ReadOnly passes the inner source's read-only bookies on (for the ledger
+// client's "not enough bookies" errors: ledger.ReadOnlyLister).
+func (g gossipFilteredBookies) ReadOnly() []*metapb.BookieRegistration {
+	if l, ok := g.inner.(ledger.ReadOnlyLister); ok {
+		return l.ReadOnly()
+	}
+	return nil
 }
 
 // healthJSON is the gossip health view as the admin API shows it.
