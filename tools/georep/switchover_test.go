@@ -354,3 +354,57 @@ func TestPlannedSwitchoverAbortsWhenDrainBlocked(t *testing.T) {
 		t.Fatalf("lost %d, duplicates %d of %d acknowledged; want 0 and 0", lost, dups, acked)
 	}
 }
+
+// A namespace switched over and back within the old region's moved hold
+// (10 s, during which that region drops the namespace's sends
+// unanswered, for their clients to resend in the new one) is served again
+// at once by the region it came back to: every send acknowledged, none
+// timed out, lost 0, duplicates 0. Before the moved hold ended on the
+// switch back, east dropped its producer's sends until the hold ran out
+// and the client's sends timed out (30 s).
+func TestPlannedSwitchoverAndBackWithinTheMovedHold(t *testing.T) {
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3})
+	const ns = "public/swr"
+	d.createNamespace(ns, []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"})
+	l := startSwitchoverLoad(t, d, "persistent://public/swr/orders")
+	time.Sleep(3 * time.Second)
+	before := d.activeOf("east", ns)
+
+	op := d.switchover("east", ns, "west", 10*time.Second)
+	if op.State != "succeeded" || op.Result.State != "committed" {
+		t.Fatalf("switchover to west: %+v", op)
+	}
+	moved := time.Now() // east's moved hold runs from about now
+	t.Logf("east → west committed: hold %d ms", op.Result.HoldMs)
+	time.Sleep(time.Second) // produce in west
+	back := d.switchover("west", ns, "east", 10*time.Second)
+	if back.State != "succeeded" || back.Result.State != "committed" {
+		t.Fatalf("switchover back to east: %+v", back)
+	}
+	within := time.Since(moved)
+	t.Logf("west → east committed %v after the first: hold %d ms", within.Round(time.Millisecond), back.Result.HoldMs)
+	if within > 8*time.Second {
+		t.Fatalf("the switch back committed %v after the first, past most of east's 10 s moved hold: the test does not test it", within)
+	}
+	time.Sleep(4 * time.Second) // produce in east again, inside the old moved hold
+	acked, lost, dups := l.finish(t)
+
+	after := d.activeOf("east", ns)
+	if after.Active != "east" || after.Epoch != before.Epoch+2 {
+		t.Fatalf("record after the switch back %+v (before %+v)", after, before)
+	}
+	l.mu.Lock()
+	t.Logf("switchover and back within the moved hold: acked %d, lost %d, duplicates %d; longest send %v at %v after the first commit",
+		acked, lost, dups, l.maxSend.Round(time.Millisecond), l.maxAt.Sub(moved).Round(time.Millisecond))
+	errs, maxSend := l.sendErrs, l.maxSend
+	l.mu.Unlock()
+	if len(errs) > 0 {
+		t.Errorf("the producer saw %d errors, want a pause only: %s", len(errs), strings.Join(errs[:min(5, len(errs))], "; "))
+	}
+	if maxSend > 5*time.Second {
+		t.Errorf("longest send %v: east did not take the sends after the switch back", maxSend)
+	}
+	if lost != 0 || dups != 0 {
+		t.Fatalf("lost %d, duplicates %d of %d acknowledged; want 0 and 0", lost, dups, acked)
+	}
+}
