@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,21 +27,35 @@ import (
 // consumer acknowledges everything, every third message 300 ms late, and
 // counts what it receives.
 type switchoverLoad struct {
+	topic    string
 	mu       sync.Mutex
 	acked    map[int]bool
 	received map[int]int
+	// firstAt: when each message was first received; dupLog: each
+	// repeated receipt (index, message id, since the first), to set
+	// against the brokers' logs.
+	firstAt  map[int]time.Time
+	dupLog   []string
 	maxSend  time.Duration
 	maxAt    time.Time
 	sendErrs []string
 	stop     chan struct{} // the producer stops
+	stopOnce sync.Once
 	quit     chan struct{} // the consumer stops
 	done     sync.WaitGroup
 }
 
 func startSwitchoverLoad(t *testing.T, d *deployment, topic string) *switchoverLoad {
 	t.Helper()
-	l := &switchoverLoad{acked: map[int]bool{}, received: map[int]int{}, stop: make(chan struct{}), quit: make(chan struct{})}
-	pc, cc := d.client(""), d.client("")
+	return startSwitchoverLoadOn(t, d.client(""), d.client(""), topic, 5*time.Millisecond)
+}
+
+// startSwitchoverLoadOn is startSwitchoverLoad with the producer on pc and
+// the consumer on cc (clients other loads may share: one connection per
+// broker carries several topics), a send at most every gap.
+func startSwitchoverLoadOn(t *testing.T, pc, cc pulsar.Client, topic string, gap time.Duration) *switchoverLoad {
+	t.Helper()
+	l := &switchoverLoad{topic: topic, acked: map[int]bool{}, received: map[int]int{}, firstAt: map[int]time.Time{}, stop: make(chan struct{}), quit: make(chan struct{})}
 	p, err := pc.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +71,7 @@ func startSwitchoverLoad(t *testing.T, d *deployment, topic string) *switchoverL
 			select {
 			case <-l.stop:
 				return
-			case <-time.After(5 * time.Millisecond):
+			case <-time.After(gap):
 			}
 			start := time.Now()
 			_, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "k/%d/sw", i)})
@@ -99,8 +115,15 @@ func startSwitchoverLoad(t *testing.T, d *deployment, topic string) *switchoverL
 				c.Ack(m)
 			}
 			if i >= 0 {
+				now := time.Now()
 				l.mu.Lock()
 				l.received[i]++
+				if l.received[i] == 1 {
+					l.firstAt[i] = now
+				} else {
+					l.dupLog = append(l.dupLog, fmt.Sprintf("%s #%d id %s at %s, first received %v before (redelivery count %d)",
+						l.topic, i, idString(m.ID()), now.UTC().Format("15:04:05.000"), now.Sub(l.firstAt[i]).Round(time.Millisecond), m.RedeliveryCount()))
+				}
 				l.mu.Unlock()
 			}
 		}
@@ -120,13 +143,16 @@ func (l *switchoverLoad) complete() bool {
 	return true
 }
 
+// stopProducing stops the producer.
+func (l *switchoverLoad) stopProducing() { l.stopOnce.Do(func() { close(l.stop) }) }
+
 // finish stops the producer, waits until the consumer received every
 // acknowledged message (or 20 s), stops it and returns lost and
 // duplicated counts.
 func (l *switchoverLoad) finish(t *testing.T) (acked, lost, dups int) {
 	t.Helper()
 	// The producer stops; the consumer runs on until it has everything.
-	close(l.stop)
+	l.stopProducing()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		l.mu.Lock()
@@ -172,6 +198,46 @@ type switchoverOp struct {
 // of from, asynchronously (202 + status URL), and polls it to its end.
 func (d *deployment) switchover(from, ns, to string, timeout time.Duration) switchoverOp {
 	d.t.Helper()
+	var op switchoverOp
+	d.asyncOp(from, "/admin/v2/meridian/failover/"+ns, map[string]any{"to": to, "planned": true, "timeoutMs": timeout.Milliseconds()}, timeout+20*time.Second, &op)
+	return op
+}
+
+// regionSwitchoverOp is a region-wide switchover's operation.
+type regionSwitchoverOp struct {
+	State  string `json:"state"`
+	Error  string `json:"error"`
+	Result struct {
+		State      string `json:"state"`
+		TookMs     int64  `json:"tookMs"`
+		Moved      int    `json:"moved"`
+		NotStarted int    `json:"notStarted"`
+		Namespaces []struct {
+			Namespace string `json:"namespace"`
+			State     string `json:"state"`
+			Reason    string `json:"reason"`
+			Epoch     uint64 `json:"epoch"`
+			HoldMs    int64  `json:"holdMs"`
+			DrainMs   int64  `json:"drainMs"`
+			TookMs    int64  `json:"tookMs"`
+		} `json:"namespaces"`
+	} `json:"result"`
+}
+
+// regionSwitchover starts the region-wide planned switchover of from to
+// to through a broker of from (202 + status URL) and polls it to its end.
+func (d *deployment) regionSwitchover(from, to string, timeout time.Duration, dryRun bool) regionSwitchoverOp {
+	d.t.Helper()
+	var op regionSwitchoverOp
+	d.asyncOp(from, "/admin/v2/meridian/failover", map[string]any{"region": from, "to": to, "planned": true, "dryRun": dryRun, "timeoutMs": timeout.Milliseconds()}, 2*time.Minute, &op)
+	return op
+}
+
+// asyncOp POSTs body to path on a broker of region from with "Prefer:
+// respond-async", wants 202 and a status URL, and polls it into op (a
+// struct with a State) until it is no longer running or within passed.
+func (d *deployment) asyncOp(from, path string, body any, within time.Duration, op any) {
+	d.t.Helper()
 	var admin string
 	for _, p := range d.region(from).Processes {
 		if p.Role == "broker" {
@@ -179,31 +245,36 @@ func (d *deployment) switchover(from, ns, to string, timeout time.Duration) swit
 			break
 		}
 	}
-	b, _ := json.Marshal(map[string]any{"to": to, "planned": true, "timeoutMs": timeout.Milliseconds()})
-	req, _ := http.NewRequest("POST", admin+"/admin/v2/meridian/failover/"+ns, bytes.NewReader(b))
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", admin+path, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Prefer", "respond-async")
 	resp, err := d.httpClient().Do(req)
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
+	out, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
-		d.t.Fatalf("switchover: %d %s, want 202", resp.StatusCode, body)
+		d.t.Fatalf("POST %s: %d %s, want 202", path, resp.StatusCode, out)
 	}
-	var op switchoverOp
-	if err := json.Unmarshal(body, &op); err != nil || op.StatusURL == "" {
-		d.t.Fatalf("switchover: %s: %v", body, err)
+	var st struct {
+		State     string `json:"state"`
+		StatusURL string `json:"statusUrl"`
 	}
-	deadline := time.Now().Add(timeout + 20*time.Second)
-	for op.State == "running" && time.Now().Before(deadline) {
+	if err := json.Unmarshal(out, &st); err != nil || st.StatusURL == "" {
+		d.t.Fatalf("POST %s: %s: %v", path, out, err)
+	}
+	deadline := time.Now().Add(within)
+	for st.State == "running" && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
-		if err := d.admin(from, "GET", op.StatusURL, nil, &op); err != nil {
+		if err := d.admin(from, "GET", st.StatusURL, nil, &st); err != nil {
 			d.t.Fatal(err)
 		}
 	}
-	return op
+	if err := d.admin(from, "GET", st.StatusURL, nil, op); err != nil {
+		d.t.Fatal(err)
+	}
 }
 
 func (d *deployment) activeOf(region, ns string) failoverRecord {
@@ -403,6 +474,171 @@ func TestPlannedSwitchoverAndBackWithinTheMovedHold(t *testing.T) {
 	}
 	if maxSend > 5*time.Second {
 		t.Errorf("longest send %v: east did not take the sends after the switch back", maxSend)
+	}
+	if lost != 0 || dups != 0 {
+		t.Fatalf("lost %d, duplicates %d of %d acknowledged; want 0 and 0", lost, dups, acked)
+	}
+}
+
+// Planned switchovers with two brokers per region, the topics of several
+// namespaces on both, producers and consumers running on shared clients
+// (one connection per broker carries topics of every namespace): a
+// per-namespace switchover east → west, then the region-wide one east →
+// west (the other namespaces) and back west → east (all of them). Every
+// acknowledged message is received once: lost 0, duplicates 0; the
+// producers see pauses, not errors. The hold times and the region-wide
+// durations are logged.
+func TestPlannedSwitchoverAcrossBrokersAndRegionWide(t *testing.T) {
+	d := startDeployment(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 2, BookiesPerRegion: 3, RacksPerRegion: 3})
+	nss := []string{"public/swa", "public/swb", "public/swc", "public/swm"}
+	for _, ns := range nss {
+		d.createNamespace(ns, []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"})
+	}
+	pc, cc := d.client(""), d.client("")
+	var loads []*switchoverLoad
+	var topics []string
+	for _, ns := range nss {
+		for i := range 3 {
+			topic := fmt.Sprintf("persistent://%s/t%d", ns, i)
+			topics = append(topics, topic)
+			loads = append(loads, startSwitchoverLoadOn(t, pc, cc, topic, 40*time.Millisecond))
+		}
+	}
+	// The topics spread over both brokers of each region (bundles are
+	// balanced every 5 s); the switchovers start once the owners in both
+	// regions stayed put for three reads 4 s apart (two balancing rounds),
+	// so no bundle move runs among them: a move closes its topics'
+	// consumers, and what they had not acknowledged is delivered again
+	// (at-least-once, not the switchover's doing).
+	owners := func() map[string]string {
+		out := map[string]string{}
+		for _, region := range []string{"east", "west"} {
+			for _, tp := range topics {
+				out[region+" "+tp] = d.owner(region, tp)
+			}
+		}
+		return out
+	}
+	settled := time.Now().Add(120 * time.Second)
+	var own map[string]string
+	for stable := 0; stable < 3; {
+		if time.Now().After(settled) {
+			t.Fatalf("the topics' owners did not settle within 120 s: %v", own)
+		}
+		time.Sleep(4 * time.Second)
+		now := owners()
+		if maps.Equal(now, own) && !slices.Contains(slices.Collect(maps.Values(now)), "") {
+			stable++
+		} else {
+			stable = 0
+		}
+		own = now
+	}
+	t.Logf("owners: %v", own)
+	for _, region := range []string{"east", "west"} {
+		nsOn := map[string]map[string]bool{} // broker → namespaces it owns topics of
+		for k, b := range own {
+			r, tp, _ := strings.Cut(k, " ")
+			if r != region {
+				continue
+			}
+			if nsOn[b] == nil {
+				nsOn[b] = map[string]bool{}
+			}
+			nsOn[b][strings.Join(strings.Split(strings.TrimPrefix(tp, "persistent://"), "/")[:2], "/")] = true
+		}
+		if len(nsOn) != 2 {
+			t.Fatalf("%s's topics are on %d brokers, want both: %v", region, len(nsOn), own)
+		}
+		for b, set := range nsOn {
+			if len(set) < 2 {
+				t.Fatalf("broker %s owns topics of %d namespace(s), want several: %v", b, len(set), own)
+			}
+		}
+	}
+
+	before := map[string]failoverRecord{} // (each namespace's first epoch committed as its clients came)
+	for _, ns := range nss {
+		before[ns] = d.activeOf("east", ns)
+	}
+
+	// One namespace alone, east → west.
+	at := time.Now()
+	op := d.switchover("east", "public/swm", "west", 20*time.Second)
+	if op.State != "succeeded" || op.Result.State != "committed" {
+		t.Fatalf("switchover of public/swm: %+v", op)
+	}
+	t.Logf("%s public/swm east → west committed: hold %d ms (drain %d ms)", at.UTC().Format("15:04:05.000"), op.Result.HoldMs, op.Result.DrainMs)
+	time.Sleep(3 * time.Second)
+
+	// The dry run of the region-wide one lists the other three (and
+	// public/default when its first region up was east).
+	dry := d.regionSwitchover("east", "west", 20*time.Second, true)
+	var would []string
+	for _, n := range dry.Result.Namespaces {
+		if n.State == "would move" && slices.Contains(nss, n.Namespace) {
+			would = append(would, n.Namespace)
+		}
+	}
+	if dry.State != "succeeded" || dry.Result.State != "dry-run" || fmt.Sprint(would) != "[public/swa public/swb public/swc]" {
+		t.Fatalf("region-wide dry run: %+v, want public/swa, swb and swc to move", dry)
+	}
+
+	region := func(from, to string) {
+		t.Helper()
+		// Every active-standby namespace active in from moves (public/default
+		// too when it is: its first region up was from).
+		var recs []failoverRecord
+		if err := d.admin(from, "GET", "/admin/v2/meridian/failover", nil, &recs); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		for _, r := range recs {
+			if r.Active == from {
+				want++
+			}
+		}
+		at := time.Now()
+		op := d.regionSwitchover(from, to, 20*time.Second, false)
+		if op.State != "succeeded" || op.Result.State != "committed" || op.Result.Moved != want {
+			t.Fatalf("region-wide switchover %s → %s: %+v, want %d namespaces moved", from, to, op, want)
+		}
+		for _, n := range op.Result.Namespaces {
+			t.Logf("  %s → %s %s: %s epoch %d, hold %d ms (drain %d ms), %d ms in all", from, to, n.Namespace, n.State, n.Epoch, n.HoldMs, n.DrainMs, n.TookMs)
+		}
+		t.Logf("%s region-wide %s → %s: %d namespaces in %d ms", at.UTC().Format("15:04:05.000"), from, to, op.Result.Moved, op.Result.TookMs)
+	}
+	region("east", "west")
+	time.Sleep(3 * time.Second)
+	region("west", "east")
+	time.Sleep(4 * time.Second)
+
+	for _, ns := range nss {
+		if r := d.activeOf("east", ns); r.Active != "east" || r.Epoch != before[ns].Epoch+2 {
+			t.Errorf("record of %s at the end %+v, want east at epoch %d", ns, r, before[ns].Epoch+2)
+		}
+	}
+	var acked, lost, dups int
+	var errs, dupLog []string
+	var maxSend time.Duration
+	for _, l := range loads {
+		l.stopProducing() // every producer stops at once; finish waits for each consumer
+	}
+	for _, l := range loads {
+		a, lo, du := l.finish(t)
+		acked, lost, dups = acked+a, lost+lo, dups+du
+		l.mu.Lock()
+		errs = append(errs, l.sendErrs...)
+		dupLog = append(dupLog, l.dupLog...)
+		maxSend = max(maxSend, l.maxSend)
+		l.mu.Unlock()
+	}
+	t.Logf("across brokers and region-wide: %d topics, acked %d, lost %d, duplicates %d; longest send %v", len(loads), acked, lost, dups, maxSend.Round(time.Millisecond))
+	for _, s := range dupLog {
+		t.Logf("duplicate: %s", s)
+	}
+	if len(errs) > 0 {
+		t.Errorf("the producers saw %d errors, want pauses only: %s", len(errs), strings.Join(errs[:min(5, len(errs))], "; "))
 	}
 	if lost != 0 || dups != 0 {
 		t.Fatalf("lost %d, duplicates %d of %d acknowledged; want 0 and 0", lost, dups, acked)
