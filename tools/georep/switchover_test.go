@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/meridian-mq/meridian/tools/testutil"
 	"github.com/meridian-mq/meridian/tools/up"
 	"github.com/meridian-mq/meridian/tools/wanproxy"
 )
@@ -642,5 +644,96 @@ func TestPlannedSwitchoverAcrossBrokersAndRegionWide(t *testing.T) {
 	}
 	if lost != 0 || dups != 0 {
 		t.Fatalf("lost %d, duplicates %d of %d acknowledged; want 0 and 0", lost, dups, acked)
+	}
+}
+
+// A region-wide switchover whose second namespace cannot drain (the link
+// to the target delayed past the timeout) ends there, asked through the
+// CLI: the namespace before it moved and stays moved, it and the one
+// after stay active in east (aborted, not started), the CLI prints every
+// namespace's state and exits non-zero, and east serves on.
+func TestRegionSwitchoverStopsAtTheFirstAbort(t *testing.T) {
+	var proxies []*wanproxy.Proxy
+	d := startDeploymentWith(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, ReplicationProxies: true},
+		func(plan *up.Plan) {
+			for _, ps := range plan.Procs {
+				if ps.ReplProxy == "" || ps.Region != "west" {
+					continue
+				}
+				px, err := wanproxy.Start(ps.ReplProxy, ps.Repl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { px.Close() })
+				proxies = append(proxies, px)
+			}
+		})
+	// In name order: rwa has no topic loaded (nothing to drain: it
+	// moves), rwb's drain is blocked (it aborts), rwc is never started.
+	for _, ns := range []string{"public/rwa", "public/rwb", "public/rwc"} {
+		d.createNamespace(ns, []string{"east", "west"}, map[string]any{"mode": "async", "failover": "active-standby", "primary": "east"})
+	}
+	lb := startSwitchoverLoad(t, d, "persistent://public/rwb/orders")
+	lc := startSwitchoverLoad(t, d, "persistent://public/rwc/orders")
+	time.Sleep(3 * time.Second)
+	rwa := d.activeOf("east", "public/rwa")
+	before := map[string]failoverRecord{"public/rwb": d.activeOf("east", "public/rwb"), "public/rwc": d.activeOf("east", "public/rwc")}
+	for _, px := range proxies {
+		px.SetRTT(time.Minute) // east → west: nothing arrives within the timeout
+	}
+	time.Sleep(time.Second)
+
+	var admin string
+	for _, p := range d.region("east").Processes {
+		if p.Role == "broker" {
+			admin = p.Admin
+			break
+		}
+	}
+	started := time.Now()
+	cmd := exec.Command(testutil.MeridianBinary(t), "admin", "--url", d.httpScheme()+admin, "failover", "--region", "east", "--to", "west", "--planned", "--timeout", "3s")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("meridian admin failover --region east --to west --planned --timeout 3s (%v): %v\nstdout: %s\nstderr: %s", time.Since(started).Round(time.Millisecond), err, stdout.String(), stderr.String())
+	if err == nil || !strings.Contains(stderr.String(), "aborted") {
+		t.Fatalf("the CLI: %v, stderr %q; want a non-zero exit naming the abort", err, stderr.String())
+	}
+	var rep struct {
+		State      string
+		Namespaces []struct{ Namespace, State, Reason string }
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("the CLI's report: %v: %s", err, stdout.String())
+	}
+	states := map[string]string{}
+	for _, n := range rep.Namespaces {
+		states[n.Namespace] = n.State
+	}
+	if want := map[string]string{"public/rwa": "committed", "public/rwb": "aborted", "public/rwc": "not started"}; rep.State != "aborted" ||
+		states["public/rwa"] != want["public/rwa"] || states["public/rwb"] != want["public/rwb"] || states["public/rwc"] != want["public/rwc"] {
+		t.Fatalf("report %+v, want %v", rep, want)
+	}
+	if r := d.activeOf("east", "public/rwa"); r.Active != "west" || r.Epoch != rwa.Epoch+1 {
+		t.Fatalf("public/rwa after the run: %+v, want moved to west", r)
+	}
+	for ns, b := range before {
+		if r := d.activeOf("east", ns); r != b {
+			t.Fatalf("%s after the run: %+v, want it unchanged in east (%+v)", ns, r, b)
+		}
+	}
+	for _, px := range proxies {
+		px.SetRTT(0)
+	}
+	time.Sleep(2 * time.Second) // east serves on
+	for _, l := range []*switchoverLoad{lb, lc} {
+		acked, lost, dups := l.finish(t)
+		l.mu.Lock()
+		errs := l.sendErrs
+		l.mu.Unlock()
+		t.Logf("%s: acked %d, lost %d, duplicates %d", l.topic, acked, lost, dups)
+		if len(errs) > 0 || lost != 0 || dups != 0 {
+			t.Errorf("%s: %d send errors (%v), lost %d, duplicates %d; want none", l.topic, len(errs), errs[:min(3, len(errs))], lost, dups)
+		}
 	}
 }
