@@ -127,33 +127,25 @@ func runRegionSwitchover(ctx context.Context, plan []string, move func(ns string
 	return out, stopped == ""
 }
 
-// regionCandidates reads every active-standby namespace with its active
-// region from the global store.
+// regionCandidates reads the active-standby namespaces of this broker's
+// region (activeStandbyNamespaces) with their active region from the
+// global store.
 func (sh *Shell) regionCandidates(ctx context.Context) ([]regionCandidate, error) {
-	tenants, err := sh.meta.ListTenants(ctx)
+	nss, err := sh.activeStandbyNamespaces()
 	if err != nil {
 		return nil, err
 	}
 	var out []regionCandidate
-	for _, tenant := range tenants {
-		nss, err := sh.meta.ListNamespaces(ctx, tenant)
+	for _, ns := range nss {
+		pol, err := sh.meta.GetPolicies(ctx, ns)
+		if err != nil {
+			return nil, fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		rec, _, err := sh.readRecord(ctx, ns, pol)
 		if err != nil {
 			return nil, err
 		}
-		for _, ns := range nss {
-			pol, err := sh.meta.GetPolicies(ctx, ns)
-			if err != nil {
-				return nil, fmt.Errorf("namespace %s: %w", ns, err)
-			}
-			if !meta.ActiveStandby(pol) {
-				continue
-			}
-			rec, _, err := sh.readRecord(ctx, ns, pol)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, regionCandidate{Namespace: ns, Active: rec.Active, Regions: pol.ReplicationClusters})
-		}
+		out = append(out, regionCandidate{Namespace: ns, Active: rec.Active, Regions: pol.ReplicationClusters})
 	}
 	return out, nil
 }

@@ -329,10 +329,11 @@ func TestPlannedSwitchoverUnderProduce(t *testing.T) {
 	}
 }
 
-// A planned switchover whose drain cannot finish (the link to the target
-// delayed past the timeout) aborts: the old region stays active and
-// serving, at the same epoch, and no receipt is lost.
-func TestPlannedSwitchoverAbortsWhenDrainBlocked(t *testing.T) {
+// startBehindWestProxies starts east and west, one broker each, with the
+// replication into west's brokers through proxies the test can delay
+// (east → west only).
+func startBehindWestProxies(t *testing.T) (*deployment, []*wanproxy.Proxy) {
+	t.Helper()
 	var proxies []*wanproxy.Proxy
 	d := startDeploymentWith(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, ReplicationProxies: true},
 		func(plan *up.Plan) {
@@ -348,6 +349,14 @@ func TestPlannedSwitchoverAbortsWhenDrainBlocked(t *testing.T) {
 				proxies = append(proxies, px)
 			}
 		})
+	return d, proxies
+}
+
+// A planned switchover whose drain cannot finish (the link to the target
+// delayed past the timeout) aborts: the old region stays active and
+// serving, at the same epoch, and no receipt is lost.
+func TestPlannedSwitchoverAbortsWhenDrainBlocked(t *testing.T) {
+	d, proxies := startBehindWestProxies(t)
 	// East's replicas of the topic go through a proxy only if east's
 	// brokers are proxied too; the abort needs only east→west.
 	const ns = "public/swb"
@@ -653,21 +662,7 @@ func TestPlannedSwitchoverAcrossBrokersAndRegionWide(t *testing.T) {
 // after stay active in east (aborted, not started), the CLI prints every
 // namespace's state and exits non-zero, and east serves on.
 func TestRegionSwitchoverStopsAtTheFirstAbort(t *testing.T) {
-	var proxies []*wanproxy.Proxy
-	d := startDeploymentWith(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3, ReplicationProxies: true},
-		func(plan *up.Plan) {
-			for _, ps := range plan.Procs {
-				if ps.ReplProxy == "" || ps.Region != "west" {
-					continue
-				}
-				px, err := wanproxy.Start(ps.ReplProxy, ps.Repl)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { px.Close() })
-				proxies = append(proxies, px)
-			}
-		})
+	d, proxies := startBehindWestProxies(t)
 	// In name order: rwa has no topic loaded (nothing to drain: it
 	// moves), rwb's drain is blocked (it aborts), rwc is never started.
 	for _, ns := range []string{"public/rwa", "public/rwb", "public/rwc"} {
