@@ -478,6 +478,14 @@ func (a adminBroker) Switchover(ctx context.Context, ns, region string, timeout 
 	return rep, nil
 }
 
+func (a adminBroker) RegionSwitchover(ctx context.Context, region, to string, timeout time.Duration, dryRun bool, reason string) (any, error) {
+	rep, err := a.b.fo.RegionSwitchover(ctx, region, to, failoverctl.SwitchoverOptions{Timeout: timeout, DryRun: dryRun, Reason: reason})
+	if err != nil && rep.State == "" {
+		return nil, err // refused before it started
+	}
+	return rep, err
+}
+
 func (a adminBroker) SwitchoverLocal(ctx context.Context, ns, what string, q url.Values, body []byte) (any, error) {
 	switch what {
 	case "hold":

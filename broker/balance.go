@@ -175,6 +175,9 @@ func (b *Broker) moveBundle(ctx context.Context, bd bundle, topics []*Topic, tar
 		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
 	}
+	if target != nil {
+		b.own.handOff(bd, *target) // not taken back here meanwhile
+	}
 	if err := b.own.release(rctx, bd); err != nil {
 		b.log.Warn("release", "bundle", bd.String(), "err", err)
 	}

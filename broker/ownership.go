@@ -84,6 +84,11 @@ type ownership struct {
 
 	mu    sync.Mutex
 	owned map[string]bundle // by key
+	// handoffs: bundles this broker released to another by a balancing
+	// move (moveBundle with a target), by key, for handoffWindow: this
+	// broker does not take one back meanwhile (acquire answers the target
+	// as its owner), so the move lands instead of bouncing.
+	handoffs map[string]handoff
 
 	// store holds the registration and the bundle keys: the region's store,
 	// or for stretched namespaces (whose topics one broker of any region
@@ -315,14 +320,66 @@ func (o *ownership) candidate(ctx context.Context) (BrokerInfo, error) {
 	return bs[0], nil
 }
 
+// handoff is a bundle handed to another broker (ownership.handoffs).
+type handoff struct {
+	to    BrokerInfo
+	until time.Time
+}
+
+// handoffWindow: how long a broker that handed a bundle to another keeps
+// from taking it back. A balancing move released the bundle and the next
+// request for one of its topics on this broker — a remote region's
+// replicator still sending here, a lookup — acquired it again at once:
+// the move closed the topics' clients (a consumer's unacknowledged
+// deliveries were redelivered) and did not balance anything, round after
+// round (TestPlannedSwitchoverAcrossBrokersAndRegionWide: 2 of 3 moves in
+// a standby region bounced back). Past the window (a target that died
+// before it took the bundle) any broker acquires it.
+const handoffWindow = 5 * time.Second
+
+// handOff records that bd is being released to to (moveBundle).
+func (o *ownership) handOff(bd bundle, to BrokerInfo) {
+	if to.ID == o.info.ID {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.handoffs == nil {
+		o.handoffs = map[string]handoff{}
+	}
+	now := time.Now()
+	for k, h := range o.handoffs {
+		if now.After(h.until) {
+			delete(o.handoffs, k)
+		}
+	}
+	o.handoffs[bd.key()] = handoff{to: to, until: now.Add(handoffWindow)}
+}
+
+// handedTo returns the broker bd was handed to within handoffWindow.
+func (o *ownership) handedTo(bd bundle) (BrokerInfo, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h, ok := o.handoffs[bd.key()]
+	if !ok || time.Now().After(h.until) {
+		return BrokerInfo{}, false
+	}
+	return h.to, true
+}
+
 // acquire makes this broker the bundle's owner if nobody is; it reports
-// whether this broker owns it.
+// whether this broker owns it. A bundle this broker just handed to
+// another (handOff) is not taken back: the target is answered as its
+// owner.
 func (o *ownership) acquire(ctx context.Context, bd bundle) (bool, BrokerInfo, error) {
 	o.mu.Lock()
 	_, mine := o.owned[bd.key()]
 	o.mu.Unlock()
 	if mine {
 		return true, o.info, nil
+	}
+	if to, ok := o.handedTo(bd); ok {
+		return false, to, nil
 	}
 	lease := o.currentLease()
 	if lease == nil {

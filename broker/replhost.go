@@ -349,21 +349,35 @@ func (l replLog) InBundle(ctx context.Context, tn meta.TopicName) (bool, error) 
 
 // replTarget returns the loaded topic when this broker owns (or now
 // acquires) it, or the replication address of the broker that owns it.
+// replTargetRedirect returns the replication address of bd's owner in
+// this region, for a sender that reached this broker instead; an unowned
+// bundle this broker just handed to another by a balancing move
+// (ownership.handOff) is the target's.
+func (b *Broker) replTargetRedirect(ctx context.Context, bd bundle) (string, error) {
+	bi, ok, err := b.own.owner(ctx, bd)
+	if err == nil && !ok {
+		bi, ok = b.own.handedTo(bd)
+	}
+	if err != nil || !ok || bi.ID == b.cfg.BrokerID || bi.ReplicationAddr == "" {
+		return "", fmt.Errorf("bundle %s: no owner to redirect to (%v)", bd, err)
+	}
+	return bi.ReplicationAddr, nil
+}
+
 func (b *Broker) replTarget(ctx context.Context, tn meta.TopicName, pol meta.Policies) (*Topic, string, error) {
 	bd, err := b.bundleFor(ctx, pol, tn)
 	if err != nil {
 		return nil, "", err
 	}
-	redirect := func() (string, error) {
-		bi, ok, err := b.own.owner(ctx, bd)
-		if err != nil || !ok || bi.ID == b.cfg.BrokerID || bi.ReplicationAddr == "" {
-			return "", fmt.Errorf("bundle %s: no owner to redirect to (%v)", bd, err)
-		}
-		return bi.ReplicationAddr, nil
-	}
+	redirect := func() (string, error) { return b.replTargetRedirect(ctx, bd) }
 	if bi, ok, err := b.own.owner(ctx, bd); err == nil && ok && bi.ID != b.cfg.BrokerID {
 		a, err := redirect()
 		return nil, a, err
+	}
+	if _, ok := b.own.handedTo(bd); ok {
+		if a, err := redirect(); err == nil {
+			return nil, a, nil
+		}
 	}
 	t, err := b.getTopic(ctx, tn.String(), true)
 	if errors.Is(err, meta.ErrTopicFenced) {

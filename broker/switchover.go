@@ -25,7 +25,9 @@ import (
 // their clients to resend in the new active region, and the clients
 // closed). A hold whose coordinator went silent ends by itself at its
 // deadline: moved if the record no longer names this region, else
-// aborted.
+// aborted. A moved hold ends early when the namespace is active here
+// again at a later epoch (switched back within its 10 s: activeAt), or
+// when a new switchover holds the namespace here.
 
 type switchHolds struct {
 	b  *Broker
@@ -35,8 +37,10 @@ type switchHolds struct {
 
 type switchHold struct {
 	failoverctl.Hold
-	moved bool        // the namespace moved: sends are dropped
-	timer *time.Timer // the deadline's
+	moved bool // the namespace moved: sends are dropped
+	// movedEpoch: the epoch of the record the namespace moved away with.
+	movedEpoch uint64
+	timer      *time.Timer // the deadline's
 }
 
 // holdOf returns namespace ns's hold: held, and whether it moved.
@@ -57,7 +61,14 @@ func (t *Topic) gateSend(do func(drop bool)) bool {
 	// The hold is read under mu: a readiness read (under mu too) after
 	// the hold was set sees every send this let through.
 	t.mu.Lock()
-	held, moved := t.b.sw.holdOf(t.name.NamespaceName())
+	ns := t.name.NamespaceName()
+	held, moved := t.b.sw.holdOf(ns)
+	if moved && t.b.sw.activeAt(ns, t.b.fo.Record(ns, t.pol)) {
+		// Switched back here since: the record this broker holds names
+		// this region at a later epoch (the producer was admitted on it),
+		// so the send is taken, not dropped.
+		held, moved = false, false
+	}
 	if moved {
 		t.mu.Unlock()
 		do(true)
@@ -130,7 +141,9 @@ func (sw *switchHolds) hold(ns string, h failoverctl.Hold) error {
 	if sw.m == nil {
 		sw.m = map[string]*switchHold{}
 	}
-	if cur := sw.m[ns]; cur != nil && cur.ID != h.ID {
+	if cur := sw.m[ns]; cur != nil && cur.ID != h.ID && !cur.moved {
+		// (A moved hold is replaced: a new switchover runs here, so the
+		// namespace is active here again.)
 		sw.mu.Unlock()
 		return meta.StatusError{Status: http.StatusConflict, Err: fmt.Errorf("namespace %s is held by switchover %s already", ns, cur.ID)}
 	}
@@ -175,7 +188,7 @@ func (sw *switchHolds) release(ns, id string, rec *meta.FailoverRecord) {
 	}
 	h.timer.Stop()
 	if rec != nil {
-		h.moved = true
+		h.moved, h.movedEpoch = true, rec.Epoch
 		// Kept a little, so a send still in a connection's buffer is
 		// dropped rather than appended here; the record (taken below)
 		// then refuses new producers.
@@ -193,6 +206,8 @@ func (sw *switchHolds) release(ns, id string, rec *meta.FailoverRecord) {
 	if rec != nil {
 		// The record first: no client closed below may be sent back here.
 		b.fo.Committed(*rec)
+		// Unless it was switched back already (this release came late).
+		sw.activeAt(ns, b.fo.Record(ns, meta.Policies{}))
 	}
 	for _, t := range b.loadedTopics() {
 		if t.name.NamespaceName() != ns {
@@ -207,6 +222,30 @@ func (sw *switchHolds) release(ns, id string, rec *meta.FailoverRecord) {
 		}
 	}
 	b.log.Warn("switchover: hold released", "namespace", ns, "id", id, "moved", rec != nil)
+}
+
+// activeAt ends namespace ns's moved hold if rec, a record this broker
+// took, makes this region active at a later epoch than the one the
+// namespace moved away with: switched back within the moved hold's 10 s,
+// its producers' sends must be appended here, not dropped unanswered
+// (they timed out at the client's send timeout). It reports whether it
+// ended one. Called as the record is taken (failoverHost.ActiveHere) and,
+// for a send that raced that, by gateSend.
+func (sw *switchHolds) activeAt(ns string, rec meta.FailoverRecord) bool {
+	if rec.Active != sw.b.cfg.Cluster {
+		return false
+	}
+	sw.mu.Lock()
+	h := sw.m[ns]
+	if h == nil || !h.moved || rec.Epoch <= h.movedEpoch {
+		sw.mu.Unlock()
+		return false
+	}
+	h.timer.Stop()
+	delete(sw.m, ns)
+	sw.mu.Unlock()
+	sw.b.log.Warn("switchover: moved hold ended: the namespace is active here again", "namespace", ns, "id", h.ID, "moved_epoch", h.movedEpoch, "epoch", rec.Epoch)
+	return true
 }
 
 // readiness reports the readiness of this broker's loaded
@@ -266,6 +305,10 @@ func (h failoverHost) SwitchoverHold(ctx context.Context, ns string, hold failov
 		return err
 	}
 	return h.b.sw.eachPeer(ctx, http.MethodPost, ns, "hold", nil, hold, nil)
+}
+
+func (h failoverHost) ActiveHere(ns string, rec meta.FailoverRecord) {
+	h.b.sw.activeAt(ns, rec)
 }
 
 func (h failoverHost) SwitchoverRelease(ctx context.Context, ns, id string, rec *meta.FailoverRecord) error {

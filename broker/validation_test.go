@@ -60,6 +60,7 @@ func TestAdminRefusesBadBodiesAndStoresNothing(t *testing.T) {
 	must("PUT", "/persistent/val/ns/t/subscription/s", ``)
 	before := must("GET", "/namespaces/val/ns", "")
 	tenantBefore := must("GET", "/tenants/val", "")
+	failoverBefore := must("GET", "/meridian/failover", "")
 
 	big := `{"retentionTimeInMinutes":1,"retentionSizeInMB":1,"pad":"` + strings.Repeat("x", 2<<20) + `"}`
 	over := strconv.FormatInt(meta.MaxRetentionMinutes+1, 10)
@@ -123,6 +124,15 @@ func TestAdminRefusesBadBodiesAndStoresNothing(t *testing.T) {
 		{"schema version not a number", "GET", "/schemas/val/ns/t/schema/latest", ``, 400, "invalid syntax"},
 		{"bundle name not a range", "PUT", "/namespaces/val/ns/0xzz_0x10/unload", ``, 400, "0xLOWER_0xUPPER"},
 		{"failover with a negative timeout", "POST", "/meridian/failover/val/ns", `{"planned":true,"timeoutMs":-1}`, 400, "timeoutMs"},
+		{"region-wide failover from an unknown region", "POST", "/meridian/failover", `{"region":"mars","to":"standalone","planned":true}`, 400, "region mars is not registered"},
+		{"region-wide failover to an unknown region", "POST", "/meridian/failover", `{"region":"standalone","to":"mars","planned":true}`, 400, "region mars is not registered"},
+		{"region-wide failover to the region itself", "POST", "/meridian/failover", `{"region":"standalone","to":"standalone","planned":true}`, 400, "the region to empty itself"},
+		{"region-wide failover without a region", "POST", "/meridian/failover", `{"to":"standalone","planned":true}`, 400, "region: the region to empty is required"},
+		{"region-wide failover without a target", "POST", "/meridian/failover", `{"region":"standalone","planned":true}`, 400, "to: the region to move"},
+		{"region-wide failover not planned", "POST", "/meridian/failover", `{"region":"standalone","to":"west"}`, 400, "planned"},
+		{"region-wide failover with an unknown field", "POST", "/meridian/failover", `{"region":"standalone","to":"west","planned":true,"force":true}`, 400, "unknown field"},
+		{"region-wide failover with a negative timeout", "POST", "/meridian/failover", `{"region":"standalone","to":"west","planned":true,"timeoutMs":-1}`, 400, "timeoutMs"},
+		{"region-wide failover with no body", "POST", "/meridian/failover", ``, 400, "empty body"},
 		{"a policy Meridian does not apply", "POST", "/namespaces/val/ns/dispatchRate", `{"dispatchThrottlingRateInMsg":-1}`, 405, "dispatchRate"},
 		{"max producers, not applied", "POST", "/namespaces/val/ns/maxProducersPerTopic", `-1`, 405, "maxProducersPerTopic"},
 		{"subscription expiration, not applied", "POST", "/namespaces/val/ns/subscriptionExpirationTime", `-1`, 405, "subscriptionExpirationTime"},
@@ -141,6 +151,9 @@ func TestAdminRefusesBadBodiesAndStoresNothing(t *testing.T) {
 	// Nothing of it was stored.
 	if after := must("GET", "/namespaces/val/ns", ""); after != before {
 		t.Errorf("the namespace's policies changed:\nbefore %s\nafter  %s", before, after)
+	}
+	if after := must("GET", "/meridian/failover", ""); after != failoverBefore {
+		t.Errorf("the failover records changed: before %s, after %s", failoverBefore, after)
 	}
 	if after := must("GET", "/tenants/val", ""); after != tenantBefore {
 		t.Errorf("the tenant changed: before %s, after %s", tenantBefore, after)

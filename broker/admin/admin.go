@@ -199,6 +199,12 @@ type Failover interface {
 	// (its drain bounded by timeout; 0: the default), or with dryRun its
 	// pre-flight, and returns its report.
 	Switchover(ctx context.Context, ns, region string, timeout time.Duration, dryRun bool, reason string) (any, error)
+	// RegionSwitchover moves every active-standby namespace active in
+	// region to region to by the planned path, one at a time, the first
+	// abort ending the run (failoverctl/region.go), or with dryRun lists
+	// what would move; it returns its report, with an error too when it
+	// aborted.
+	RegionSwitchover(ctx context.Context, region, to string, timeout time.Duration, dryRun bool, reason string) (any, error)
 	// SwitchoverLocal serves another broker's switchover call on this
 	// broker only: what is "hold", "release" (body: JSON) or "readiness"
 	// (query: target, dryRun).
@@ -536,6 +542,43 @@ func (s *Server) Handler() http.Handler {
 			req.Reason = "manual"
 		}
 		return s.cfg.Failover.Failover(r.Context(), ns, req.To, req.Reason)
+	})
+	// POST …/failover {region, to, planned: true[, dryRun, timeoutMs,
+	// reason]}: the region-wide planned switchover (every active-standby
+	// namespace active in region, one at a time; failoverctl/region.go),
+	// answered 202 with a status URL under "Prefer: respond-async".
+	h("POST /admin/v2/meridian/failover", func(r *http.Request) (any, error) {
+		body, err := readBody(r)
+		if err != nil {
+			return nil, err
+		}
+		var req struct {
+			Region    string `json:"region"`
+			To        string `json:"to"`
+			Reason    string `json:"reason"`
+			Planned   bool   `json:"planned"`
+			DryRun    bool   `json:"dryRun"`
+			TimeoutMs int64  `json:"timeoutMs"`
+		}
+		if len(strings.TrimSpace(string(body))) == 0 {
+			return nil, meta.BadRequest(errors.New("empty body: want {region, to, planned: true}"))
+		}
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return nil, meta.BadRequest(err)
+		}
+		switch {
+		case req.Region == "":
+			return nil, meta.BadRequest(errors.New("region: the region to empty is required"))
+		case req.To == "":
+			return nil, meta.BadRequest(errors.New("to: the region to move the namespaces to is required"))
+		case !req.Planned:
+			return nil, meta.BadRequest(errors.New("planned: a region-wide failover is a planned switchover only (planned: true); an unplanned one is per namespace"))
+		case req.TimeoutMs < 0:
+			return nil, meta.BadRequest(fmt.Errorf("timeoutMs %d: want >= 0 (0: the default, 30 s per namespace)", req.TimeoutMs))
+		}
+		return s.cfg.Failover.RegionSwitchover(r.Context(), req.Region, req.To, time.Duration(req.TimeoutMs)*time.Millisecond, req.DryRun, req.Reason)
 	})
 	// A planned switchover's calls between the brokers of the active
 	// region (local=true only: each answers for itself).

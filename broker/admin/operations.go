@@ -31,6 +31,7 @@ import (
 // (a planned switchover) waits for the global store's commit.
 var asyncRoutes = map[string]bool{
 	"POST /admin/v2/meridian/failover/{tenant}/{ns}": true,
+	"POST /admin/v2/meridian/failover":               true, // region-wide
 }
 
 const (
@@ -53,8 +54,10 @@ type Operation struct {
 	StatusURL string     `json:"statusUrl"` // path of GET
 	Started   time.Time  `json:"started"`
 	Finished  *time.Time `json:"finished,omitempty"`
-	Result    any        `json:"result,omitempty"`
-	Error     string     `json:"error,omitempty"`
+	// Result: what the synchronous call would have answered; a failed
+	// operation may carry one too (what it did before it failed).
+	Result any    `json:"result,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 type operations struct {
@@ -113,11 +116,13 @@ func (o *operations) start(r *http.Request, route string, f func(*http.Request) 
 		defer cancel()
 		v, err := f(r2)
 		// Marshal now, so GET never races the handler's value.
+		// A failed operation keeps the result its handler gave with the
+		// error (a region-wide switchover's: what moved and what not).
 		var res any
-		if err == nil && v != nil {
+		if v != nil {
 			if b, merr := json.Marshal(v); merr == nil {
 				res = json.RawMessage(b)
-			} else {
+			} else if err == nil {
 				err = merr
 			}
 		}
@@ -125,7 +130,7 @@ func (o *operations) start(r *http.Request, route string, f func(*http.Request) 
 		o.mu.Lock()
 		op.Finished = &now
 		if err != nil {
-			op.State, op.Error = "failed", err.Error()
+			op.State, op.Error, op.Result = "failed", err.Error(), res
 		} else {
 			op.State, op.Result = "succeeded", res
 		}

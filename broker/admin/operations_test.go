@@ -36,6 +36,9 @@ func (f *slowFailover) RepublishOrphans(context.Context, string, string) (any, e
 func (f *slowFailover) Switchover(context.Context, string, string, time.Duration, bool, string) (any, error) {
 	return nil, nil
 }
+func (f *slowFailover) RegionSwitchover(context.Context, string, string, time.Duration, bool, string) (any, error) {
+	return nil, nil
+}
 func (f *slowFailover) SwitchoverLocal(context.Context, string, string, url.Values, []byte) (any, error) {
 	return nil, nil
 }

@@ -85,6 +85,10 @@ type Host interface {
 	// namespace's loaded topics' readiness to move to target (with dry,
 	// nothing is held: what would be lost now).
 	SwitchoverReadiness(ctx context.Context, ns, target string, dry bool) ([]TopicReadiness, error)
+	// ActiveHere is told every record taken that makes this region the
+	// namespace's active region: a planned switchover's moved hold of an
+	// earlier epoch ends (the namespace was switched back here).
+	ActiveHere(ns string, rec meta.FailoverRecord)
 }
 
 // Topic is a loaded topic as the shell sees it.

@@ -404,6 +404,9 @@ func (sh *Shell) inListener(ctx context.Context, u, name string) (string, error)
 func (sh *Shell) activeChanged(ns string, r meta.FailoverRecord) {
 	sh.log.Info("namespace active region", "namespace", ns, "active", r.Active, "epoch", r.Epoch)
 	if r.Active == sh.cfg.Cluster {
+		// A moved hold left by a switchover away from here ends: the
+		// producers' sends are taken again.
+		sh.host.ActiveHere(ns, r)
 		// Entries produced here from now on get a new ledger, so their ids
 		// sort above every id the previous active region issued. (A topic
 		// loaded later opens a new ledger anyway.)

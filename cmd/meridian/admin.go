@@ -249,12 +249,12 @@ func newAdminCmd() *cobra.Command {
 	})
 	regions := &cobra.Command{Use: "regions", Short: "Regions registered in the global store"}
 	sub(regions, "list", "List the registered regions", 0, func(a []string) error { return call("GET", "/admin/v2/clusters", nil) })
-	var to, reason string
+	var to, reason, fromRegion string
 	var planned, dryRun bool
 	var drainTimeout time.Duration
 	failover := &cobra.Command{
-		Use:   "failover TENANT/NS --to REGION",
-		Short: "Make REGION the active region of an active-standby namespace now (drills, maintenance)",
+		Use:   "failover TENANT/NS --to REGION | failover --region R --to REGION --planned",
+		Short: "Make REGION the active region of an active-standby namespace (or of every one active in a region) now (drills, maintenance)",
 		Long: `failover moves an active-standby namespace to REGION: the global store's
 record of its active region goes to the next epoch (compare-and-swap, so
 one region is active per epoch); the old active region's brokers close the
@@ -270,14 +270,42 @@ subscription's exact position reached REGION and every delivery was
 acknowledged, then commits one epoch for the whole namespace and releases
 the clients towards REGION. If that does not finish within --timeout, it
 aborts and the old region stays active and serving. --dry-run prints the
-pre-flight instead.`,
-		Args: cobra.ExactArgs(1),
+pre-flight instead.
+
+With --region R instead of TENANT/NS (region-wide, for maintenance of R;
+--planned only), ask a broker of R: it moves every active-standby
+namespace active in R to REGION by the planned path, one at a time in
+name order, each with its own --timeout. The first abort ends the run:
+the namespaces moved before it stay moved, it and the rest stay active in
+R (reported "aborted" and "not started"); a namespace whose regions do
+not include REGION is reported "skipped". --dry-run lists what would
+move, with each namespace's pre-flight.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(_ *cobra.Command, a []string) error {
 			if to == "" {
 				return fmt.Errorf("--to REGION is required")
 			}
 			if dryRun && !planned {
 				return fmt.Errorf("--dry-run is the pre-flight of --planned: give both")
+			}
+			if fromRegion != "" {
+				if len(a) != 0 {
+					return fmt.Errorf("give TENANT/NS or --region, not both")
+				}
+				if !planned {
+					return fmt.Errorf("--region is a planned switchover of every namespace active there: give --planned")
+				}
+				if drainTimeout < 0 {
+					return fmt.Errorf("--timeout %s: want > 0", drainTimeout)
+				}
+				body := map[string]any{"region": fromRegion, "to": to, "planned": true, "dryRun": dryRun, "timeoutMs": drainTimeout.Milliseconds()}
+				if reason != "manual" {
+					body["reason"] = reason
+				}
+				return runAsync(do, &preferAsync, "/admin/v2/meridian/failover", body)
+			}
+			if len(a) != 1 {
+				return fmt.Errorf("give the namespace TENANT/NS (or --region R for every namespace active there)")
 			}
 			if !planned {
 				return call("POST", "/admin/v2/meridian/failover/"+a[0], map[string]string{"to": to, "reason": reason})
@@ -293,6 +321,7 @@ pre-flight instead.`,
 		},
 	}
 	failover.Flags().StringVar(&to, "to", "", "the region to make active")
+	failover.Flags().StringVar(&fromRegion, "region", "", "with --planned and no TENANT/NS: move every active-standby namespace active in this region to --to, one at a time (run it against a broker of this region)")
 	failover.Flags().StringVar(&reason, "reason", "manual", "recorded with the new epoch")
 	failover.Flags().BoolVar(&planned, "planned", false, "a planned switchover, for a namespace whose active region is up: hold produce, drain every topic's replication and subscription positions to REGION, then commit (nothing lost, nothing delivered twice, even async); run it against a broker of the active region")
 	failover.Flags().BoolVar(&dryRun, "dry-run", false, "with --planned: print the pre-flight (per topic the replication backlog and lag, what an unplanned failover would lose now, the expected pause) and move nothing")
@@ -737,15 +766,17 @@ func runAsync(do func(method, path string, body any) ([]byte, error), prefer *bo
 			return err
 		}
 	}
-	if op.State == "failed" {
-		return errors.New(op.Error)
-	}
 	if len(op.Result) > 0 {
 		var v any
 		if json.Unmarshal(op.Result, &v) == nil {
 			pretty, _ := json.MarshalIndent(v, "", "  ")
 			fmt.Fprintln(os.Stdout, string(pretty))
 		}
+	}
+	if op.State == "failed" {
+		// (after its result, when it has one: a region-wide
+		// switchover's says what moved and what did not)
+		return errors.New(op.Error)
 	}
 	return nil
 }
