@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/meridian-mq/meridian/bookie/ledger"
 	"github.com/meridian-mq/meridian/broker/replication"
 )
 
@@ -192,25 +191,23 @@ func newMetrics(cluster string, b *Broker) *metrics {
 	m.reg.MustRegister(m.npMsgsIn, m.npDropped)
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "meridian", Subsystem: "broker", Name: "ensemble_replacements_breaking_placement_total",
 		Help: "Ensemble members of this broker's ledgers replaced, under an enforced placement policy, by a bookie that breaks its rack rule because no bookie kept it (each logged as a warning; the auto-recovery scrub re-places such fragments once completed).", ConstLabels: l},
-		func() float64 { return float64(b.ledgerStats().ReplacementsBreakingPlacement) }))
+		func() float64 {
+			// The broker's ledger clients': the region's and, while a
+			// stretched namespace is served, the stretched one's.
+			var n uint64
+			if b.cfg.Ledgers != nil {
+				n = b.cfg.Ledgers.Stats().ReplacementsBreakingPlacement
+			}
+			if p := b.stretchedLive.Load(); p != nil {
+				n += p.LedgerStats().ReplacementsBreakingPlacement
+			}
+			return float64(n)
+		}))
 	m.reg.MustRegister(newPulsarCollector(b, cluster, b.cfg.NamespaceLevelMetrics), newFailoverCollector(b, cluster))
 	// The process's own (Go runtime, process): one broker per process
 	// outside tests; the recovery in its process adds none.
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
-}
-
-// ledgerStats sums the counters of the broker's ledger clients: the
-// region's and, once started, the stretched ledgers'.
-func (b *Broker) ledgerStats() ledger.Stats {
-	var st ledger.Stats
-	if b.cfg.Ledgers != nil {
-		st = b.cfg.Ledgers.Stats()
-	}
-	if p := b.stretchedLive.Load(); p != nil {
-		st.ReplacementsBreakingPlacement += p.LedgerStats().ReplacementsBreakingPlacement
-	}
-	return st
 }
 
 func (m *metrics) probe(ok bool, took time.Duration) {
