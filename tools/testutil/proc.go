@@ -2,12 +2,15 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,8 +30,9 @@ var (
 func MeridianBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "meridian-bin-")
-		if err != nil {
+		removeDeadBuilds()
+		dir := filepath.Join(os.TempDir(), binDirPrefix+strconv.Itoa(os.Getpid()))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			buildErr = err
 			return
 		}
@@ -45,6 +49,27 @@ func MeridianBinary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return buildPath
+}
+
+// binDirPrefix names MeridianBinary's build directories in the temp dir,
+// the test binary's pid after it.
+const binDirPrefix = "meridian-bin-pid-"
+
+// removeDeadBuilds removes the build directories of test binaries that
+// are no longer running: each holds a 70 MB binary, and nothing else
+// removes them (a test binary has no hook that runs after its last test),
+// so a machine running the suite over and over filled its disk with them.
+func removeDeadBuilds() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), binDirPrefix))
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue // not one of these (the older random "meridian-bin-N" names are left alone)
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // Proc is a real OS process started by a test. It is killed (SIGKILL) when
