@@ -11,10 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/meridian-mq/meridian/broker/codec"
 	"github.com/meridian-mq/meridian/broker/meta"
 	"github.com/meridian-mq/meridian/broker/mledger"
 	"github.com/meridian-mq/meridian/internal/clock/fakeclock"
+	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/meridian-mq/meridian/proto/replpb"
 	"github.com/meridian-mq/meridian/replicator"
 	"github.com/meridian-mq/meridian/replicator/transport"
@@ -528,9 +531,12 @@ func TestApplierStatusRateIn(t *testing.T) {
 		t.Fatalf("before any entry from west: %+v, want one status with no inbound rate", s)
 	}
 	b := replicator.Batch{ID: 1, Origin: "west", Stream: 1}
+	var size int
 	for i := range 4 {
+		data := testMessage(t, i, 100)
+		size += len(data)
 		b.Entries = append(b.Entries, replicator.Entry{Pos: replicator.Position{Ledger: 9, Entry: int64(i)}, Origin: "west", OriginSeq: uint64(i + 1),
-			OriginID: replicator.MessageID{Ledger: 9, Entry: int64(i), Batch: -1}, PublishMs: t0.UnixMilli(), Data: make([]byte, 100)})
+			OriginID: replicator.MessageID{Ledger: 9, Entry: int64(i), Batch: -1}, PublishMs: t0.UnixMilli(), Data: data})
 	}
 	var mu sync.Mutex
 	var acks []replicator.Ack
@@ -547,12 +553,77 @@ func TestApplierStatusRateIn(t *testing.T) {
 		t.Fatalf("appended %d entries, want 4", appended)
 	}
 	// 4 entries at t0, read at t0: over the meter's 1 s minimum span.
-	if s := top.Status()[0]; s.MsgRateIn != 4 || s.MsgThroughputIn != 400 {
-		t.Fatalf("msgRateIn %v msgThroughputIn %v, want 4 and 400", s.MsgRateIn, s.MsgThroughputIn)
+	if s := top.Status()[0]; s.MsgRateIn != 4 || s.MsgThroughputIn != float64(size) {
+		t.Fatalf("msgRateIn %v msgThroughputIn %v, want 4 and %d", s.MsgRateIn, s.MsgThroughputIn, size)
 	}
 	e.clk.Advance(2 * time.Second)
-	if s := top.Status()[0]; s.MsgRateIn != 2 || s.MsgThroughputIn != 200 {
-		t.Fatalf("2 s later: msgRateIn %v msgThroughputIn %v, want 2 and 200", s.MsgRateIn, s.MsgThroughputIn)
+	if s := top.Status()[0]; s.MsgRateIn != 2 || s.MsgThroughputIn != float64(size)/2 {
+		t.Fatalf("2 s later: msgRateIn %v msgThroughputIn %v, want 2 and %v", s.MsgRateIn, s.MsgThroughputIn, float64(size)/2)
+	}
+}
+
+// testMessage is a Pulsar message part (header, CRC32C, metadata) with a
+// payload of size bytes, as a producer sends it.
+func testMessage(t *testing.T, seq, size int) []byte {
+	t.Helper()
+	return message(t, &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(uint64(seq)), PublishTime: proto.Uint64(uint64(t0.UnixMilli()))}, make([]byte, size))
+}
+
+// Issue 30: another region's entries are checked as the broker checks a
+// producer's SEND (header sizes, CRC32C) before they are stored: a batch
+// holding one that is not a Pulsar message is refused whole — nothing
+// appended, nothing acknowledged, the applier where it was — and the
+// sender's resend of intact bytes is then applied.
+func TestApplierRefusesEntriesThatAreNotMessages(t *testing.T) {
+	e := newShellEnv(t)
+	tn, err := meta.ParseTopic("persistent://t/ns/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	al := &applyLog{testLog: testLog{pol: activeActive}}
+	top := e.svc.NewTopic(tn, nil, al)
+	good := testMessage(t, 1, 50)
+	flipped := append([]byte(nil), good...)
+	flipped[len(flipped)-1] ^= 1
+	entryOf := func(i int, data []byte) replicator.Entry {
+		return replicator.Entry{Pos: replicator.Position{Ledger: 9, Entry: int64(i)}, Origin: "west", OriginSeq: uint64(i + 1),
+			OriginID: replicator.MessageID{Ledger: 9, Entry: int64(i), Batch: -1}, PublishMs: t0.UnixMilli(), Data: data}
+	}
+	var mu sync.Mutex
+	var acks []replicator.Ack
+	rq := transport.NewReplyQueue(func(a replicator.Ack) error { mu.Lock(); acks = append(acks, a); mu.Unlock(); return nil })
+	for _, c := range []struct {
+		name string
+		bad  []byte
+		want error
+	}{
+		{"a payload bit flipped", flipped, codec.ErrBadChecksum},
+		{"no message header", make([]byte, 50), codec.ErrMalformed},
+		{"empty", nil, codec.ErrMalformed},
+	} {
+		b := replicator.Batch{ID: 1, Origin: "west", Stream: 1, Entries: []replicator.Entry{entryOf(0, good), entryOf(1, c.bad)}}
+		if err := top.applyBatch(b, rq); !errors.Is(err, c.want) {
+			t.Fatalf("%s: applyBatch: %v, want %v", c.name, err, c.want)
+		}
+	}
+	al.mu.Lock()
+	appended := al.appended
+	al.mu.Unlock()
+	mu.Lock()
+	nacks := len(acks)
+	mu.Unlock()
+	if appended != 0 || nacks != 0 {
+		t.Fatalf("after the refused batches: %d entries appended, %d acks sent, want none", appended, nacks)
+	}
+	b := replicator.Batch{ID: 1, Origin: "west", Stream: 1, Entries: []replicator.Entry{entryOf(0, good), entryOf(1, testMessage(t, 2, 50))}}
+	if err := top.applyBatch(b, rq); err != nil {
+		t.Fatalf("the intact resend: %v", err)
+	}
+	al.mu.Lock()
+	appended = al.appended
+	al.mu.Unlock()
+	if appended != 2 {
+		t.Fatalf("the intact resend appended %d entries, want 2", appended)
 	}
 }
 

@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"github.com/meridian-mq/meridian/broker/codec"
 	"slices"
 	"sync"
 	"time"
@@ -96,6 +97,14 @@ func (t *Topic) freshAck(a replicator.Ack) replicator.Ack {
 // in that order. An error is the stream's end (a malformed batch, or a
 // write that could not be started).
 func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
+	if err := checkMessages(b); err != nil {
+		// Nothing of the batch is stored, nothing acknowledged: the
+		// stream ends, the sender sends it again, and replication stays
+		// behind (and alerts) for as long as the origin sends these
+		// bytes — never garbage in this region's log for its consumers.
+		t.svc.log.Error("replication: refused a batch whose entries are not Pulsar messages", "topic", t.name.String(), "origin", b.Origin, "batch", b.ID, "err", err)
+		return err
+	}
 	slot, err := t.applierFor(b.Origin)
 	if err != nil {
 		return err
@@ -193,6 +202,24 @@ func (t *Topic) applyBatch(b replicator.Batch, rq *transport.ReplyQueue) error {
 		t.recordOrphans(rec, w.Entries, orphans, quarantine, qpos)
 		r.Done(append(out, ack), nil)
 	})
+	return nil
+}
+
+// checkMessages checks each entry of b that carries a message as the
+// broker checks a producer's SEND before storing it (codec.VerifyChecksum:
+// the message part's header sizes and its CRC32C), so that another
+// region's bytes reach this region's consumers only as a Pulsar message
+// a producer could have sent. Placeholders (Skip) carry none.
+func checkMessages(b replicator.Batch) error {
+	for i := range b.Entries {
+		e := &b.Entries[i]
+		if e.Skip {
+			continue
+		}
+		if err := codec.VerifyChecksum(e.Data); err != nil {
+			return fmt.Errorf("replicated entry %d of batch %d from %s (origin seq %d): %w", i, b.ID, b.Origin, e.OriginSeq, err)
+		}
+	}
 	return nil
 }
 
