@@ -222,6 +222,11 @@ func TestCorruptReplicaIsSkipped(t *testing.T) {
 	// The reader sits in the rack of the replica it will try first.
 	target := w.Metadata().LastFragment().Ensemble[writeSet(7, 3, 3)[1]]
 	victim := r.Bookie(target.Id)
+	// An add completes at Qa (2 of 3): the victim's copy may still be on
+	// its way (on a loaded machine its group commit lags the other two),
+	// and a kill -9 before it is written leaves no entry 7 to flip (CI,
+	// 2026-12-08: "bookie: fault: ledger 8 entry 7: pebble: not found").
+	waitDirect(t, victim.Addr, victim.ID, w.ID(), 7)
 	victim.Kill()
 	if err := bookie.FlipEntryByte(victim.DataDir, w.ID(), 7, 3); err != nil {
 		t.Fatal(err)
