@@ -139,21 +139,10 @@ func runBookie(ctx context.Context, md metadataFlags, sec SecurityFileConfig, c 
 		return err
 	}
 	defer store.Close()
-	reg := &bookieLedgers{region: md.region}
-	// Multi-region brokers allocate every ledger id from the global store
-	// (and stretched ledgers live there): a wiped bookie's limbo bound is
-	// the high water of both stores, and its start waits for the global
-	// one rather than take a bound too low (issue 28).
-	var allocators []cluster.AllocatorStore
 	eps := splitList(md.globalEtcd)
+	reg := newBookieLedgers(store, md.region, len(eps) > 0)
+	reg.Logger = c.Logger
 	if len(eps) > 0 {
-		allocators = append(allocators, cluster.AllocatorStore{Name: "global store (--global-etcd)", Get: reg.globalStore})
-	}
-	breg := cluster.NewBookieRegistry(store, 0, allocators...)
-	breg.Logger = c.Logger
-	reg.BookieRegistry = breg
-	if len(eps) > 0 {
-		reg.wantGlobal = true
 		defer reg.close() // after cancel: connect has returned or gives up
 		gctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -219,6 +208,23 @@ type bookieLedgers struct {
 	wantGlobal bool
 	global     atomic.Pointer[cluster.Store]
 	gossip     atomic.Pointer[cluster.Membership]
+}
+
+// newBookieLedgers returns the registry of a bookie of region on store;
+// wantGlobal (--global-etcd given): the global store, connected later
+// (connect), counts for the listing and the ledger id high water.
+func newBookieLedgers(store *cluster.Store, region string, wantGlobal bool) *bookieLedgers {
+	g := &bookieLedgers{region: region, wantGlobal: wantGlobal}
+	// Multi-region brokers allocate every ledger id from the global store
+	// (and stretched ledgers live there): a wiped bookie's limbo bound is
+	// the high water of both stores, and its start waits for the global
+	// one rather than take a bound too low (issue 28).
+	var allocators []cluster.AllocatorStore
+	if wantGlobal {
+		allocators = append(allocators, cluster.AllocatorStore{Name: "global store (--global-etcd)", Get: g.globalStore})
+	}
+	g.BookieRegistry = cluster.NewBookieRegistry(store, 0, allocators...)
+	return g
 }
 
 func (g *bookieLedgers) ListLedgers(ctx context.Context) ([]int64, error) {
