@@ -117,6 +117,13 @@
 //  2. empty data dir, a cookie in metadata: the disk was wiped (BookKeeper
 //     #544, #4812); a new instance id and limbo_below_or_at = the ledger id
 //     high water, so every ledger that existed may have lost data here;
+//     the high water (Registry.LedgerIDHighWater) bounds the ids of every
+//     allocator whose ledgers can be placed on this bookie: in a
+//     multi-region deployment the global store's (brokers allocate ledger
+//     ids there, stretched ledgers live there) as well as the region's
+//     (cluster.NewBookieRegistry's allocators). A store it cannot read
+//     fails the start (after retries until identityTimeout): never a bound
+//     too low;
 //  3. both cookies, different instance ids: refuse to start (ErrIdentity);
 //  4. both cookies, same instance id: start.
 //

@@ -23,7 +23,10 @@ type Registry interface {
 	GetCookie(ctx context.Context, bookieID string) (c *metapb.Cookie, found bool, err error)
 	// PutCookie stores the cookie (overwrites).
 	PutCookie(ctx context.Context, c *metapb.Cookie) error
-	// LedgerIDHighWater returns an upper bound of every ledger id allocated so far.
+	// LedgerIDHighWater returns an upper bound of every ledger id allocated
+	// so far by any allocator that can place a ledger on this bookie (the
+	// region's store and, multi-region, the global store). It must not
+	// return a value below one of them: an error instead.
 	LedgerIDHighWater(ctx context.Context) (int64, error)
 	// Register publishes the registration under a lease kept alive until ctx is done or Deregister; calling it again updates it (e.g. read-only).
 	Register(ctx context.Context, reg *metapb.BookieRegistration) error

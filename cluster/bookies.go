@@ -33,8 +33,9 @@ const DefaultRegistrationTTL = 10 * time.Second
 // BookieRegistry is a bookie's registration in its region's etcd, and its
 // cookie. It implements bookie.Registry. Safe for concurrent use.
 type BookieRegistry struct {
-	s   *Store
-	ttl time.Duration
+	s          *Store
+	ttl        time.Duration
+	allocators []AllocatorStore
 	// Logger, when set before the first Register, hears when the
 	// registration's lease was lost and the bookie registered again.
 	Logger *slog.Logger
@@ -47,12 +48,15 @@ type BookieRegistry struct {
 }
 
 // NewBookieRegistry returns a registry on s (a region's store). ttl 0 means
-// DefaultRegistrationTTL.
-func NewBookieRegistry(s *Store, ttl time.Duration) *BookieRegistry {
+// DefaultRegistrationTTL. allocators are the other stores whose ledger ids
+// can be placed on this bookie (LedgerIDHighWater covers them): a
+// multi-region deployment's global store; none when every ledger id comes
+// from s (a single region, standalone).
+func NewBookieRegistry(s *Store, ttl time.Duration, allocators ...AllocatorStore) *BookieRegistry {
 	if ttl == 0 {
 		ttl = DefaultRegistrationTTL
 	}
-	return &BookieRegistry{s: s, ttl: ttl}
+	return &BookieRegistry{s: s, ttl: ttl, allocators: allocators}
 }
 
 // GetCookie returns the cookie recorded for bookieID.
@@ -81,10 +85,66 @@ func (r *BookieRegistry) PutCookie(ctx context.Context, c *metapb.Cookie) error 
 	return err
 }
 
+// AllocatorStore is a store, other than the region's, whose IDAllocator
+// hands out the ids of ledgers placed on this region's bookies: in a
+// multi-region deployment the global store (brokers allocate every ledger
+// id there, so that ids never collide between regions, and stretched
+// ledgers live there). A wiped bookie's limbo bound must cover its ids too.
+type AllocatorStore struct {
+	// Name names the store in errors ("global store (--global-etcd)").
+	Name string
+	// Get returns the store, waiting until it is connected or ctx ends.
+	Get func(ctx context.Context) (*Store, error)
+}
+
+// highWaterAttempt bounds one read of a store's high water, so that an
+// unreachable member is retried (another endpoint, a healed network)
+// within the caller's deadline rather than waited for until it.
+const highWaterAttempt = 5 * time.Second
+
 // LedgerIDHighWater returns an upper bound of every ledger id allocated so
-// far in this store (ledger ids are etcd revisions, see IDAllocator).
+// far by an allocator on the region's store or on any of the stores given
+// to NewBookieRegistry (ledger ids are etcd revisions, see IDAllocator; the
+// region's etcd and the global one count their revisions apart, so the
+// bound is the maximum over them). It never guesses low: a store that
+// cannot be read is retried until ctx ends, and then the error names it (a
+// bound below an id this bookie held would let a wiped bookie answer "no
+// such entry" for a ledger it lost, and a recovery close it short).
 func (r *BookieRegistry) LedgerIDHighWater(ctx context.Context) (int64, error) {
-	return NewIDAllocator(r.s).HighWater(ctx)
+	hw, err := highWaterOf(ctx, "region store", func(context.Context) (*Store, error) { return r.s, nil })
+	if err != nil {
+		return 0, err
+	}
+	for _, a := range r.allocators {
+		h, err := highWaterOf(ctx, a.Name, a.Get)
+		if err != nil {
+			return 0, err
+		}
+		hw = max(hw, h)
+	}
+	return hw, nil
+}
+
+// highWaterOf reads the high water of the store get returns, retrying
+// until ctx ends.
+func highWaterOf(ctx context.Context, name string, get func(context.Context) (*Store, error)) (int64, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		s, err := get(ctx)
+		if err == nil {
+			actx, cancel := context.WithTimeout(ctx, highWaterAttempt)
+			var hw int64
+			hw, err = NewIDAllocator(s).HighWater(actx)
+			cancel()
+			if err == nil {
+				return hw, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("cluster: ledger id high water of the %s: %w (gave up: %v)", name, err, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 }
 
 // ledgersPrefix is where ledger metadata lives in a store, one key per

@@ -145,11 +145,61 @@ func TestKillAllBookiesAndWriter(t *testing.T) {
 // not "no such entry", and recovery loses no acknowledged entry.
 func TestWipedBookieDoesNotTruncateRecovery(t *testing.T) {
 	r := testutil.StartRegion(t, "east", "r1", "r2", "r3")
-	c := newClient(t, r, "r1")
+	checkWipedBookieRecovery(t, r, nil)
+}
+
+// Issue 28: the same with ledger ids allocated as multi-region brokers
+// allocate them, from the global store (an etcd of its own, whose
+// revisions run far ahead of the region's). The bookies are given
+// --global-etcd, as `meridian up` gives them; the wiped one's limbo bound
+// must cover the ledger's global id, or it answers NO_SUCH_ENTRY.
+func TestWipedBookieDoesNotTruncateRecoveryOfGlobalIDs(t *testing.T) {
+	globalURL := testutil.StartEtcd(t)
+	global := testutil.Store(t, globalURL, "/meridian/global")
+	r := testutil.StartRegionOn(t, "east", testutil.StartEtcd(t))
+	for i, rk := range []string{"r1", "r2", "r3"} {
+		r.AddBookie(fmt.Sprintf("east-bookie-%d", i+1), rk, "--global-etcd", globalURL)
+	}
+	r.WaitBookies(3)
+	// The other regions' brokers have allocated many ids already.
+	ctx := ctxT(t, time.Minute)
+	regionHW, err := cluster.NewIDAllocator(r.Store).HighWater(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := cluster.NewIDAllocator(global)
+	for {
+		id, err := ids.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id > regionHW+1000 {
+			break
+		}
+	}
+	checkWipedBookieRecovery(t, r, ids)
+}
+
+// checkWipedBookieRecovery writes a ledger (ids from the region's store,
+// or from ids), wipes one bookie of its ensemble and checks that recovery,
+// answered first by the wiped bookie, loses no acknowledged entry.
+func checkWipedBookieRecovery(t *testing.T, r *testutil.Region, ids *cluster.IDAllocator) {
+	t.Helper()
+	withIDs := func(c *ledger.Config) {
+		if ids != nil {
+			c.IDs = ids
+		}
+	}
+	c := newClient(t, r, "r1", withIDs)
 	ctx := ctxT(t, 2*time.Minute)
 	w, err := c.Create(ctx, opts(3, 3, 3))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ids != nil {
+		if hw, err := cluster.NewIDAllocator(r.Store).HighWater(ctx); err != nil || w.ID() <= hw {
+			t.Fatalf("precondition: ledger id %d is not above the region store's revision %d (%v)", w.ID(), hw, err)
+		}
 	}
 	acked := map[int64]bool{}
 	for i := int64(0); i < 200; i++ {
@@ -189,7 +239,7 @@ func TestWipedBookieDoesNotTruncateRecovery(t *testing.T) {
 			b.Signal(syscall.SIGCONT)
 		}
 	}()
-	c2 := newClient(t, r, "r2", func(c *ledger.Config) { c.ReadTimeout = 10 * time.Second })
+	c2 := newClient(t, r, "r2", withIDs, func(c *ledger.Config) { c.ReadTimeout = 10 * time.Second })
 	rd, err := c2.Recover(ctx, w.ID())
 	if err != nil {
 		t.Fatal(err)

@@ -139,11 +139,10 @@ func runBookie(ctx context.Context, md metadataFlags, sec SecurityFileConfig, c 
 		return err
 	}
 	defer store.Close()
-	breg := cluster.NewBookieRegistry(store, 0)
-	breg.Logger = c.Logger
-	reg := &bookieLedgers{BookieRegistry: breg, region: md.region}
-	if eps := splitList(md.globalEtcd); len(eps) > 0 {
-		reg.wantGlobal = true
+	eps := splitList(md.globalEtcd)
+	reg := newBookieLedgers(store, md.region, len(eps) > 0)
+	reg.Logger = c.Logger
+	if len(eps) > 0 {
 		defer reg.close() // after cancel: connect has returned or gives up
 		gctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -194,18 +193,38 @@ func runBookie(ctx context.Context, md metadataFlags, sec SecurityFileConfig, c 
 // garbage collection) covers every store that can hold the metadata of a
 // ledger on this bookie: the region's, and with --global-etcd the global
 // store, where stretched ledgers live (broker/stretched) with entries on
-// this region's bookies too. The global store is connected in the
+// this region's bookies too. Its ledger id high water (a wiped disk's limbo
+// bound) covers the global store as well: brokers with --global-etcd
+// allocate every ledger id there. The global store is connected in the
 // background, so a bookie starts while it is unreachable; until it is
-// connected every listing fails and garbage collection deletes nothing.
-// Without --global-etcd, a bookie whose gossip sees members of another
-// region (a multi-region deployment) refuses to list: it would take a
-// stretched ledger for a deleted one.
+// connected every listing fails and garbage collection deletes nothing,
+// and a start on a wiped disk waits for it (up to the identity check's
+// 30 s, then fails naming it). Without --global-etcd, a bookie whose
+// gossip sees members of another region (a multi-region deployment)
+// refuses to list: it would take a stretched ledger for a deleted one.
 type bookieLedgers struct {
 	*cluster.BookieRegistry
 	region     string
 	wantGlobal bool
 	global     atomic.Pointer[cluster.Store]
 	gossip     atomic.Pointer[cluster.Membership]
+}
+
+// newBookieLedgers returns the registry of a bookie of region on store;
+// wantGlobal (--global-etcd given): the global store, connected later
+// (connect), counts for the listing and the ledger id high water.
+func newBookieLedgers(store *cluster.Store, region string, wantGlobal bool) *bookieLedgers {
+	g := &bookieLedgers{region: region, wantGlobal: wantGlobal}
+	// Multi-region brokers allocate every ledger id from the global store
+	// (and stretched ledgers live there): a wiped bookie's limbo bound is
+	// the high water of both stores, and its start waits for the global
+	// one rather than take a bound too low (issue 28).
+	var allocators []cluster.AllocatorStore
+	if wantGlobal {
+		allocators = append(allocators, cluster.AllocatorStore{Name: "global store (--global-etcd)", Get: g.globalStore})
+	}
+	g.BookieRegistry = cluster.NewBookieRegistry(store, 0, allocators...)
+	return g
 }
 
 func (g *bookieLedgers) ListLedgers(ctx context.Context) ([]int64, error) {
@@ -232,6 +251,21 @@ func (g *bookieLedgers) ListLedgers(ctx context.Context) ([]int64, error) {
 		return nil, err
 	}
 	return append(ids, more...), nil
+}
+
+// globalStore returns the global store once connect has connected it,
+// waiting until then or until ctx ends.
+func (g *bookieLedgers) globalStore(ctx context.Context) (*cluster.Store, error) {
+	for {
+		if s := g.global.Load(); s != nil {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("not connected: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // connect dials the global store until it answers or ctx ends.
