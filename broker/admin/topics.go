@@ -28,12 +28,21 @@ type lookupData struct {
 	HTTPURLTLS   string `json:"httpUrlTls"`
 }
 
-func newLookupData(bi BrokerInfo) lookupData {
+// newLookupData is the answer of a lookup of bi in listener ("": the
+// internal one): bi's ServiceURL (already in that listener), and the
+// listener's web service URLs when bi names any for it, else its admin
+// URL (Pulsar's NamespaceService answers a listener's brokerHttpUrl and
+// brokerHttpsUrl).
+func newLookupData(bi BrokerInfo, listener string) lookupData {
 	var ld lookupData
 	if strings.HasPrefix(bi.ServiceURL, "pulsar+ssl://") {
 		ld.BrokerURLTLS = bi.ServiceURL
 	} else {
 		ld.BrokerURL = bi.ServiceURL
+	}
+	if h, ok := bi.HTTPListeners[listener]; ok && listener != "" {
+		ld.HTTPURL, ld.HTTPURLTLS = h.HTTP, h.HTTPS
+		return ld
 	}
 	if strings.HasPrefix(bi.AdminURL, "https://") {
 		ld.HTTPURLTLS = bi.AdminURL
@@ -240,11 +249,12 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 		if err != nil {
 			return nil, err
 		}
-		bi, err := s.cfg.Broker.Lookup(r.Context(), tn, httpLookupListener(r, s.cfg.Broker.Self()))
+		listener := httpLookupListener(r, s.cfg.Broker.Self())
+		bi, err := s.cfg.Broker.Lookup(r.Context(), tn, listener)
 		if err != nil {
 			return nil, err
 		}
-		return newLookupData(bi), nil
+		return newLookupData(bi, listener), nil
 	})
 	h("GET /lookup/v2/topic/persistent/{tenant}/{ns}/{topic}/bundle", func(r *http.Request) (any, error) {
 		tn, err := lookup(r)
