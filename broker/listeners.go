@@ -21,9 +21,9 @@ import (
 // again, naming its listener) while the connection's listener is unknown
 // and the broker has named listeners.
 type listenerSet struct {
-	byName   meta.Listeners // nil: no listeners configured
+	byName   meta.Listeners     // nil: no listeners configured
 	http     meta.HTTPListeners // their http:// and https:// URLs (nil: none)
-	internal string         // the internal listener's name ("" without listeners)
+	internal string             // the internal listener's name ("" without listeners)
 	binds    []meta.BindAddress
 	bound    []net.Listener // the sockets of binds, once Start listened
 }
