@@ -391,13 +391,13 @@ func (s *Server) topic(r *http.Request, topic func(*http.Request) (meta.TopicNam
 // service URL for it (https first for a caller over TLS). A call that was
 // already redirected is not sent on again (the owner moved, or the
 // brokers disagree for now): it fails with the error (503).
-func ownerRedirect(r *http.Request, err error, listener string) (string, bool) {
+func ownerRedirect(r *http.Request, err error, listener func() string) (string, bool) {
 	var no meta.NotOwnerError
 	if !errors.As(err, &no) || no.OwnerAdminURL == "" || r.URL.Query().Get("authoritative") == "true" {
 		return "", false
 	}
 	to := no.OwnerAdminURL
-	if u, ok := no.OwnerHTTPListeners.URLFor(listener, r.TLS != nil); ok {
+	if u, ok := no.OwnerHTTPListeners.URLFor(listener(), r.TLS != nil); ok {
 		to = u
 	}
 	owner, perr := url.Parse(to)
@@ -410,6 +410,15 @@ func ownerRedirect(r *http.Request, err error, listener string) (string, bool) {
 	q.Set("authoritative", "true")
 	loc.RawQuery = q.Encode()
 	return loc.String(), true
+}
+
+// callerListener is the listener r's caller uses (httpLookupListener),
+// "" without a broker.
+func (s *Server) callerListener(r *http.Request) string {
+	if s.cfg.Broker == nil {
+		return ""
+	}
+	return httpLookupListener(r, s.cfg.Broker.Self())
 }
 
 // Handler returns the admin API's handler.
@@ -460,11 +469,9 @@ func (s *Server) Handler() http.Handler {
 			if aw, ok := w.(*audited); ok {
 				aw.err = err
 			}
-			if err != nil {
-				if loc, ok := ownerRedirect(r, err, httpLookupListener(r, s.cfg.Broker.Self())); ok {
-					http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
-					return
-				}
+			if loc, ok := ownerRedirect(r, err, func() string { return s.callerListener(r) }); ok {
+				http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
+				return
 			}
 			writeAdmin(w, v, err)
 		})

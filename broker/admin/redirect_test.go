@@ -14,9 +14,10 @@ import (
 // owner with the same path and query and authoritative=true; a call that
 // already was redirected, or another error, is not redirected.
 func TestOwnerRedirect(t *testing.T) {
+	none := func() string { return "" }
 	notOwner := meta.NotOwnerError{OwnerAdminURL: "http://10.0.0.2:8080", Err: fmt.Errorf("%w: owned by b2", meta.ErrTopicFenced)}
 	r := httptest.NewRequest("GET", "http://10.0.0.1:8080/admin/v2/persistent/t/n/x/stats?getPreciseBacklog=true", nil)
-	loc, ok := ownerRedirect(r, fmt.Errorf("loading: %w", notOwner), "")
+	loc, ok := ownerRedirect(r, fmt.Errorf("loading: %w", notOwner), none)
 	if want := "http://10.0.0.2:8080/admin/v2/persistent/t/n/x/stats?authoritative=true&getPreciseBacklog=true"; !ok || loc != want {
 		t.Errorf("%q %v, want %q", loc, ok, want)
 	}
@@ -24,13 +25,13 @@ func TestOwnerRedirect(t *testing.T) {
 		t.Error("NotOwnerError does not wrap ErrTopicFenced")
 	}
 	again := httptest.NewRequest("GET", "http://10.0.0.2:8080/admin/v2/persistent/t/n/x/stats?authoritative=true", nil)
-	if loc, ok := ownerRedirect(again, notOwner, ""); ok {
+	if loc, ok := ownerRedirect(again, notOwner, none); ok {
 		t.Errorf("a redirected call sent on again to %q", loc)
 	}
-	if loc, ok := ownerRedirect(r, meta.ErrTopicFenced, ""); ok {
+	if loc, ok := ownerRedirect(r, meta.ErrTopicFenced, none); ok {
 		t.Errorf("a plain fenced error redirected to %q", loc)
 	}
-	if loc, ok := ownerRedirect(r, nil, ""); ok {
+	if loc, ok := ownerRedirect(r, nil, none); ok {
 		t.Errorf("no error redirected to %q", loc)
 	}
 }
@@ -54,7 +55,7 @@ func TestOwnerRedirectInTheCallersListener(t *testing.T) {
 		{r, "internal", "http://10.0.0.2:8080/admin/v2/persistent/t/n/x/stats?authoritative=true"},
 		{r, "", "http://10.0.0.2:8080/admin/v2/persistent/t/n/x/stats?authoritative=true"},
 	} {
-		if loc, ok := ownerRedirect(c.r, notOwner, c.listener); !ok || loc != c.want {
+		if loc, ok := ownerRedirect(c.r, notOwner, func() string { return c.listener }); !ok || loc != c.want {
 			t.Errorf("listener %q (tls %v): %q %v, want %q", c.listener, c.r.TLS != nil, loc, ok, c.want)
 		}
 	}

@@ -65,8 +65,10 @@ const ListenerNameHeader = "X-Pulsar-ListenerName"
 // name over HTTP whatever its ListenerName (its httpLookupService asks
 // /lookup/v2/topic/... with no parameter or header of it), and a client
 // that dialled the broker's external name is outside and is sent the
-// owner's external address. "" (the internal listener) when self has no
-// listeners, or none or several of them have that host.
+// owner's external address. A listener's host is its Pulsar URL's or its
+// web service URLs' (an admin load balancer may have a name of its own).
+// "" (the internal listener) when self has no listeners, or none or
+// several of them have that host.
 func httpLookupListener(r *http.Request, self BrokerInfo) string {
 	if n := r.URL.Query().Get("listenerName"); n != "" {
 		return n
@@ -74,21 +76,25 @@ func httpLookupListener(r *http.Request, self BrokerInfo) string {
 	if n := r.Header.Get(ListenerNameHeader); n != "" {
 		return n
 	}
-	return listenerOfHost(self.Listeners, r.Host)
+	return listenerOfHost(self.Listeners, self.HTTPListeners, r.Host)
 }
 
-// listenerOfHost is the one listener of ls whose URL's host is the host
-// of hostport (a Host header: host or host:port), "" when none or several.
-func listenerOfHost(ls map[string]string, hostport string) string {
+// listenerOfHost is the one listener of ls (and hl, their web service
+// URLs) one of whose URLs' host is the host of hostport (a Host header:
+// host or host:port), "" when none or several.
+func listenerOfHost(ls map[string]string, hl meta.HTTPListeners, hostport string) string {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h
 	}
 	host = strings.Trim(host, "[]")
+	hasHost := func(u string) bool {
+		pu, err := url.Parse(u)
+		return u != "" && err == nil && strings.EqualFold(pu.Hostname(), host)
+	}
 	found := ""
 	for name, u := range ls {
-		pu, err := url.Parse(u)
-		if err != nil || !strings.EqualFold(pu.Hostname(), host) {
+		if !hasHost(u) && !hasHost(hl[name].HTTP) && !hasHost(hl[name].HTTPS) {
 			continue
 		}
 		if found != "" {
