@@ -247,7 +247,7 @@ func (a adminBroker) LoadedTopics(ns string) []admin.Topic {
 }
 
 func (a adminBroker) Self() admin.BrokerInfo {
-	return admin.BrokerInfo{ID: a.b.cfg.BrokerID, ServiceURL: a.b.serverURL, AdminURL: a.b.AdminURL(), Listeners: a.b.lst.byName}
+	return admin.BrokerInfo{ID: a.b.cfg.BrokerID, ServiceURL: a.b.serverURL, AdminURL: a.b.AdminURL(), Listeners: a.b.lst.byName, HTTPListeners: a.b.lst.http}
 }
 
 func (a adminBroker) Brokers(ctx context.Context) ([]admin.BrokerInfo, error) {
@@ -260,7 +260,7 @@ func (a adminBroker) Brokers(ctx context.Context) ([]admin.BrokerInfo, error) {
 	}
 	out := make([]admin.BrokerInfo, 0, len(bs))
 	for _, bi := range bs {
-		out = append(out, admin.BrokerInfo{ID: bi.ID, ServiceURL: bi.ServiceURL, AdminURL: bi.AdminURL, Listeners: bi.Listeners})
+		out = append(out, admin.BrokerInfo{ID: bi.ID, ServiceURL: bi.ServiceURL, AdminURL: bi.AdminURL, Listeners: bi.Listeners, HTTPListeners: bi.HTTPListeners})
 	}
 	return out, nil
 }

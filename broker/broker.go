@@ -516,7 +516,7 @@ func (b *Broker) loadTopic(ctx context.Context, tn meta.TopicName, create bool) 
 	if mine, owner, err := b.ownershipFor(pol).acquire(ctx, bd); err != nil {
 		return nil, fmt.Errorf("%w: bundle %s: %v", meta.ErrServiceNotReady, bd, err)
 	} else if !mine {
-		return nil, meta.NotOwnerError{OwnerAdminURL: owner.AdminURL, Err: fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)}
+		return nil, meta.NotOwnerError{OwnerAdminURL: owner.AdminURL, OwnerHTTPListeners: owner.HTTPListeners, Err: fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)}
 	}
 	if tn.Partition < 0 {
 		if n, err := b.meta.Partitions(ctx, tn); err != nil {

@@ -21,8 +21,9 @@ import (
 // again, naming its listener) while the connection's listener is unknown
 // and the broker has named listeners.
 type listenerSet struct {
-	byName   meta.Listeners // nil: no listeners configured
-	internal string         // the internal listener's name ("" without listeners)
+	byName   meta.Listeners     // nil: no listeners configured
+	http     meta.HTTPListeners // their http:// and https:// URLs (nil: none)
+	internal string             // the internal listener's name ("" without listeners)
 	binds    []meta.BindAddress
 	bound    []net.Listener // the sockets of binds, once Start listened
 }
@@ -34,11 +35,15 @@ func newListenerSet(c Config, scheme string) (listenerSet, error) {
 	if err != nil {
 		return listenerSet{}, err
 	}
+	hl, err := meta.ParseHTTPListeners(c.AdvertisedListeners, ls)
+	if err != nil {
+		return listenerSet{}, err
+	}
 	binds, err := meta.ParseBindAddresses(c.BindAddresses, ls, scheme)
 	if err != nil {
 		return listenerSet{}, err
 	}
-	return listenerSet{byName: ls, internal: internal, binds: binds}, nil
+	return listenerSet{byName: ls, http: hl, internal: internal, binds: binds}, nil
 }
 
 // internalAddr is the internal listener's host:port ("" without

@@ -18,6 +18,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsaradmin"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
 	pb "github.com/meridian-mq/meridian/proto/pulsarpb"
 	"github.com/meridian-mq/meridian/tools/testutil"
 	"google.golang.org/protobuf/proto"
@@ -199,7 +200,8 @@ func TestAdvertisedListenersSendEachClientToItsListener(t *testing.T) {
 
 // wildListenerBroker is addListenerBroker with the admin API listening on
 // every interface (0.0.0.0, as in a container): reachable at 127.0.0.1
-// and at 127.0.0.2, the external listener's host.
+// and at 127.0.0.2, the external listener's host, whose web service URL
+// is http://127.0.0.2:PORT (Pulsar's NAME:http:// listener entry).
 func wildListenerBroker(t *testing.T, r *testutil.Region, id string) (listenerBroker, string) {
 	t.Helper()
 	internal := testutil.FreeAddr(t)
@@ -207,7 +209,7 @@ func wildListenerBroker(t *testing.T, r *testutil.Region, id string) (listenerBr
 	port := strconv.Itoa(testutil.FreePort(t))
 	p := testutil.StartProc(t, id, testutil.MeridianBinary(t), "broker", "--region", r.Name, "--etcd", r.EtcdURL, "--id", id,
 		"--listen", internal, "--admin", "0.0.0.0:"+port, "--replication-listen", testutil.FreeAddr(t), "--log-level", "warn",
-		"--advertised-listeners", "internal:pulsar://"+internal+",external:pulsar://"+external,
+		"--advertised-listeners", "internal:pulsar://"+internal+",external:pulsar://"+external+",external:http://127.0.0.2:"+port,
 		"--bind-addresses", "external:pulsar://"+external, "--internal-listener-name", "internal", "--shutdown-drain-delay", "0s")
 	b := &testutil.BrokerProc{Proc: p, ID: id, Addr: internal, AdminAddr: "127.0.0.1:" + port}
 	testutil.WaitHTTP(t, b.AdminURL()+"/admin/v2/tenants", 60*time.Second)
@@ -218,13 +220,17 @@ func wildListenerBroker(t *testing.T, r *testutil.Region, id string) (listenerBr
 // (/lookup/v2/topic/...) is answered in the listener the client asks for
 // — Pulsar's listenerName query parameter or X-Pulsar-ListenerName
 // header — or, naming none, in the listener whose host the client reached
-// the broker by: the unmodified pulsar-client-go given an http:// service
+// the broker by — its brokerUrl and its httpUrl that listener's (the
+// external listener's http:// entry; the internal listener, naming none,
+// the owner's admin URL): the unmodified pulsar-client-go given an http:// service
 // URL on the brokers' external host and ListenerName "external" (it sends
 // no listener name over HTTP) produces through the owner's external
 // address, never an internal one; one given the internal host consumes
 // through the internal one. The admin API, listening on 0.0.0.0, names
 // every broker by its advertised host (the brokers list, the lookup's
-// httpUrl), never a wildcard.
+// httpUrl), never a wildcard. A topic's admin call reaching a broker that
+// does not own the topic is redirected (307) to the owner's web service
+// URL in the caller's listener.
 func TestHTTPLookupAnswersInTheClientsListener(t *testing.T) {
 	r := testutil.StartRegion(t, "east", "r1", "r2", "r3")
 	b1, port1 := wildListenerBroker(t, r, "broker-1")
@@ -283,18 +289,19 @@ func TestHTTPLookupAnswersInTheClientsListener(t *testing.T) {
 	if other.ID == b2.ID {
 		otherPort = port2
 	}
-	ownerAdmin := "http://127.0.0.1:" + port1
+	ownerPort := port1
 	if owner.ID == b2.ID {
-		ownerAdmin = "http://127.0.0.1:" + port2
+		ownerPort = port2
 	}
+	ownerAdmin, ownerExtHTTP := "http://127.0.0.1:"+ownerPort, "http://127.0.0.2:"+ownerPort
 	path := "/lookup/v2/topic/persistent/" + strings.TrimPrefix(topic, "persistent://")
-	for _, c := range []struct{ host, query, header, want string }{
-		{"127.0.0.1", "", "", owner.internal},
-		{"127.0.0.2", "", "", owner.external},
-		{"127.0.0.1", "?listenerName=external", "", owner.external},
-		{"127.0.0.1", "", "external", owner.external},
-		{"127.0.0.2", "?listenerName=internal", "", owner.internal},
-		{"127.0.0.2", "", "internal", owner.internal},
+	for _, c := range []struct{ host, query, header, want, wantHTTP string }{
+		{"127.0.0.1", "", "", owner.internal, ownerAdmin},
+		{"127.0.0.2", "", "", owner.external, ownerExtHTTP},
+		{"127.0.0.1", "?listenerName=external", "", owner.external, ownerExtHTTP},
+		{"127.0.0.1", "", "external", owner.external, ownerExtHTTP},
+		{"127.0.0.2", "?listenerName=internal", "", owner.internal, ownerAdmin},
+		{"127.0.0.2", "", "internal", owner.internal, ownerAdmin},
 	} {
 		req, _ := http.NewRequest("GET", "http://"+c.host+":"+otherPort+path+c.query, nil)
 		if c.header != "" {
@@ -310,9 +317,51 @@ func TestHTTPLookupAnswersInTheClientsListener(t *testing.T) {
 		}
 		json.NewDecoder(resp.Body).Decode(&ld)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || ld.BrokerURL != "pulsar://"+c.want || ld.HTTPURL != ownerAdmin {
-			t.Errorf("HTTP lookup at %s%s (header %q): %d %+v, want brokerUrl pulsar://%s httpUrl %s", c.host, c.query, c.header, resp.StatusCode, ld, c.want, ownerAdmin)
+		if resp.StatusCode != 200 || ld.BrokerURL != "pulsar://"+c.want || ld.HTTPURL != c.wantHTTP {
+			t.Errorf("HTTP lookup at %s%s (header %q): %d %+v, want brokerUrl pulsar://%s httpUrl %s", c.host, c.query, c.header, resp.StatusCode, ld, c.want, c.wantHTTP)
 		}
+	}
+
+	// pulsaradmin's Topics().Lookup (it names no listener) on the external
+	// host: the external listener's URLs.
+	extAdm, err := pulsaradmin.NewClient(&pulsaradmin.Config{WebServiceURL: "http://127.0.0.2:" + otherPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tname, err := utils.GetTopicName(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := extAdm.Topics().Lookup(*tname)
+	if err != nil || ld.BrokerURL != "pulsar://"+owner.external || ld.HTTPURL != ownerExtHTTP {
+		t.Errorf("pulsaradmin lookup on the external host: %+v %v, want brokerUrl pulsar://%s httpUrl %s", ld, err, owner.external, ownerExtHTTP)
+	}
+
+	// The owner redirect of a topic's admin call at the other broker, in
+	// each listener: the owner's web service URL in it.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	statsPath := "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://") + "/stats"
+	for _, c := range []struct{ host, header, want string }{
+		{"127.0.0.1", "", ownerAdmin},
+		{"127.0.0.2", "", ownerExtHTTP},
+		{"127.0.0.1", "external", ownerExtHTTP},
+		{"127.0.0.2", "internal", ownerAdmin},
+	} {
+		req, _ := http.NewRequest("GET", "http://"+c.host+":"+otherPort+statsPath, nil)
+		if c.header != "" {
+			req.Header.Set("X-Pulsar-ListenerName", c.header)
+		}
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusTemporaryRedirect || !strings.HasPrefix(loc, c.want+statsPath+"?") {
+			t.Errorf("stats at %s (header %q): %d Location %q, want 307 to %s%s", c.host, c.header, resp.StatusCode, loc, c.want, statsPath)
+		}
+	}
+	if _, err := extAdm.Topics().GetStats(*tname); err != nil {
+		t.Errorf("pulsaradmin stats on the external host, redirected to the owner: %v", err)
 	}
 	resp, err := http.Get("http://127.0.0.1:" + otherPort + path + "?listenerName=public")
 	if err != nil {

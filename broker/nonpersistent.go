@@ -177,7 +177,7 @@ func (r *npRegistry) get(ctx context.Context, name string) (*npTopic, error) {
 	if mine, owner, err := b.ownershipFor(pol).acquire(ctx, bd); err != nil {
 		return nil, fmt.Errorf("%w: bundle %s: %v", meta.ErrServiceNotReady, bd, err)
 	} else if !mine {
-		return nil, meta.NotOwnerError{OwnerAdminURL: owner.AdminURL, Err: fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)}
+		return nil, meta.NotOwnerError{OwnerAdminURL: owner.AdminURL, OwnerHTTPListeners: owner.HTTPListeners, Err: fmt.Errorf("%w: bundle %s is owned by %s", meta.ErrTopicFenced, bd, owner.ID)}
 	}
 	t := &npTopic{b: b, name: tn, pol: pol, ledger: uint64(time.Now().UnixMilli()),
 		producers: map[*npProducer]struct{}{}, subs: map[string]*npSub{}, remotes: map[string]*npRemote{}}
@@ -991,7 +991,7 @@ func (a adminBroker) NonPersistentStats(ctx context.Context, tn meta.TopicName) 
 		return admin.NonPersistentTopicStats{}, err
 	}
 	if bi.ID != "" && bi.ID != a.b.cfg.BrokerID && bi.AdminURL != "" {
-		return admin.NonPersistentTopicStats{}, meta.NotOwnerError{OwnerAdminURL: bi.AdminURL, Err: fmt.Errorf("%w: %s is served by %s", meta.ErrTopicFenced, tn, bi.ID)}
+		return admin.NonPersistentTopicStats{}, meta.NotOwnerError{OwnerAdminURL: bi.AdminURL, OwnerHTTPListeners: bi.HTTPListeners, Err: fmt.Errorf("%w: %s is served by %s", meta.ErrTopicFenced, tn, bi.ID)}
 	}
 	return admin.NonPersistentTopicStats{}, fmt.Errorf("%w: %s (a non-persistent topic exists while it has producers or consumers)", meta.ErrTopicNotFound, tn)
 }

@@ -44,6 +44,11 @@ type BrokerInfo struct {
 	// Listeners are the broker's named URLs (Config.AdvertisedListeners),
 	// ServiceURL its internal one; nil without named listeners.
 	Listeners meta.Listeners `json:"advertisedListeners,omitempty"`
+	// HTTPListeners are their web service URLs (http:// and https://
+	// entries of Config.AdvertisedListeners), nil without any: what an
+	// HTTP lookup in a listener answers and where an admin call is
+	// redirected to in the caller's listener.
+	HTTPListeners meta.HTTPListeners `json:"advertisedHttpListeners,omitempty"`
 }
 
 type bundle struct {
@@ -102,7 +107,7 @@ type ownership struct {
 }
 
 func (b *Broker) startOwnership(ctx context.Context) error {
-	info := BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.Addr(), Listeners: b.lst.byName}
+	info := BrokerInfo{ID: b.cfg.BrokerID, ServiceURL: b.serverURL, AdminURL: b.AdminURL(), ReplicationAddr: b.repl.Addr(), Listeners: b.lst.byName, HTTPListeners: b.lst.http}
 	o := &ownership{b: b, owned: map[string]bundle{}, info: info, store: b.cfg.Store, regKey: "/brokers/" + b.cfg.BrokerID}
 	lease, err := o.register(ctx)
 	if err != nil {

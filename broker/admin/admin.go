@@ -97,6 +97,9 @@ type BrokerInfo struct {
 	AdminURL   string // http://host:port (https:// with TLS)
 	// Listeners are its advertised listeners, name → URL (nil: none).
 	Listeners map[string]string
+	// HTTPListeners are their web service URLs (nil: none; a listener
+	// without any answers AdminURL).
+	HTTPListeners meta.HTTPListeners
 }
 
 // Bundle is a namespace bundle: the hash range [Lower, Upper), the last
@@ -383,15 +386,21 @@ func (s *Server) topic(r *http.Request, topic func(*http.Request) (meta.TopicNam
 
 // ownerRedirect is where to send a topic's call that reached a broker not
 // owning the topic (meta.NotOwnerError): the same path and query on the
-// owner's admin API, with authoritative=true, as Pulsar redirects. A call
-// that was already redirected is not sent on again (the owner moved, or
-// the brokers disagree for now): it fails with the error (503).
-func ownerRedirect(r *http.Request, err error) (string, bool) {
+// owner's admin API, with authoritative=true, as Pulsar redirects — in
+// listener, the caller's (httpLookupListener), when the owner names a web
+// service URL for it (https first for a caller over TLS). A call that was
+// already redirected is not sent on again (the owner moved, or the
+// brokers disagree for now): it fails with the error (503).
+func ownerRedirect(r *http.Request, err error, listener func() string) (string, bool) {
 	var no meta.NotOwnerError
 	if !errors.As(err, &no) || no.OwnerAdminURL == "" || r.URL.Query().Get("authoritative") == "true" {
 		return "", false
 	}
-	owner, perr := url.Parse(no.OwnerAdminURL)
+	to := no.OwnerAdminURL
+	if u, ok := no.OwnerHTTPListeners.URLFor(listener(), r.TLS != nil); ok {
+		to = u
+	}
+	owner, perr := url.Parse(to)
 	if perr != nil || owner.Host == "" {
 		return "", false
 	}
@@ -401,6 +410,15 @@ func ownerRedirect(r *http.Request, err error) (string, bool) {
 	q.Set("authoritative", "true")
 	loc.RawQuery = q.Encode()
 	return loc.String(), true
+}
+
+// callerListener is the listener r's caller uses (httpLookupListener),
+// "" without a broker.
+func (s *Server) callerListener(r *http.Request) string {
+	if s.cfg.Broker == nil {
+		return ""
+	}
+	return httpLookupListener(r, s.cfg.Broker.Self())
 }
 
 // Handler returns the admin API's handler.
@@ -451,7 +469,7 @@ func (s *Server) Handler() http.Handler {
 			if aw, ok := w.(*audited); ok {
 				aw.err = err
 			}
-			if loc, ok := ownerRedirect(r, err); ok {
+			if loc, ok := ownerRedirect(r, err, func() string { return s.callerListener(r) }); ok {
 				http.Redirect(w, r, loc, http.StatusTemporaryRedirect)
 				return
 			}

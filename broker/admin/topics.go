@@ -28,12 +28,21 @@ type lookupData struct {
 	HTTPURLTLS   string `json:"httpUrlTls"`
 }
 
-func newLookupData(bi BrokerInfo) lookupData {
+// newLookupData is the answer of a lookup of bi in listener ("": the
+// internal one): bi's ServiceURL (already in that listener), and the
+// listener's web service URLs when bi names any for it, else its admin
+// URL (Pulsar's NamespaceService answers a listener's brokerHttpUrl and
+// brokerHttpsUrl).
+func newLookupData(bi BrokerInfo, listener string) lookupData {
 	var ld lookupData
 	if strings.HasPrefix(bi.ServiceURL, "pulsar+ssl://") {
 		ld.BrokerURLTLS = bi.ServiceURL
 	} else {
 		ld.BrokerURL = bi.ServiceURL
+	}
+	if h, ok := bi.HTTPListeners[listener]; ok && listener != "" {
+		ld.HTTPURL, ld.HTTPURLTLS = h.HTTP, h.HTTPS
+		return ld
 	}
 	if strings.HasPrefix(bi.AdminURL, "https://") {
 		ld.HTTPURLTLS = bi.AdminURL
@@ -56,8 +65,10 @@ const ListenerNameHeader = "X-Pulsar-ListenerName"
 // name over HTTP whatever its ListenerName (its httpLookupService asks
 // /lookup/v2/topic/... with no parameter or header of it), and a client
 // that dialled the broker's external name is outside and is sent the
-// owner's external address. "" (the internal listener) when self has no
-// listeners, or none or several of them have that host.
+// owner's external address. A listener's host is its Pulsar URL's or its
+// web service URLs' (an admin load balancer may have a name of its own).
+// "" (the internal listener) when self has no listeners, or none or
+// several of them have that host.
 func httpLookupListener(r *http.Request, self BrokerInfo) string {
 	if n := r.URL.Query().Get("listenerName"); n != "" {
 		return n
@@ -65,21 +76,25 @@ func httpLookupListener(r *http.Request, self BrokerInfo) string {
 	if n := r.Header.Get(ListenerNameHeader); n != "" {
 		return n
 	}
-	return listenerOfHost(self.Listeners, r.Host)
+	return listenerOfHost(self.Listeners, self.HTTPListeners, r.Host)
 }
 
-// listenerOfHost is the one listener of ls whose URL's host is the host
-// of hostport (a Host header: host or host:port), "" when none or several.
-func listenerOfHost(ls map[string]string, hostport string) string {
+// listenerOfHost is the one listener of ls (and hl, their web service
+// URLs) one of whose URLs' host is the host of hostport (a Host header:
+// host or host:port), "" when none or several.
+func listenerOfHost(ls map[string]string, hl meta.HTTPListeners, hostport string) string {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h
 	}
 	host = strings.Trim(host, "[]")
+	hasHost := func(u string) bool {
+		pu, err := url.Parse(u)
+		return u != "" && err == nil && strings.EqualFold(pu.Hostname(), host)
+	}
 	found := ""
 	for name, u := range ls {
-		pu, err := url.Parse(u)
-		if err != nil || !strings.EqualFold(pu.Hostname(), host) {
+		if !hasHost(u) && !hasHost(hl[name].HTTP) && !hasHost(hl[name].HTTPS) {
 			continue
 		}
 		if found != "" {
@@ -240,11 +255,12 @@ func (s *Server) topicHandlers(h func(string, func(*http.Request) (any, error)),
 		if err != nil {
 			return nil, err
 		}
-		bi, err := s.cfg.Broker.Lookup(r.Context(), tn, httpLookupListener(r, s.cfg.Broker.Self()))
+		listener := httpLookupListener(r, s.cfg.Broker.Self())
+		bi, err := s.cfg.Broker.Lookup(r.Context(), tn, listener)
 		if err != nil {
 			return nil, err
 		}
-		return newLookupData(bi), nil
+		return newLookupData(bi, listener), nil
 	})
 	h("GET /lookup/v2/topic/persistent/{tenant}/{ns}/{topic}/bundle", func(r *http.Request) (any, error) {
 		tn, err := lookup(r)

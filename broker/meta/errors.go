@@ -73,10 +73,13 @@ func (e StatusError) Unwrap() error { return e.Err }
 // NotOwnerError is the error of a topic operation on a broker that does
 // not own the topic's bundle (Err wraps ErrTopicFenced): the admin API
 // answers it with a 307 to OwnerAdminURL, the owner's admin API, as
-// Pulsar redirects a topic's admin call to its owner.
+// Pulsar redirects a topic's admin call to its owner — or to the owner's
+// web service URL in the caller's listener, from OwnerHTTPListeners (nil:
+// none).
 type NotOwnerError struct {
-	OwnerAdminURL string
-	Err           error
+	OwnerAdminURL      string
+	OwnerHTTPListeners HTTPListeners
+	Err                error
 }
 
 func (e NotOwnerError) Error() string { return e.Err.Error() }

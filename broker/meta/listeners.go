@@ -23,6 +23,15 @@ import (
 // Meridian's broker serves one scheme on every socket (pulsar+ssl://
 // when TLS is on, pulsar:// otherwise), so each listener has one URL of
 // that scheme, where Pulsar allows one of each.
+//
+// As Pulsar's, a listener may also name its web service URLs, one
+// http:// and one https:// at most (internal:http://10.0.0.5:8080,
+// external:https://broker-1.example.com:8443): an HTTP lookup in that
+// listener answers them as its httpUrl and httpUrlTls, and an admin call
+// redirected to a topic's owner is sent to the owner's URL in the
+// caller's listener. A listener naming neither answers the broker's own
+// admin URL. Either scheme is taken whatever the broker's TLS (a load
+// balancer in front may terminate TLS).
 
 // Listeners maps a listener name to its URL (pulsar://host:port or
 // pulsar+ssl://host:port).
@@ -66,6 +75,9 @@ func ParseAdvertisedListeners(entries []string, internal, scheme string) (Listen
 	byHost := map[string]string{}
 	var errs []error
 	for _, e := range entries {
+		if isHTTPEntry(e) {
+			continue // ParseHTTPListeners
+		}
 		name, u, err := parseNamedURL(e, scheme)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("advertised listener %q: %w", e, err))
@@ -89,6 +101,9 @@ func ParseAdvertisedListeners(entries []string, internal, scheme string) (Listen
 	if err := errors.Join(errs...); err != nil {
 		return nil, "", err
 	}
+	if len(ls) == 0 {
+		return nil, "", fmt.Errorf("advertised listeners %q: no %sHOST:PORT (every listener needs one; http:// and https:// URLs only add to it)", strings.Join(entries, ","), scheme)
+	}
 	if internal == "" {
 		internal = first
 	}
@@ -96,6 +111,98 @@ func ParseAdvertisedListeners(entries []string, internal, scheme string) (Listen
 		return nil, "", fmt.Errorf("internal listener %q is none of the advertised listeners", internal)
 	}
 	return ls, internal, nil
+}
+
+// HTTPURLs are a listener's web service URLs (Pulsar's brokerHttpUrl and
+// brokerHttpsUrl): http://HOST:PORT and https://HOST:PORT, "" when not
+// given.
+type HTTPURLs struct {
+	HTTP  string `json:"http,omitempty"`
+	HTTPS string `json:"https,omitempty"`
+}
+
+// HTTPListeners maps a listener name to its web service URLs; a listener
+// without any is absent.
+type HTTPListeners map[string]HTTPURLs
+
+// URLFor is the web service URL of listener name to send a client to
+// (tls: the client came over TLS, https preferred; else http preferred),
+// or ok false when the listener names none ("" names none: the internal
+// one answers the broker's admin URL).
+func (hl HTTPListeners) URLFor(name string, tls bool) (u string, ok bool) {
+	h, ok := hl[name]
+	if !ok || name == "" {
+		return "", false
+	}
+	first, second := h.HTTP, h.HTTPS
+	if tls {
+		first, second = h.HTTPS, h.HTTP
+	}
+	if first != "" {
+		return first, true
+	}
+	return second, second != ""
+}
+
+// isHTTPEntry is whether an advertised listener entry names an http://
+// or https:// URL.
+func isHTTPEntry(e string) bool {
+	_, u, _ := strings.Cut(strings.TrimSpace(e), ":")
+	u = strings.TrimSpace(u)
+	return strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")
+}
+
+// ParseHTTPListeners reads the http:// and https:// entries of
+// advertisedListeners (NAME:http://HOST:PORT, NAME:https://HOST:PORT;
+// the others are ParseAdvertisedListeners'): each NAME one of ls, at
+// most one URL of each scheme per listener, no host:port given twice.
+// None: nil.
+func ParseHTTPListeners(entries []string, ls Listeners) (HTTPListeners, error) {
+	var out HTTPListeners
+	byHost := map[string]string{}
+	var errs []error
+	for _, e := range entries {
+		if !isHTTPEntry(e) {
+			continue
+		}
+		scheme := "http://"
+		if _, u, _ := strings.Cut(strings.TrimSpace(e), ":"); strings.HasPrefix(strings.TrimSpace(u), "https://") {
+			scheme = "https://"
+		}
+		name, u, err := parseNamedURL(e, scheme)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("advertised listener %q: %w", e, err))
+			continue
+		}
+		if _, ok := ls[name]; !ok {
+			errs = append(errs, fmt.Errorf("advertised listener %q: listener %s has no pulsar URL (an %s URL adds to a listener's pulsar URL)", e, name, scheme))
+			continue
+		}
+		h := out[name]
+		slot := &h.HTTP
+		if scheme == "https://" {
+			slot = &h.HTTPS
+		}
+		if *slot != "" {
+			errs = append(errs, fmt.Errorf("advertised listener %q: listener %s has an %s URL already (one per listener)", e, name, scheme))
+			continue
+		}
+		hp := strings.TrimPrefix(u, scheme)
+		if other, ok := byHost[hp]; ok {
+			errs = append(errs, fmt.Errorf("advertised listener %q: %s is listener %s's web service address already (one address per URL)", e, hp, other))
+			continue
+		}
+		byHost[hp] = name
+		*slot = u
+		if out == nil {
+			out = HTTPListeners{}
+		}
+		out[name] = h
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // BindAddress is a further socket of the Pulsar protocol (Pulsar's

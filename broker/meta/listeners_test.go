@@ -77,3 +77,66 @@ func TestListenerURLFor(t *testing.T) {
 		t.Error("a broker without listeners has no external one")
 	}
 }
+
+// Requirement (issue 28, Pulsar's advertisedListeners with web service
+// URLs): a listener may name one http:// and one https:// URL beside its
+// pulsar URL; ParseAdvertisedListeners takes the pulsar ones only, and a
+// lookup in a listener answers its http URL (https first over TLS), a
+// listener without one the broker's own admin URL (ok false).
+func TestParseHTTPListenersFollowsPulsarsRules(t *testing.T) {
+	entries := []string{"internal:pulsar://10.0.0.5:6650", "internal:http://10.0.0.5:8080",
+		"external:pulsar://b1.example.com:6652", "external:http://b1.example.com:8080", "external:https://b1.example.com:8443",
+		"other:pulsar://b1.other.com:6652"}
+	ls, internal, err := ParseAdvertisedListeners(entries, "", "pulsar://")
+	if err != nil || internal != "internal" || len(ls) != 3 || ls["external"] != "pulsar://b1.example.com:6652" {
+		t.Fatalf("pulsar listeners: %v %q %v", ls, internal, err)
+	}
+	hl, err := ParseHTTPListeners(entries, ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := HTTPListeners{"internal": {HTTP: "http://10.0.0.5:8080"}, "external": {HTTP: "http://b1.example.com:8080", HTTPS: "https://b1.example.com:8443"}}
+	if len(hl) != len(want) || hl["internal"] != want["internal"] || hl["external"] != want["external"] {
+		t.Fatalf("http listeners %v, want %v", hl, want)
+	}
+	for _, c := range []struct {
+		name string
+		tls  bool
+		want string
+	}{
+		{"external", false, "http://b1.example.com:8080"},
+		{"external", true, "https://b1.example.com:8443"},
+		{"internal", true, "http://10.0.0.5:8080"},
+		{"other", false, ""},
+		{"", false, ""},
+	} {
+		if u, ok := hl.URLFor(c.name, c.tls); u != c.want || ok != (c.want != "") {
+			t.Errorf("URLFor(%q, tls %v) = %q %v, want %q", c.name, c.tls, u, ok, c.want)
+		}
+	}
+	if hl, err := ParseHTTPListeners([]string{"a:pulsar://h:1"}, Listeners{"a": "pulsar://h:1"}); err != nil || hl != nil {
+		t.Errorf("no http entries: %v %v", hl, err)
+	}
+	for _, c := range []struct {
+		entries []string
+		want    string
+	}{
+		{[]string{"a:pulsar://h:1", "a:http://h:2", "a:http://h:3"}, "listener a has an http:// URL already"},
+		{[]string{"a:pulsar://h:1", "a:https://h:2", "a:https://h:3"}, "listener a has an https:// URL already"},
+		{[]string{"a:pulsar://h:1", "b:http://h:2"}, "listener b has no pulsar URL"},
+		{[]string{"a:pulsar://h:1", "b:pulsar://g:1", "a:http://h:2", "b:http://h:2"}, "h:2 is listener a's web service address already"},
+		{[]string{"a:pulsar://h:1", "a:http://h"}, "has no port"},
+		{[]string{"a:pulsar://h:1", "a:http://h:2/admin"}, "nothing after the port"},
+	} {
+		ls, _, err := ParseAdvertisedListeners(c.entries, "", "pulsar://")
+		if err != nil {
+			t.Fatalf("%v: %v", c.entries, err)
+		}
+		if _, err := ParseHTTPListeners(c.entries, ls); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err %v, want %q", c.entries, err, c.want)
+		}
+	}
+	if _, _, err := ParseAdvertisedListeners([]string{"a:http://h:2"}, "", "pulsar://"); err == nil || !strings.Contains(err.Error(), "no pulsar://HOST:PORT") {
+		t.Errorf("http only: %v", err)
+	}
+}

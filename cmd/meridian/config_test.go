@@ -290,6 +290,10 @@ func TestConfigValidationNamesTheKey(t *testing.T) {
 		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1'], bind_addresses: ['b:pulsar://0.0.0.0:2']}", "broker.bind_addresses"},
 		{"broker", "security: {tls: {cert_file: c.pem}}\nbroker: {advertised_listeners: ['a:pulsar://h:1']}", "broker.advertised_listeners"},
 		{"standalone", "broker: {bind_addresses: ['a:pulsar://0.0.0.0:2']}", "broker.bind_addresses"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1', 'a:http://h:2', 'a:http://h:3']}", "broker.advertised_listeners"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1', 'b:https://h:2']}", "broker.advertised_listeners"},
+		{"broker", "broker: {advertised_listeners: ['a:pulsar://h:1', 'a:http://h:2/admin']}", "broker.advertised_listeners"},
+		{"broker", "broker: {advertised_listeners: ['a:http://h:2']}", "broker.advertised_listeners"},
 		{"broker", "gossip: {advertise_addr: nohost}", "gossip.advertise_addr"},
 		{"etcd", "etcd: {advertise_peer_url: '127.0.0.1:2380'}", "etcd.advertise_peer_url"},
 	} {
@@ -301,6 +305,10 @@ func TestConfigValidationNamesTheKey(t *testing.T) {
 	// Listeners as Pulsar writes them: valid.
 	if _, err := runRole(t, "broker", "--config", write("broker: {advertised_listeners: 'internal:pulsar://10.0.0.5:6650,external:pulsar://b1.example.com:6652', bind_addresses: ['external:pulsar://0.0.0.0:6652']}"), "--print-config"); err != nil {
 		t.Errorf("advertised listeners: %v", err)
+	}
+	// With web service URLs per listener (Pulsar's form): valid.
+	if _, err := runRole(t, "broker", "--config", write("broker: {advertised_listeners: 'internal:pulsar://10.0.0.5:6650,internal:http://10.0.0.5:8080,external:pulsar://b1.example.com:6652,external:http://b1.example.com:8080,external:https://b1.example.com:8443'}"), "--print-config"); err != nil {
+		t.Errorf("advertised listeners with http and https URLs: %v", err)
 	}
 	// Valid, and more than a region of 3 bookies could hold: fine at start.
 	if _, err := runRole(t, "broker", "--config", write("broker: {ensemble_size: 9, write_quorum: 5, ack_quorum: 3}"), "--print-config"); err != nil {
