@@ -90,6 +90,9 @@ func (r *runner) regionSwitchover(ctx context.Context, f FaultSpec, at time.Time
 			State: n.State, Epoch: n.Epoch, HoldMs: n.HoldMs, DrainMs: n.DrainMs, TookMs: n.TookMs, at: at}
 		if n.State != "committed" {
 			sw.Error = n.Reason
+			if n.State == "aborted" {
+				sw.ActiveAfter = r.activeAfter(ctx, n.Namespace, f.Region)
+			}
 		} else {
 			sw.CommittedAt = r.committedAt(ctx, n.Namespace, n.Epoch, f.To)
 			if sw.CommittedAt == 0 {

@@ -823,6 +823,8 @@ func (r *runner) history(ctx context.Context, end time.Time, subs []check.Sub) c
 // longest stall of its own topics, since the other namespaces serve on
 // meanwhile) and adds the figures an expectation can bound:
 // switchovers_committed, switchovers_aborted (counts of namespaces),
+// switchovers_aborted_not_in_place (aborted ones whose old region did not
+// answer as still active right after),
 // switchover_hold_max_ms (the largest broker-side hold of a committed
 // one) and region_switchover_took_max_ms (the longest region-wide run);
 // the largest hold, in seconds, also goes to the report's variables.
@@ -833,7 +835,7 @@ func (r *runner) judgeSwitchovers(res *check.Result) {
 	if res.Measured == nil {
 		res.Measured = map[string]float64{}
 	}
-	var committed, aborted, holdMax float64
+	var committed, aborted, movedAnyway, holdMax float64
 	for i := range r.switchovers {
 		sw := &r.switchovers[i]
 		for j, f := range res.Faults {
@@ -851,10 +853,14 @@ func (r *runner) judgeSwitchovers(res *check.Result) {
 			holdMax = max(holdMax, float64(sw.HoldMs)/1000)
 		case "aborted":
 			aborted++
+			if sw.ActiveAfter != sw.From {
+				movedAnyway++
+			}
 		}
 	}
 	res.Measured["switchovers_committed"] = committed
 	res.Measured["switchovers_aborted"] = aborted
+	res.Measured["switchovers_aborted_not_in_place"] = movedAnyway
 	res.Measured["switchover_hold_max_ms"] = holdMax * 1000
 	r.rep.Vars["switchover_hold_max_seconds"] = holdMax
 	if len(r.regionSwitchovers) > 0 {

@@ -53,6 +53,10 @@ type Switchover struct {
 	// to release (the broker's).
 	TookMs int64  `json:"took_ms,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// ActiveAfter: for an aborted one, the namespace's active region as
+	// the old region's brokers answered right after (From, if the abort
+	// left it in place).
+	ActiveAfter string `json:"active_after,omitempty"`
 	// ProducePause and ConsumePause: the clients' longest stall of
 	// receipts and of first deliveries from the request to the next
 	// fault (the fault's RTO), seconds.
@@ -94,6 +98,9 @@ func (r *runner) switchover(ctx context.Context, f FaultSpec, at time.Time) erro
 	sw.EndedAt = time.Since(r.start).Seconds()
 	if err != nil && sw.State == "" {
 		sw.State, sw.Error = "failed", err.Error()
+	}
+	if sw.State == "aborted" {
+		sw.ActiveAfter = r.activeAfter(ctx, sw.Namespace, sw.From)
 	}
 	r.mu.Lock()
 	r.recordLocked(sw)
@@ -192,6 +199,18 @@ func (r *runner) askSwitchover(ctx context.Context, f FaultSpec, sw *Switchover)
 	default:
 		return fmt.Errorf("switchover %s to %s: operation %s: %s", ns.Name, f.To, op.State, op.Error)
 	}
+}
+
+// activeAfter is namespace ns's active region as region's brokers see it
+// now ("" if none answers).
+func (r *runner) activeAfter(ctx context.Context, ns, region string) string {
+	c, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	a, err := r.adm.activeRegion(c, region, ns)
+	if err != nil {
+		return ""
+	}
+	return a
 }
 
 // addEpoch adds e to es unless its (namespace, epoch) is known.
