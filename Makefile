@@ -199,7 +199,7 @@ lint:
 # Disaster drills (scenarios/, `meridian drill`): the quick ones run in CI
 # (make test), the whole set with drill-all. Reports in drill-out/NAME/.
 DRILLS_CI  := region-outage-async region-outage-sync rack-loss
-DRILLS_ALL := $(DRILLS_CI) region-blackhole region-blackhole-default-client failback bookie-crash-under-load bookie-power-loss owner-broker-crash disk-full region-partition slow-wan stretched-region-outage rpo-budget planned-switchover region-outage-100-topics
+DRILLS_ALL := $(DRILLS_CI) region-blackhole region-blackhole-default-client failback bookie-crash-under-load bookie-power-loss owner-broker-crash disk-full region-partition slow-wan stretched-region-outage rpo-budget planned-switchover region-outage-100-topics region-switchover switchover-abort
 drill: build
 	@failed=; for d in $(DRILLS_CI); do ./$(BIN) drill $$d --out drill-out/$$d || failed="$$failed $$d"; done; \
 	  if [ -n "$$failed" ]; then echo "drills failed:$$failed"; exit 1; fi

@@ -40,7 +40,10 @@ type Report struct {
 	Verify []Verify `json:"verify,omitempty"`
 	// Switchovers: the planned switchovers the drill asked for.
 	Switchovers []Switchover `json:"switchovers,omitempty"`
-	Notes       []string     `json:"notes,omitempty"`
+	// RegionSwitchovers: the region-wide ones (each namespace's part is
+	// in Switchovers, with its region).
+	RegionSwitchovers []RegionSwitchover `json:"region_switchovers,omitempty"`
+	Notes             []string           `json:"notes,omitempty"`
 	// DataDir: the deployment's data, kept when the drill failed.
 	DataDir string `json:"data_dir,omitempty"`
 }
@@ -200,6 +203,16 @@ func (rep *Report) Markdown() string {
 			}
 		}
 	}
+	if len(rep.RegionSwitchovers) > 0 {
+		b.WriteString("\n## Region-wide switchovers\n\n| region → to | asked | ended | state | took (broker) | moved | not started |\n|---|---|---|---|---|---|---|\n")
+		for _, rs := range rep.RegionSwitchovers {
+			state := rs.State
+			if rs.Error != "" {
+				state += " (" + rs.Error + ")"
+			}
+			fmt.Fprintf(&b, "| %s → %s | %.2f s | %.2f s | %s | %d ms | %d | %d |\n", rs.Region, rs.To, rs.AskedAt, rs.EndedAt, state, rs.TookMs, rs.Moved, rs.NotStarted)
+		}
+	}
 	if len(rep.Switchovers) > 0 {
 		b.WriteString("\n## Planned switchovers\n\n| namespace | from → to | asked | committed / aborted | epoch | hold (broker) | drain (broker) | produce pause | consume pause |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, sw := range rep.Switchovers {
@@ -210,7 +223,11 @@ func (rep *Report) Markdown() string {
 			if sw.Error != "" {
 				end += " (" + sw.Error + ")"
 			}
-			fmt.Fprintf(&b, "| %s | %s → %s | %.2f s | %s | %d | %d ms | %d ms | %.2f s | %.2f s |\n", sw.Namespace, sw.From, sw.To, sw.AskedAt, end, sw.Epoch, sw.HoldMs, sw.DrainMs, sw.ProducePause, sw.ConsumePause)
+			name := sw.Namespace
+			if sw.Region != "" {
+				name += fmt.Sprintf(" (region %s, call %d ms)", sw.Region, sw.TookMs)
+			}
+			fmt.Fprintf(&b, "| %s | %s → %s | %.2f s | %s | %d | %d ms | %d ms | %.2f s | %.2f s |\n", name, sw.From, sw.To, sw.AskedAt, end, sw.Epoch, sw.HoldMs, sw.DrainMs, sw.ProducePause, sw.ConsumePause)
 		}
 	}
 	rep.cutMarkdown(&b)

@@ -106,8 +106,9 @@ type runner struct {
 	// switchovers: the planned switchovers asked (switchover.go); epochs:
 	// the active-standby namespaces' epochs seen (sampled, and committed
 	// by the switchovers).
-	switchovers []Switchover
-	epochs      []check.Epoch
+	switchovers       []Switchover
+	regionSwitchovers []RegionSwitchover
+	epochs            []check.Epoch
 }
 
 func (r *runner) run(ctx context.Context) (*Report, error) {
@@ -302,6 +303,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	r.rep.Lag = r.lag
 	r.rep.RPOEvents, r.rep.RPOHolds = r.rpo, rpoPeriods(r.rpo, r.rpoLast)
 	r.rep.Switchovers = r.switchovers
+	r.rep.RegionSwitchovers = r.regionSwitchovers
 	if m := missedEpochs(h.Epochs); len(m) > 0 {
 		r.note("epochs never sampled (their receipts count under the epoch before): %s", strings.Join(m, ", "))
 	}
@@ -817,22 +819,32 @@ func (r *runner) history(ctx context.Context, end time.Time, subs []check.Sub) c
 }
 
 // judgeSwitchovers gives each switchover the pause the clients saw (its
-// fault's RTO) and adds the figures an expectation can bound:
-// switchovers_committed, switchovers_aborted (counts); the largest
-// broker-side hold goes to the report's variables.
+// fault's RTO; for a namespace's part in a region-wide switchover, the
+// longest stall of its own topics, since the other namespaces serve on
+// meanwhile) and adds the figures an expectation can bound:
+// switchovers_committed, switchovers_aborted (counts of namespaces),
+// switchovers_aborted_not_in_place (aborted ones whose old region did not
+// answer as still active right after),
+// switchover_hold_max_ms (the largest broker-side hold of a committed
+// one) and region_switchover_took_max_ms (the longest region-wide run);
+// the largest hold, in seconds, also goes to the report's variables.
 func (r *runner) judgeSwitchovers(res *check.Result) {
-	if len(r.switchovers) == 0 {
+	if len(r.switchovers) == 0 && len(r.regionSwitchovers) == 0 {
 		return
 	}
 	if res.Measured == nil {
 		res.Measured = map[string]float64{}
 	}
-	var committed, aborted, holdMax float64
+	var committed, aborted, movedAnyway, holdMax float64
 	for i := range r.switchovers {
 		sw := &r.switchovers[i]
-		for _, f := range res.Faults {
-			if f.At.Equal(sw.at) && f.Fault != "" {
-				sw.ProducePause, sw.ConsumePause = f.ProduceRTO, f.ConsumeRTO
+		for j, f := range res.Faults {
+			if !f.At.Equal(sw.at) || f.Fault == "" {
+				continue
+			}
+			sw.ProducePause, sw.ConsumePause = f.ProduceRTO, f.ConsumeRTO
+			if sw.Region != "" {
+				sw.ProducePause, sw.ConsumePause = namespacePause(res.Cut, sw.Namespace, j)
 			}
 		}
 		switch sw.State {
@@ -841,9 +853,34 @@ func (r *runner) judgeSwitchovers(res *check.Result) {
 			holdMax = max(holdMax, float64(sw.HoldMs)/1000)
 		case "aborted":
 			aborted++
+			if sw.ActiveAfter != sw.From {
+				movedAnyway++
+			}
 		}
 	}
 	res.Measured["switchovers_committed"] = committed
 	res.Measured["switchovers_aborted"] = aborted
+	res.Measured["switchovers_aborted_not_in_place"] = movedAnyway
+	res.Measured["switchover_hold_max_ms"] = holdMax * 1000
 	r.rep.Vars["switchover_hold_max_seconds"] = holdMax
+	if len(r.regionSwitchovers) > 0 {
+		var took float64
+		for _, rs := range r.regionSwitchovers {
+			took = max(took, float64(rs.TookMs))
+		}
+		res.Measured["region_switchover_took_max_ms"] = took
+	}
+}
+
+// namespacePause is the longest stall of receipts (produce) and of first
+// deliveries (consume) of any topic of namespace ns after fault j.
+func namespacePause(c check.CutResult, ns string, j int) (produce, consume float64) {
+	for _, t := range c.Topics {
+		if !strings.HasPrefix(strings.TrimPrefix(t.Topic, "persistent://"), ns+"/") || j >= len(t.Resume) {
+			continue
+		}
+		produce = max(produce, t.Resume[j].ProduceSec)
+		consume = max(consume, t.Resume[j].ConsumeSec)
+	}
+	return produce, consume
 }

@@ -149,7 +149,9 @@ type FaultSpec struct {
 	// fsynced is lost, as in a power cut; restart brings them back),
 	// switchover (a planned switchover of Namespace to region To, as
 	// `meridian admin failover NS --to R --planned` asks it of a broker of
-	// the active region; no target).
+	// the active region; or, with Region instead of Namespace, the
+	// region-wide one of every active-standby namespace active in Region,
+	// `meridian admin failover --region R --to T --planned`; no target).
 	Action string `yaml:"action"`
 	// Target: region:NAME, rack:REGION/RACK (its bookies),
 	// process:NAME, owner:TOPIC (the broker serving the topic when the
@@ -168,7 +170,11 @@ type FaultSpec struct {
 	// namespace to move, the region to make active, and the drain's
 	// timeout (default 30 s, the admin command's): past it the
 	// switchover aborts and the old region stays active.
+	// Region instead of Namespace: the region-wide form, every
+	// active-standby namespace active in Region moved to To one at a
+	// time, each with Timeout (the first abort ends the run).
 	Namespace string        `yaml:"namespace"`
+	Region    string        `yaml:"region"`
 	To        string        `yaml:"to"`
 	Timeout   time.Duration `yaml:"timeout"`
 }
@@ -177,6 +183,9 @@ type FaultSpec struct {
 func (f FaultSpec) Label() string {
 	if f.Name != "" {
 		return f.Name
+	}
+	if f.Action == "switchover" && f.Region != "" {
+		return "switchover region " + f.Region + " to " + f.To
 	}
 	if f.Action == "switchover" {
 		return "switchover " + f.Namespace + " to " + f.To
@@ -419,8 +428,8 @@ func (s *Scenario) validate() error {
 		if f.At > 0 && f.AfterMessages > 0 {
 			return fmt.Errorf("fault %d: set at or after_messages, not both", i+1)
 		}
-		if f.Action != "switchover" && (f.Namespace != "" || f.To != "" || f.Timeout != 0) {
-			return fmt.Errorf("fault %d (%s): namespace, to and timeout belong to a switchover", i+1, f.Label())
+		if f.Action != "switchover" && (f.Namespace != "" || f.Region != "" || f.To != "" || f.Timeout != 0) {
+			return fmt.Errorf("fault %d (%s): namespace, region, to and timeout belong to a switchover", i+1, f.Label())
 		}
 		if err := s.validateTarget(f); err != nil {
 			return fmt.Errorf("fault %d (%s): %w", i+1, f.Label(), err)
@@ -499,7 +508,15 @@ func (s *Scenario) validateTarget(f FaultSpec) error {
 	case "heal":
 	case "switchover":
 		if f.Target != "" {
-			return fmt.Errorf("switchover: no target; give namespace and to")
+			return fmt.Errorf("switchover: no target; give namespace (or region) and to")
+		}
+		switch {
+		case f.Namespace != "" && f.Region != "":
+			return fmt.Errorf("switchover: namespace or region, not both (region: every active-standby namespace active there)")
+		case f.Namespace == "" && f.Region == "":
+			return fmt.Errorf("switchover: namespace or region is required (namespace: that one; region: every active-standby namespace active there)")
+		case f.Region != "":
+			return s.validateRegionSwitchover(f)
 		}
 		var ns *Namespace
 		for i := range s.Namespaces {
@@ -525,6 +542,29 @@ func (s *Scenario) validateTarget(f FaultSpec) error {
 		return fmt.Errorf("action %q: want kill, stop, cont, restart, power-loss, partition, heal, wan, disk-full or switchover", f.Action)
 	}
 	return nil
+}
+
+// validateRegionSwitchover checks a region-wide switchover: both regions
+// in the topology and distinct, and some active-standby namespace of the
+// drill spanning both (else it would move nothing).
+func (s *Scenario) validateRegionSwitchover(f FaultSpec) error {
+	regions := s.Topology.Regions
+	switch {
+	case !slices.Contains(regions, f.Region):
+		return fmt.Errorf("switchover: region %q is not in the topology %v", f.Region, regions)
+	case !slices.Contains(regions, f.To):
+		return fmt.Errorf("switchover: to %q is not in the topology %v", f.To, regions)
+	case f.To == f.Region:
+		return fmt.Errorf("switchover: to %s is the region itself: give another region", f.To)
+	case f.Timeout < 0:
+		return fmt.Errorf("switchover: timeout %s: want > 0 (0: 30 s per namespace)", f.Timeout)
+	}
+	for _, ns := range s.activeStandby() {
+		if slices.Contains(ns.Regions, f.Region) && slices.Contains(ns.Regions, f.To) {
+			return nil
+		}
+	}
+	return fmt.Errorf("switchover: no active-standby namespace of the drill spans %s and %s: nothing would move", f.Region, f.To)
 }
 
 // smallDisks lists the processes whose disk a disk-full fault fills

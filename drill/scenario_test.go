@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-mq/meridian/drill/check"
 	"github.com/meridian-mq/meridian/scenarios"
 )
 
@@ -173,5 +174,76 @@ expect: {lost: 0}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %s: got %v, want an error mentioning %q", tc.producers, tc.faults, err, tc.want)
 		}
+	}
+}
+
+// A switchover with region: instead of namespace: is the region-wide form
+// (`meridian admin failover --region R --to T --planned`): it parses with
+// its own label, and its mistakes are refused.
+func TestParseRegionWideSwitchover(t *testing.T) {
+	base := `
+name: x
+namespaces:
+  - {name: public/a, replication: {mode: async, failover: active-standby, primary: east}}
+  - {name: public/b, replication: {mode: async, failover: active-standby, primary: east}}
+  - {name: public/aa, replication: {mode: async, failover: active-active}}
+workload:
+  duration: 10s
+  producers: [{topic: persistent://public/a/t}]
+expect: {lost: 0}
+faults: [%s]
+`
+	s, err := Parse([]byte(strings.Replace(base, "%s", "{at: 1s, action: switchover, region: east, to: west, timeout: 5s}, {at: 5s, action: switchover, region: west, to: east}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := s.Faults[0]; f.Region != "east" || f.To != "west" || f.Namespace != "" || f.Timeout != 5*time.Second {
+		t.Errorf("region-wide switchover parsed as %+v", f)
+	}
+	if got := s.Faults[0].Label(); got != "switchover region east to west" {
+		t.Errorf("label %q, want %q", got, "switchover region east to west")
+	}
+	if got := s.Faults[1].Label(); got != "switchover region west to east" {
+		t.Errorf("label %q", got)
+	}
+	for _, tc := range []struct{ fault, want string }{
+		{"{at: 1s, action: switchover, region: east, namespace: public/a, to: west}", "namespace or region, not both"},
+		{"{at: 1s, action: switchover, to: west}", "namespace or region"},
+		{"{at: 1s, action: switchover, region: north, to: west}", `region "north"`},
+		{"{at: 1s, action: switchover, region: east, to: north}", `to "north"`},
+		{"{at: 1s, action: switchover, region: east, to: east}", "the region itself"},
+		{"{at: 1s, action: switchover, region: east}", `to ""`},
+		{"{at: 1s, action: switchover, region: east, to: west, timeout: -2s}", "timeout"},
+		{"{at: 1s, action: switchover, region: east, to: west, target: \"region:east\"}", "no target"},
+		{"{at: 1s, action: kill, target: \"region:east\", region: east}", "belong to a switchover"},
+	} {
+		_, err := Parse([]byte(strings.Replace(base, "%s", tc.fault, 1)))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error mentioning %q", tc.fault, err, tc.want)
+		}
+	}
+	// No active-standby namespace of the drill spans both regions: the
+	// switchover would move nothing.
+	one := strings.Replace(base, "- {name: public/b, replication: {mode: async, failover: active-standby, primary: east}}", "- {name: public/b, regions: [east], replication: {failover: active-standby}}", 1)
+	one = strings.Replace(one, "- {name: public/a, replication: {mode: async, failover: active-standby, primary: east}}", "- {name: public/a, replication: {mode: async, failover: active-active}}", 1)
+	if _, err := Parse([]byte(strings.Replace(one, "%s", "{at: 1s, action: switchover, region: east, to: west}", 1))); err == nil || !strings.Contains(err.Error(), "no active-standby namespace") {
+		t.Errorf("a region-wide switchover with nothing to move: got %v", err)
+	}
+}
+
+// A namespace's part in a region-wide switchover pauses only its own
+// topics: its pause is their longest stall after that fault, not another
+// namespace's.
+func TestNamespacePause(t *testing.T) {
+	c := check.CutResult{Topics: []check.TopicCut{
+		{Topic: "persistent://public/a/t-0", Resume: []check.TopicResume{{ProduceSec: 0.2, ConsumeSec: 0.3}, {ProduceSec: 1.5, ConsumeSec: 1.7}}},
+		{Topic: "persistent://public/a/t-1", Resume: []check.TopicResume{{ProduceSec: 0.1, ConsumeSec: 0.1}, {ProduceSec: 1.9, ConsumeSec: 1.2}}},
+		{Topic: "persistent://public/ab/t-0", Resume: []check.TopicResume{{ProduceSec: 9, ConsumeSec: 9}, {ProduceSec: 9, ConsumeSec: 9}}},
+	}}
+	if p, q := namespacePause(c, "public/a", 1); p != 1.9 || q != 1.7 {
+		t.Errorf("public/a after fault 2: pause %.1f / %.1f s, want 1.9 / 1.7", p, q)
+	}
+	if p, _ := namespacePause(c, "public/a", 0); p != 0.2 {
+		t.Errorf("public/a after fault 1: %.1f, want 0.2", p)
 	}
 }

@@ -26,25 +26,37 @@ const defaultSwitchoverTimeout = 30 * time.Second
 // Switchover is one planned switchover the drill asked for. Times are
 // seconds since the workload started.
 type Switchover struct {
-	Namespace string  `json:"namespace"`
-	From      string  `json:"from"`
-	To        string  `json:"to"`
-	AskedAt   float64 `json:"asked_at"`
+	Namespace string `json:"namespace"`
+	// Region: set when the switchover was one namespace's part in a
+	// region-wide switchover of that region (RegionSwitchover).
+	Region  string  `json:"region,omitempty"`
+	From    string  `json:"from"`
+	To      string  `json:"to"`
+	AskedAt float64 `json:"asked_at"`
 	// EndedAt: when the drill saw the operation end (committed, aborted
 	// or failed).
 	EndedAt float64 `json:"ended_at"`
 	// State: committed, aborted (the drain did not finish in time: the
-	// old region stays active), or failed (could not be asked).
+	// old region stays active), or failed (could not be asked); in a
+	// region-wide switchover also "not started" (after the first abort)
+	// and "skipped" (the target is not one of its regions).
 	State string `json:"state"`
 	// CommittedAt and Epoch: the new record's since and epoch.
 	CommittedAt float64 `json:"committed_at,omitempty"`
 	Epoch       uint64  `json:"epoch,omitempty"`
 	// HoldMs and DrainMs: the coordinating broker's report (the hold from
 	// in place to the commit, and its wait for every topic to be ready).
-	HoldMs  int64  `json:"hold_ms,omitempty"`
-	DrainMs int64  `json:"drain_ms,omitempty"`
-	Topics  int    `json:"topics,omitempty"` // topics the drain waited for
-	Error   string `json:"error,omitempty"`
+	HoldMs  int64 `json:"hold_ms,omitempty"`
+	DrainMs int64 `json:"drain_ms,omitempty"`
+	Topics  int   `json:"topics,omitempty"` // topics the drain waited for
+	// TookMs: a region-wide switchover's call for this namespace, hold
+	// to release (the broker's).
+	TookMs int64  `json:"took_ms,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// ActiveAfter: for an aborted one, the namespace's active region as
+	// the old region's brokers answered right after (From, if the abort
+	// left it in place).
+	ActiveAfter string `json:"active_after,omitempty"`
 	// ProducePause and ConsumePause: the clients' longest stall of
 	// receipts and of first deliveries from the request to the next
 	// fault (the fault's RTO), seconds.
@@ -78,13 +90,27 @@ type switchoverOp struct {
 
 // switchover runs fault f (action switchover) and records it.
 func (r *runner) switchover(ctx context.Context, f FaultSpec, at time.Time) error {
+	if f.Region != "" {
+		return r.regionSwitchover(ctx, f, at)
+	}
 	sw := Switchover{Namespace: f.Namespace, To: f.To, AskedAt: at.Sub(r.start).Seconds(), at: at}
 	err := r.askSwitchover(ctx, f, &sw)
 	sw.EndedAt = time.Since(r.start).Seconds()
 	if err != nil && sw.State == "" {
 		sw.State, sw.Error = "failed", err.Error()
 	}
+	if sw.State == "aborted" {
+		sw.ActiveAfter = r.activeAfter(ctx, sw.Namespace, sw.From)
+	}
 	r.mu.Lock()
+	r.recordLocked(sw)
+	r.mu.Unlock()
+	return err
+}
+
+// record adds a switchover's outcome to the report: its markers and, once
+// committed, its epoch. Called with r.mu held.
+func (r *runner) recordLocked(sw Switchover) {
 	r.switchovers = append(r.switchovers, sw)
 	switch sw.State {
 	case "committed":
@@ -93,8 +119,6 @@ func (r *runner) switchover(ctx context.Context, f FaultSpec, at time.Time) erro
 	case "aborted":
 		r.markers = append(r.markers, Marker{T: sw.EndedAt, Label: fmt.Sprintf("aborted: %s stays active in %s", sw.Namespace, sw.From), Err: sw.Error})
 	}
-	r.mu.Unlock()
-	return err
 }
 
 func (r *runner) askSwitchover(ctx context.Context, f FaultSpec, sw *Switchover) error {
@@ -175,6 +199,18 @@ func (r *runner) askSwitchover(ctx context.Context, f FaultSpec, sw *Switchover)
 	default:
 		return fmt.Errorf("switchover %s to %s: operation %s: %s", ns.Name, f.To, op.State, op.Error)
 	}
+}
+
+// activeAfter is namespace ns's active region as region's brokers see it
+// now ("" if none answers).
+func (r *runner) activeAfter(ctx context.Context, ns, region string) string {
+	c, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	a, err := r.adm.activeRegion(c, region, ns)
+	if err != nil {
+		return ""
+	}
+	return a
 }
 
 // addEpoch adds e to es unless its (namespace, epoch) is known.
