@@ -260,8 +260,9 @@ type fedSeries struct{ what, expr string }
 // pulsar_replication_delay_in_seconds, made non-zero by the blocked
 // link, where MeridianReplicationLagHigh checks it), pulsar_subscription_delayed
 // (no delayed delivery), pulsar_storage_backlog_quota_limit (no quota
-// set: not exported), and west's own topic rates (west takes no produce
-// and serves no consumer while east is active).
+// set: not exported), and west's topic's rates out and its producer,
+// consumer and subscription counts (west serves no client while east is
+// active).
 func fedUnderLoad(ns, topic string) []fedSeries {
 	east := `{cluster="east", namespace="` + ns + `", topic="` + topic + `"}`
 	sub := `{cluster="east", namespace="` + ns + `", topic="` + topic + `", subscription="load"}`
@@ -284,6 +285,16 @@ func fedUnderLoad(ns, topic string) []fedSeries {
 	}
 	for _, m := range []string{"pulsar_replication_rate_in", "pulsar_replication_throughput_in"} {
 		out = append(out, fedSeries{m + " (west, from east)", m + fromEast})
+	}
+	// West, the standby, persists what east replicates: its topic's
+	// rate in is that, as in Pulsar (whose replicator is one of the
+	// remote topic's producers).
+	west := `{cluster="west", namespace="` + ns + `", topic="` + topic + `"}`
+	for _, m := range []string{"pulsar_rate_in", "pulsar_throughput_in", "pulsar_storage_size"} {
+		out = append(out, fedSeries{m + " (west)", m + west})
+	}
+	for _, m := range []string{"pulsar_in_messages_total", "pulsar_in_bytes_total"} {
+		out = append(out, fedSeries{"rate of " + m + " (west)", "rate(" + m + west + "[5s])"})
 	}
 	return out
 }
