@@ -66,16 +66,28 @@ func replicatorStats(sts []replication.Status) map[string]admin.ReplicatorStats 
 
 func (t *Topic) stats() admin.TopicStats {
 	now := time.Now()
+	sts := t.repl.Status()
 	st := admin.TopicStats{StorageSize: t.ml.TotalSizeBytes(), Entries: t.ml.NumberOfEntries(), Publishers: []admin.PublisherStats{},
-		Subscriptions: map[string]admin.SubscriptionStats{}, Replication: replicatorStats(t.repl.Status()), DeduplicationStatus: "Disabled"}
+		Subscriptions: map[string]admin.SubscriptionStats{}, Replication: replicatorStats(sts), DeduplicationStatus: "Disabled"}
 	if t.dedupEnabled() {
 		st.DeduplicationStatus = "Enabled"
 	}
 	st.MsgRateIn, st.MsgThroughputIn = t.in.Rate(now)
+	_, st.BytesInCounter = t.in.Totals()
+	// What the remote regions' origins persist here counts in the topic's
+	// rates and counters too, as in Pulsar, whose replicator is one of
+	// the remote topic's producers: a standby region's topic shows the
+	// rate it takes in (a batch counts as one message here).
+	var replIn int64
+	for _, s := range sts {
+		st.MsgRateIn += s.MsgRateIn
+		st.MsgThroughputIn += s.MsgThroughputIn
+		replIn += s.MsgInCounter
+		st.BytesInCounter += s.BytesInCounter
+	}
 	if st.MsgRateIn > 0 {
 		st.AverageMsgSize = st.MsgThroughputIn / st.MsgRateIn
 	}
-	_, st.BytesInCounter = t.in.Totals()
 	t.mu.Lock()
 	for p := range t.producers {
 		ps := admin.PublisherStats{AccessMode: p.mode.String(), ProducerName: p.name, ProducerID: p.id, Address: p.conn.nc.RemoteAddr().String(),
@@ -90,7 +102,7 @@ func (t *Topic) stats() admin.TopicStats {
 	for _, s := range t.subs {
 		subs = append(subs, s)
 	}
-	st.MsgInCounter = t.msgsIn
+	st.MsgInCounter = t.msgsIn + replIn
 	st.LastPublishTimestamp = t.lastPublishMs
 	t.mu.Unlock()
 	avg := t.avgEntryBytes()

@@ -53,6 +53,10 @@ type Status struct {
 	// whose inbound rates sit on the outbound replicator's stats.
 	MsgRateIn       float64 `json:"msgRateIn"`
 	MsgThroughputIn float64 `json:"msgThroughputIn"`
+	// MsgInCounter and BytesInCounter: entries and payload bytes of the
+	// remote region's origin persisted here since the topic loaded.
+	MsgInCounter   int64 `json:"msgInCounter"`
+	BytesInCounter int64 `json:"bytesInCounter"`
 
 	// asOf is when the sender published it: SecondsBehind grows from
 	// then on until the next (a sender asleep publishes nothing).
@@ -179,6 +183,7 @@ func (t *Topic) senderStatus() []Status {
 			v.MsgRateOut, v.MsgThroughputOut = s.out.Rate(now)
 			if a := r.appliers[v.Remote]; a != nil {
 				v.MsgRateIn, v.MsgThroughputIn = a.in.Rate(now)
+				v.MsgInCounter, v.BytesInCounter = a.in.Totals()
 			}
 			if v.SecondsBehind > 0 {
 				// The oldest unacknowledged entry is as old as then,

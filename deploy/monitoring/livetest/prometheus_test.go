@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	"github.com/meridian-mq/meridian/deploy/monitoring"
 	"github.com/meridian-mq/meridian/tools/testutil"
 	"github.com/meridian-mq/meridian/tools/up"
+	"github.com/meridian-mq/meridian/tools/wanproxy"
 )
 
 // prometheusBinary returns the Prometheus server's path: missing, the
@@ -88,6 +90,48 @@ func shortFor(t *testing.T, src []byte) (out []byte, rules int) {
 		t.Fatalf("%d for: lines rewritten, %d rules have one", n, withFor)
 	}
 	return out, rules
+}
+
+// lagThreshold is MeridianReplicationLagHigh's bound in alerts.yaml (60 s;
+// the only expression ending "> 60", checked by lowLagThreshold).
+var lagThreshold = regexp.MustCompile(`(?m)^(\s+expr:.*>\s*)60(\s*)$`)
+
+// lowLagThreshold is alerts.yaml with MeridianReplicationLagHigh's bound
+// at secs seconds instead of 60 — a link blocked for a few seconds then
+// makes it fire — and nothing else changed (checked here: every other
+// rule, and that rule but for that number, as shipped).
+func lowLagThreshold(t *testing.T, src []byte, secs int) []byte {
+	t.Helper()
+	if n := len(lagThreshold.FindAll(src, -1)); n != 1 {
+		t.Fatalf("an expression ending with MeridianReplicationLagHigh's bound (%s) found %d times in alerts.yaml, want once", lagThreshold, n)
+	}
+	out := lagThreshold.ReplaceAll(src, []byte("${1}"+strconv.Itoa(secs)+"${2}"))
+	var a, b rulesFile
+	if err := yaml.Unmarshal(src, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(out, &b); err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for i, g := range a.Groups {
+		for j, r := range g.Rules {
+			s := b.Groups[i].Rules[j]
+			if s == r {
+				continue
+			}
+			changed++
+			want := r
+			want.Expr = strings.Replace(r.Expr, "> 60", "> "+strconv.Itoa(secs), 1)
+			if r.Alert != "MeridianReplicationLagHigh" || s != want {
+				t.Fatalf("lowering the lag bound changed %s: %+v → %+v", r.Alert, r, s)
+			}
+		}
+	}
+	if changed != 1 {
+		t.Fatalf("lowering the lag bound changed %d rules, want MeridianReplicationLagHigh alone", changed)
+	}
+	return out
 }
 
 // promAPI answers Prometheus' HTTP API calls.
@@ -195,12 +239,110 @@ func state(as []alert, name string, want map[string]string) string {
 	return best
 }
 
+// lagBound is MeridianReplicationLagHigh's bound in the test's rules
+// (lowLagThreshold), in seconds: the shipped 60 s is a test of minutes.
+const lagBound = 3
+
+// fedSeries is a PromQL selector (or a rate of one) that must give at
+// least one series, each above zero, while the load runs.
+type fedSeries struct{ what, expr string }
+
+// fedUnderLoad are the series of the loaded topic (east active, producing
+// and consuming 50 messages a second, replicating to west) that the
+// dashboards plot as rates, throughputs, counters and sizes, and that a
+// region feeding them must keep above zero: exported but never fed, a
+// dashboard shows a flat line. The counters are checked as the
+// dashboards plot them, by their rate (a counter stuck at its first value
+// is as flat). Left out, as legitimately zero under this load: what is
+// behind (pulsar_msg_backlog, pulsar_subscription_back_log,
+// pulsar_subscription_unacked_messages, pulsar_storage_backlog_size,
+// pulsar_replication_backlog — the consumer and west keep up;
+// pulsar_replication_delay_in_seconds, made non-zero by the blocked
+// link, where MeridianReplicationLagHigh checks it), pulsar_subscription_delayed
+// (no delayed delivery), pulsar_storage_backlog_quota_limit (no quota
+// set: not exported), and west's topic's rates out and its producer,
+// consumer and subscription counts (west serves no client while east is
+// active).
+func fedUnderLoad(ns, topic string) []fedSeries {
+	east := `{cluster="east", namespace="` + ns + `", topic="` + topic + `"}`
+	sub := `{cluster="east", namespace="` + ns + `", topic="` + topic + `", subscription="load"}`
+	toWest := `{cluster="east", namespace="` + ns + `", topic="` + topic + `", remote_cluster="west"}`
+	fromEast := `{cluster="west", namespace="` + ns + `", topic="` + topic + `", remote_cluster="east"}`
+	var out []fedSeries
+	for _, m := range []string{"pulsar_rate_in", "pulsar_rate_out", "pulsar_throughput_in", "pulsar_throughput_out",
+		"pulsar_storage_size", "pulsar_storage_write_latency_count", "pulsar_storage_write_latency_sum",
+		"pulsar_producers_count", "pulsar_consumers_count", "pulsar_subscriptions_count"} {
+		out = append(out, fedSeries{m + " (east)", m + east})
+	}
+	for _, m := range []string{"pulsar_in_messages_total", "pulsar_in_bytes_total", "pulsar_out_messages_total", "pulsar_out_bytes_total"} {
+		out = append(out, fedSeries{"rate of " + m + " (east)", "rate(" + m + east + "[5s])"})
+	}
+	for _, m := range []string{"pulsar_subscription_msg_rate_out", "pulsar_subscription_msg_throughput_out", "pulsar_subscription_consumers_count"} {
+		out = append(out, fedSeries{m + " (east, subscription load)", m + sub})
+	}
+	for _, m := range []string{"pulsar_replication_rate_out", "pulsar_replication_throughput_out", "pulsar_replication_connected_count"} {
+		out = append(out, fedSeries{m + " (east → west)", m + toWest})
+	}
+	for _, m := range []string{"pulsar_replication_rate_in", "pulsar_replication_throughput_in"} {
+		out = append(out, fedSeries{m + " (west, from east)", m + fromEast})
+	}
+	// West, the standby, persists what east replicates: its topic's
+	// rate in is that, as in Pulsar (whose replicator is one of the
+	// remote topic's producers).
+	west := `{cluster="west", namespace="` + ns + `", topic="` + topic + `"}`
+	for _, m := range []string{"pulsar_rate_in", "pulsar_throughput_in", "pulsar_storage_size"} {
+		out = append(out, fedSeries{m + " (west)", m + west})
+	}
+	for _, m := range []string{"pulsar_in_messages_total", "pulsar_in_bytes_total"} {
+		out = append(out, fedSeries{"rate of " + m + " (west)", "rate(" + m + west + "[5s])"})
+	}
+	return out
+}
+
+// checkFed fails the test for each of fed that is not, within timeout,
+// at least one series all above zero.
+func checkFed(t *testing.T, api promAPI, fed []fedSeries, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var flat []string
+		for _, f := range fed {
+			ss, err := api.query(f.expr)
+			switch {
+			case err != nil:
+				flat = append(flat, fmt.Sprintf("%s: %v", f.what, err))
+			case len(ss) == 0:
+				flat = append(flat, fmt.Sprintf("%s: no series (%s)", f.what, f.expr))
+			default:
+				for _, s := range ss {
+					if !(s.Value > 0) {
+						flat = append(flat, fmt.Sprintf("%s: %v for %v", f.what, s.Value, s.Metric))
+					}
+				}
+			}
+		}
+		if len(flat) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("under load, %d of the %d series the dashboards plot are not above zero:\n%s", len(flat), len(fed), strings.Join(flat, "\n"))
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // Issue 29: a real Prometheus (Debian's) scrapes a real two-region
 // deployment under load every second, with the shipped alerting rules
 // loaded (their `for:` at 3 s, shortFor): every rule loads healthy, every
-// target is up, the Pulsar metrics carry the load, every dashboard query
-// is evaluated by Prometheus' own engine without error, and no alert
-// about a region or a failover is active. Then every east process is
+// target is up, the Pulsar metrics carry the load, no rate, throughput or
+// counter a dashboard plots for the loaded topic is zero (fedUnderLoad),
+// every dashboard query is evaluated by Prometheus' own engine without
+// error. East's replication to west is blocked for a few seconds
+// (a proxy on the link): MeridianReplicationLagHigh, its bound at
+// lagBound, goes pending then firing for east → west of the namespace,
+// and resolves once the link is back, with no alert about a region or a
+// failover active meanwhile or after. Then every east process is
 // killed (kill -9): MeridianRegionDown{region=east} goes pending then
 // firing, MeridianTargetDown fires for each of east's targets,
 // MeridianFailoverHappened fires for the active-standby namespace, and
@@ -211,9 +353,36 @@ func TestAlertsFireInARealPrometheusWhenARegionDies(t *testing.T) {
 	bin := testutil.MeridianBinary(t)
 	start := time.Now()
 	plan, err := up.NewPlan(up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3,
-		RacksPerRegion: 3, DataDir: t.TempDir(), GossipProfile: "fast", OwnershipTTL: "3s"})
+		RacksPerRegion: 3, DataDir: t.TempDir(), GossipProfile: "fast", OwnershipTTL: "3s", ReplicationProxies: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Replication reaches each broker through a proxy in front of its
+	// replication gRPC (tools/wanproxy); west's, blocked, let east's
+	// replication fall behind while gossip, etcd and the clients' links
+	// stay up. East's only carry west's streams back, never blocked.
+	var westLinks []*wanproxy.Proxy
+	for _, ps := range plan.Procs {
+		if ps.ReplProxy == "" {
+			continue
+		}
+		px, err := wanproxy.Start(ps.ReplProxy, ps.Repl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		if ps.Region == "west" {
+			westLinks = append(westLinks, px)
+		}
+	}
+	blockWest := func(on bool) {
+		for _, px := range westLinks {
+			if on {
+				px.SetRTT(time.Minute) // nothing east sends arrives
+			} else {
+				px.SetRTT(0) // what was held is delivered at once, in order
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -291,7 +460,7 @@ func TestAlertsFireInARealPrometheusWhenARegionDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, nRules := shortFor(t, src)
+	rules, nRules := shortFor(t, lowLagThreshold(t, src, lagBound))
 	pdir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(pdir, "alerts.yaml"), rules, 0o644); err != nil {
 		t.Fatal(err)
@@ -372,6 +541,10 @@ func TestAlertsFireInARealPrometheusWhenARegionDies(t *testing.T) {
 	})
 	t.Logf("scraped and loaded at %s; epoch of %s %v", time.Since(start).Round(time.Millisecond), ns, epochBefore)
 
+	// No series a dashboard plots for the loaded topic is exported and
+	// never fed (a flat line at zero under load): each is above zero.
+	checkFed(t, api, fedUnderLoad(ns, topic), 20*time.Second)
+
 	// Every dashboard query is valid for Prometheus' engine.
 	qs, err := monitoring.Queries(monitoring.Dashboards, monitoring.DashboardDir)
 	if err != nil {
@@ -383,13 +556,70 @@ func TestAlertsFireInARealPrometheusWhenARegionDies(t *testing.T) {
 		}
 	}
 
-	// Nothing about a region or a failover is active yet.
-	for _, a := range api.alerts() {
-		switch a.Labels["alertname"] {
-		case "MeridianRegionDown", "MeridianRegionSuspected", "MeridianTargetDown", "MeridianFailoverHappened", "MeridianRegionFenced":
-			t.Fatalf("before any fault: %s %s %v", a.Labels["alertname"], a.State, a.Labels)
+	// Replication falls behind: east → west blocked for a few seconds.
+	// MeridianReplicationLagHigh (its bound at lagBound) goes pending,
+	// then fires for east → west of ns, and resolves once the link is
+	// back; nothing about a region or a failover becomes active.
+	lagLabels := map[string]string{"alertname": "MeridianReplicationLagHigh", "severity": "warning",
+		"cluster": "east", "namespace": ns, "remote_cluster": "west"}
+	noRegionAlert := func(when string) {
+		for _, a := range api.alerts() {
+			switch a.Labels["alertname"] {
+			case "MeridianRegionDown", "MeridianRegionSuspected", "MeridianTargetDown", "MeridianFailoverHappened", "MeridianRegionFenced":
+				t.Fatalf("%s: %s %s %v", when, a.Labels["alertname"], a.State, a.Labels)
+			}
 		}
 	}
+	for _, a := range api.alerts() {
+		if a.Labels["alertname"] == "MeridianReplicationLagHigh" {
+			t.Fatalf("before the link is blocked: MeridianReplicationLagHigh %s %v", a.State, a.Labels)
+		}
+	}
+	blocked := time.Now()
+	blockWest(true)
+	linkBack := sync.OnceFunc(func() { blockWest(false) })
+	defer linkBack()
+	sawLagPending := false
+	var lagFiring time.Duration
+	var firing alert
+	testutil.Eventually(t, 30*time.Second, "MeridianReplicationLagHigh firing for east → west of "+ns, func() bool {
+		noRegionAlert("replication east → west blocked")
+		for _, a := range api.alerts() {
+			if a.Labels["alertname"] != "MeridianReplicationLagHigh" {
+				continue
+			}
+			switch a.State {
+			case "pending":
+				sawLagPending = true
+			case "firing":
+				firing, lagFiring = a, time.Since(blocked)
+				return true
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		return false
+	})
+	if !sawLagPending {
+		t.Error("MeridianReplicationLagHigh fired without being seen pending (its for: clause did not hold it)")
+	}
+	if fmt.Sprint(firing.Labels) != fmt.Sprint(lagLabels) {
+		t.Errorf("MeridianReplicationLagHigh firing with labels %v, want %v", firing.Labels, lagLabels)
+	}
+	if lagFiring < lagBound*time.Second {
+		t.Errorf("MeridianReplicationLagHigh fired %v after the link was blocked, before the lag could pass its %d s bound", lagFiring, lagBound)
+	}
+	linkBack()
+	unblocked := time.Now()
+	testutil.Eventually(t, 30*time.Second, "MeridianReplicationLagHigh resolved once east → west is back", func() bool {
+		noRegionAlert("replication east → west back")
+		time.Sleep(200 * time.Millisecond)
+		return state(api.alerts(), "MeridianReplicationLagHigh", nil) == ""
+	})
+	t.Logf("replication lag alert firing %s after the link was blocked (labels %v), resolved %s after it was back",
+		lagFiring.Round(time.Millisecond), firing.Labels, time.Since(unblocked).Round(time.Millisecond))
+
+	// Nothing about a region or a failover is active yet.
+	noRegionAlert("before east is killed")
 
 	// kill -9 every east process.
 	killed := time.Now()
