@@ -472,8 +472,11 @@ func (a adminBroker) UnloadNamespace(ctx context.Context, ns string) error {
 
 func (a adminBroker) Switchover(ctx context.Context, ns, region string, timeout time.Duration, dryRun bool, reason string) (any, error) {
 	rep, err := a.b.fo.Switchover(ctx, ns, region, failoverctl.SwitchoverOptions{Timeout: timeout, DryRun: dryRun, Reason: reason})
+	if err != nil && rep.State == "" {
+		return nil, err // refused before it held anything
+	}
 	if err != nil {
-		return nil, err
+		return rep, err // aborted: its report beside the error (issue 33)
 	}
 	return rep, nil
 }
