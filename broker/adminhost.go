@@ -275,12 +275,14 @@ func (a adminBroker) Lookup(ctx context.Context, tn meta.TopicName, listener str
 		listener = ""
 	}
 	if a.b.fo != nil {
-		other, err := a.b.fo.CrossRegionLookup(ctx, tn.String(), listener)
+		other, rb, err := a.b.fo.CrossRegionBroker(ctx, tn.String(), listener)
 		if err != nil {
 			return admin.BrokerInfo{}, err
 		}
 		if other != "" {
-			return admin.BrokerInfo{ServiceURL: other}, nil // another region's broker
+			// Another region's broker, with its web service URLs
+			// (issue 28 §1).
+			return admin.BrokerInfo{ServiceURL: other, AdminURL: rb.AdminURL, HTTPListeners: rb.HTTPListeners}, nil
 		}
 	}
 	url, _, err := a.b.lookup(ctx, tn.String(), false, listener)
