@@ -275,12 +275,14 @@ func (a adminBroker) Lookup(ctx context.Context, tn meta.TopicName, listener str
 		listener = ""
 	}
 	if a.b.fo != nil {
-		other, err := a.b.fo.CrossRegionLookup(ctx, tn.String(), listener)
+		other, rb, err := a.b.fo.CrossRegionBroker(ctx, tn.String(), listener)
 		if err != nil {
 			return admin.BrokerInfo{}, err
 		}
 		if other != "" {
-			return admin.BrokerInfo{ServiceURL: other}, nil // another region's broker
+			// Another region's broker, with its web service URLs
+			// (issue 28 §1).
+			return admin.BrokerInfo{ServiceURL: other, AdminURL: rb.AdminURL, HTTPListeners: rb.HTTPListeners}, nil
 		}
 	}
 	url, _, err := a.b.lookup(ctx, tn.String(), false, listener)
@@ -472,8 +474,11 @@ func (a adminBroker) UnloadNamespace(ctx context.Context, ns string) error {
 
 func (a adminBroker) Switchover(ctx context.Context, ns, region string, timeout time.Duration, dryRun bool, reason string) (any, error) {
 	rep, err := a.b.fo.Switchover(ctx, ns, region, failoverctl.SwitchoverOptions{Timeout: timeout, DryRun: dryRun, Reason: reason})
+	if err != nil && rep.State == "" {
+		return nil, err // refused before it held anything
+	}
 	if err != nil {
-		return nil, err
+		return rep, err // aborted: its report beside the error (issue 33)
 	}
 	return rep, nil
 }

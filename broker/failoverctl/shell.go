@@ -136,8 +136,9 @@ type Shell struct {
 	serving *servingState
 
 	regionCache sync.Map // region → its brokers' service URLs, as last read
-	// listenerCache: internal service URL → the broker's named
-	// listeners (meta.RegionBroker), as last read.
+	// listenerCache: internal service URL → the broker's registration
+	// (meta.RegionBroker: its named listeners, web service URLs), as
+	// last read.
 	listenerCache sync.Map
 	reach         sync.Map // broker URL → reachability (reachableURL)
 	badMu         sync.Mutex
@@ -255,6 +256,25 @@ func (sh *Shell) CrossRegionLookup(ctx context.Context, topic, listener string) 
 		return u, err
 	}
 	return sh.inListener(ctx, u, listener)
+}
+
+// CrossRegionBroker is CrossRegionLookup with the broker's registration
+// (its admin URL and listeners' web service URLs, for an HTTP lookup's
+// httpUrl): url the broker's URL in listener, rb empty when its record
+// names none (registered before them, or not read yet).
+func (sh *Shell) CrossRegionBroker(ctx context.Context, topic, listener string) (url string, rb meta.RegionBroker, err error) {
+	u, err := sh.crossRegionLookup(ctx, topic)
+	if u == "" || err != nil {
+		return u, rb, err
+	}
+	url = u
+	if listener != "" {
+		if url, err = sh.inListener(ctx, u, listener); err != nil {
+			return "", rb, err
+		}
+	}
+	rb, _ = sh.regionBroker(ctx, u)
+	return url, rb, nil
 }
 
 // MayServe reports whether this broker may acknowledge produce (or take

@@ -96,12 +96,16 @@ type SwitchoverReport struct {
 	Namespace string `json:"namespace"`
 	From      string `json:"from"`
 	To        string `json:"to"`
-	// State: "committed", or "dry-run".
+	// State: "committed", "aborted" (answered beside the abort's error:
+	// what the hold and the drain cost, the topics' last readiness) or
+	// "dry-run".
 	State  string               `json:"state"`
 	Record *meta.FailoverRecord `json:"record,omitempty"`
 	// HoldMs: from the hold in place to the commit (the produce pause of
 	// the old region, up to the clients' reconnect); DrainMs: of it, the
-	// wait for every topic to be ready.
+	// wait for every topic to be ready. Aborted: HoldMs from the hold
+	// to the abort, DrainMs the wait (all of it when the drain did not
+	// finish).
 	HoldMs  int64 `json:"holdMs,omitempty"`
 	DrainMs int64 `json:"drainMs,omitempty"`
 	// Dry run: what an unplanned failover to To would lose now, and the
@@ -167,8 +171,12 @@ func (sh *Shell) Switchover(ctx context.Context, ns, to string, o SwitchoverOpti
 			sh.log.Warn("switchover: release not acknowledged by every broker (their holds end by themselves)", "namespace", ns, "err", err)
 		}
 	}
+	aborted := func() {
+		rep.State, rep.HoldMs = "aborted", time.Since(start).Milliseconds()
+	}
 	if err := sh.host.SwitchoverHold(ctx, ns, hold); err != nil {
 		release(nil)
+		aborted()
 		return rep, fmt.Errorf("%w: switchover of %s aborted, %s stays active: not every broker holds: %v", meta.ErrServiceNotReady, ns, sh.cfg.Cluster, err)
 	}
 	sh.log.Warn("switchover: holding", "namespace", ns, "from", cur.Active, "to", to, "id", id, "timeout", o.Timeout)
@@ -185,6 +193,8 @@ func (sh *Shell) Switchover(ctx context.Context, ns, to string, o SwitchoverOpti
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			release(nil)
 			rep.Topics = last
+			aborted()
+			rep.DrainMs = rep.HoldMs
 			sh.log.Warn("switchover: aborted", "namespace", ns, "to", to, "id", id, "why", notReady(last, err))
 			sh.alert("switchover-aborted")
 			return rep, meta.StatusError{Status: http.StatusConflict, Err: fmt.Errorf("switchover of %s to %s aborted after %v, %s stays active and serving: the drain did not finish: %s",
@@ -199,6 +209,8 @@ func (sh *Shell) Switchover(ctx context.Context, ns, to string, o SwitchoverOpti
 	next := meta.FailoverRecord{Namespace: ns, Active: to, Epoch: cur.Epoch + 1, Previous: cur.Active, CatchUp: true, SinceMs: time.Now().UnixMilli(), Reason: o.Reason}
 	if err := sh.casRecord(ctx, ns, next, rev); err != nil {
 		release(nil)
+		rep.Topics = last
+		aborted()
 		return rep, fmt.Errorf("%w: switchover of %s aborted, %s stays active: the epoch did not commit: %v", meta.ErrServiceNotReady, ns, sh.cfg.Cluster, err)
 	}
 	rep.HoldMs = time.Since(start).Milliseconds()

@@ -371,31 +371,55 @@ func (sh *Shell) regionBrokers(ctx context.Context, region string) ([]string, er
 // read answers while the store does not.
 func (sh *Shell) inListener(ctx context.Context, u, name string) (string, error) {
 	if v, ok := sh.listenerCache.Load(u); ok {
-		if l, err := v.(meta.Listeners).URLFor(u, name); err == nil {
+		if l, err := v.(meta.RegionBroker).Listeners.URLFor(u, name); err == nil {
 			return l, nil
 		}
 	}
-	lctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	// The registrations of every region: u says whose it is.
-	vals, err := sh.cfg.GlobalStore.ListValues(lctx, "/regions/")
-	if err != nil {
+	if err := sh.readRegionBrokers(ctx); err != nil {
 		if v, ok := sh.listenerCache.Load(u); ok {
-			return v.(meta.Listeners).URLFor(u, name)
+			return v.(meta.RegionBroker).Listeners.URLFor(u, name)
 		}
 		return "", fmt.Errorf("%w: the listeners of %s: %v", meta.ErrServiceNotReady, u, err)
-	}
-	for _, v := range vals {
-		var rb meta.RegionBroker
-		if json.Unmarshal([]byte(v), &rb) == nil && rb.ServiceURL != "" && rb.Listeners != nil {
-			sh.listenerCache.Store(rb.ServiceURL, rb.Listeners)
-		}
 	}
 	v, ok := sh.listenerCache.Load(u)
 	if !ok {
 		return "", meta.ErrNoListener(name)
 	}
-	return v.(meta.Listeners).URLFor(u, name)
+	return v.(meta.RegionBroker).Listeners.URLFor(u, name)
+}
+
+// regionBroker is the registration of the broker (of another region)
+// whose internal service URL is u (meta.RegionListenersKey), as last
+// read; ok false when it registered none.
+func (sh *Shell) regionBroker(ctx context.Context, u string) (rb meta.RegionBroker, ok bool) {
+	if v, ok := sh.listenerCache.Load(u); ok {
+		return v.(meta.RegionBroker), true
+	}
+	_ = sh.readRegionBrokers(ctx) // the last read answers while the store does not
+	if v, ok := sh.listenerCache.Load(u); ok {
+		return v.(meta.RegionBroker), true
+	}
+	return rb, false
+}
+
+// readRegionBrokers reads the brokers' registrations of every region
+// into listenerCache.
+func (sh *Shell) readRegionBrokers(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	// The registrations of every region: their service URLs say whose
+	// they are.
+	vals, err := sh.cfg.GlobalStore.ListValues(lctx, "/regions/")
+	if err != nil {
+		return err
+	}
+	for _, v := range vals {
+		var rb meta.RegionBroker
+		if json.Unmarshal([]byte(v), &rb) == nil && rb.ServiceURL != "" && (rb.Listeners != nil || rb.AdminURL != "") {
+			sh.listenerCache.Store(rb.ServiceURL, rb)
+		}
+	}
+	return nil
 }
 
 // activeChanged applies a new record: outside the new active region, the

@@ -31,13 +31,21 @@ func RegionBrokersKey(region string) string { return "/regions/" + region + "/br
 func RegionWebKey(region string) string { return "/regions/" + region + "/web/" }
 
 // RegionListenersKey is the prefix under which the brokers of region that
-// have named listeners (AdvertisedListeners) register them in the global
-// store, one RegionBroker each, so a lookup redirected from another region
-// names the broker in the client's listener.
+// have named listeners (AdvertisedListeners) or an admin URL register them
+// in the global store, one RegionBroker each, so a lookup redirected from
+// another region names the broker in the client's listener, its web
+// service URLs too (an HTTP lookup's httpUrl).
 func RegionListenersKey(region string) string { return "/regions/" + region + "/listeners/" }
 
 // RegionBroker is a broker's entry under RegionListenersKey.
+// AdminURL and HTTPListeners are optional (a record registered before
+// them has neither: an HTTP lookup redirected to it answers no httpUrl).
 type RegionBroker struct {
 	ServiceURL string    `json:"serviceUrl"` // its internal URL, as under RegionBrokersKey
 	Listeners  Listeners `json:"advertisedListeners"`
+	// AdminURL is its advertised admin API URL (http:// or https://),
+	// the internal listener's web service URL.
+	AdminURL string `json:"adminUrl,omitempty"`
+	// HTTPListeners are its listeners' web service URLs (nil: none).
+	HTTPListeners HTTPListeners `json:"advertisedHttpListeners,omitempty"`
 }

@@ -58,9 +58,10 @@ func (svc *Service) Start(pulsarAddr, serviceURL string) error {
 		// Their admin APIs, Pulsar's web service URLs (Clusters().Get).
 		kvs = append(kvs, transport.KV{Key: meta.RegionWebKey(svc.cfg.Cluster) + svc.cfg.BrokerID, Value: []byte(svc.cfg.AdminURL)})
 	}
-	if len(svc.cfg.Listeners) > 0 {
-		// Their named listeners, for redirects in a client's listener.
-		v, _ := json.Marshal(meta.RegionBroker{ServiceURL: svc.serviceURL, Listeners: svc.cfg.Listeners})
+	if len(svc.cfg.Listeners) > 0 || svc.cfg.AdminURL != "" {
+		// Their named listeners and web service URLs, for redirects in a
+		// client's listener (an HTTP lookup's httpUrl too).
+		v, _ := json.Marshal(meta.RegionBroker{ServiceURL: svc.serviceURL, Listeners: svc.cfg.Listeners, AdminURL: svc.cfg.AdminURL, HTTPListeners: svc.cfg.HTTPListeners})
 		kvs = append(kvs, transport.KV{Key: meta.RegionListenersKey(svc.cfg.Cluster) + svc.cfg.BrokerID, Value: v})
 	}
 	svc.wg.Add(1)

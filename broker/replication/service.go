@@ -37,6 +37,9 @@ type Config struct {
 	// Listeners are the broker's named listeners, registered beside its
 	// service URL for lookups redirected from other regions (nil: none).
 	Listeners meta.Listeners
+	// HTTPListeners are their web service URLs, registered with them
+	// (nil: none).
+	HTTPListeners meta.HTTPListeners
 	// AdminURL is the broker's advertised admin API URL, registered
 	// beside its service URL (meta.RegionWebKey) for the region's
 	// Clusters().Get in any region ("": none registered).

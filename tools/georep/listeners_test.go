@@ -59,6 +59,7 @@ func ownConns(t *testing.T, addr string) int {
 func TestExternalListenerRedirectAcrossRegions(t *testing.T) {
 	external := map[string]string{} // broker name → its external host:port
 	internal := map[string]string{}
+	externalHTTP := map[string]string{} // broker name → its external admin host:port (advertised only)
 	d := startDeploymentWith(t, up.Options{Regions: []string{"east", "west"}, BrokersPerRegion: 1, BookiesPerRegion: 3, RacksPerRegion: 3},
 		func(p *up.Plan) {
 			for i := range p.Procs {
@@ -67,8 +68,9 @@ func TestExternalListenerRedirectAcrossRegions(t *testing.T) {
 					continue
 				}
 				ext := "127.0.0.2:" + strconv.Itoa(testutil.FreePort(t))
-				external[ps.Name], internal[ps.Name] = ext, ps.Addr
-				ps.Args = append(ps.Args, "--advertised-listeners", "internal:pulsar://"+ps.Addr+",external:pulsar://"+ext,
+				extHTTP := "127.0.0.2:" + strconv.Itoa(testutil.FreePort(t))
+				external[ps.Name], internal[ps.Name], externalHTTP[ps.Name] = ext, ps.Addr, extHTTP
+				ps.Args = append(ps.Args, "--advertised-listeners", "internal:pulsar://"+ps.Addr+",external:pulsar://"+ext+",external:http://"+extHTTP,
 					"--bind-addresses", "external:pulsar://"+ext, "--internal-listener-name", "internal")
 			}
 		})
@@ -103,15 +105,22 @@ func TestExternalListenerRedirectAcrossRegions(t *testing.T) {
 
 	// Over HTTP, at west's admin API, naming the listener as Pulsar's
 	// clients do, and naming none.
-	var westAdmin string
+	// Its httpUrl is east's broker's web service URL in that listener
+	// (issue 28 §1): the external one advertised, else its admin URL.
+	var westAdmin, eastAdmin string
 	for _, pe := range d.region("west").Processes {
 		if pe.Role == "broker" {
 			westAdmin = pe.Admin
 		}
 	}
-	for _, c := range []struct{ query, want string }{
-		{"?listenerName=external", external["east-broker-1"]},
-		{"", internal["east-broker-1"]},
+	for _, pe := range d.region("east").Processes {
+		if pe.Role == "broker" {
+			eastAdmin = pe.Admin
+		}
+	}
+	for _, c := range []struct{ query, want, wantHTTP string }{
+		{"?listenerName=external", external["east-broker-1"], externalHTTP["east-broker-1"]},
+		{"", internal["east-broker-1"], eastAdmin},
 	} {
 		resp, err := http.Get("http://" + westAdmin + "/lookup/v2/topic/persistent/public/as/listeners" + c.query)
 		if err != nil {
@@ -119,11 +128,15 @@ func TestExternalListenerRedirectAcrossRegions(t *testing.T) {
 		}
 		var ld struct {
 			BrokerURL string `json:"brokerUrl"`
+			HTTPURL   string `json:"httpUrl"`
 		}
 		json.NewDecoder(resp.Body).Decode(&ld)
 		resp.Body.Close()
 		if resp.StatusCode != 200 || ld.BrokerURL != "pulsar://"+c.want {
 			t.Errorf("HTTP lookup at west%s: %d %q, want east's pulsar://%s", c.query, resp.StatusCode, ld.BrokerURL, c.want)
+		}
+		if ld.HTTPURL != "http://"+c.wantHTTP {
+			t.Errorf("HTTP lookup at west%s: httpUrl %q, want east's http://%s", c.query, ld.HTTPURL, c.wantHTTP)
 		}
 	}
 }

@@ -193,6 +193,11 @@ type switchoverOp struct {
 		HoldMs  int64  `json:"holdMs"`
 		DrainMs int64  `json:"drainMs"`
 		Record  *failoverRecord
+		Topics  []struct {
+			Topic  string `json:"topic"`
+			Ready  bool   `json:"ready"`
+			Reason string `json:"reason"`
+		} `json:"topics"`
 	} `json:"result"`
 }
 
@@ -399,7 +404,13 @@ func TestPlannedSwitchoverAbortsWhenDrainBlocked(t *testing.T) {
 	if op.State != "failed" || !strings.Contains(op.Error, "aborted") {
 		t.Fatalf("switchover with a blocked drain: %+v, want failed: aborted", op)
 	}
-	t.Logf("aborted after %v: %s", took.Round(time.Millisecond), op.Error)
+	t.Logf("aborted after %v: %s; report %+v", took.Round(time.Millisecond), op.Error, op.Result)
+	// The aborted operation answers its report beside the error, as a
+	// committed one does (issue 33): the hold east's brokers kept and the
+	// drain it waited for, the timeout's 3 s, and each topic's readiness.
+	if op.Result.State != "aborted" || op.Result.HoldMs < 3000 || op.Result.DrainMs < 3000 || len(op.Result.Topics) != 1 || op.Result.Topics[0].Ready {
+		t.Fatalf("aborted switchover's report %+v: want state aborted, hold and drain of the 3 s timeout, the topic not ready", op.Result)
+	}
 	if took > 10*time.Second {
 		t.Fatalf("the abort took %v, the timeout is 3 s", took)
 	}
